@@ -1,0 +1,86 @@
+// Package cache owns the state a model keeps between forwards: per-layer key/value rows today,
+// recurrent states later. It knows offsets, rewinding and snapshots; it never computes attention
+// and never decides what to keep (the runner does).
+//
+// Invariant: rows [0, Offset()) are exactly the rows of the tokens the owner has processed and
+// kept, at their true positions. Rewind drops rows past an offset; a later write at that offset
+// overwrites them, so rejected speculative rows leave no trace.
+package cache
+
+import "fmt"
+
+// Cache is what the runner needs from any model state: where it stands, how to go back, and a
+// snapshot for state that cannot simply be truncated (recurrent layers).
+type Cache interface {
+	// Offset is the number of committed rows.
+	Offset() int
+	// Rewind drops rows at and beyond offset to. It fails if to is negative or past Offset.
+	Rewind(to int) error
+	// Snapshot records the state at the current offset; Restore returns to it. For a pure KV
+	// cache a snapshot is just the offset (rows below it are never modified), so Restore only
+	// works while the rows it names have not been rewound away.
+	Snapshot() Snapshot
+	Restore(Snapshot) error
+}
+
+// Snapshot is an opaque saved state of a Cache.
+type Snapshot struct {
+	Offset int
+	state  any // extra state for caches that cannot be truncated; nil for KV
+}
+
+// KV holds keys and values for every layer: Layers x Capacity rows of Width floats each
+// (Width = kv heads * head dim). Memory is allocated once at construction.
+type KV struct {
+	Layers, Capacity, Width int
+	K, V                    [][]float32 // per layer, Capacity*Width
+	offset                  int
+}
+
+// NewKV allocates a cache for capacity positions.
+func NewKV(layers, capacity, width int) *KV {
+	c := &KV{Layers: layers, Capacity: capacity, Width: width, K: make([][]float32, layers), V: make([][]float32, layers)}
+	for l := range c.K {
+		c.K[l] = make([]float32, capacity*width)
+		c.V[l] = make([]float32, capacity*width)
+	}
+	return c
+}
+
+func (c *KV) Offset() int { return c.offset }
+
+func (c *KV) Rewind(to int) error {
+	if to < 0 || to > c.offset {
+		return fmt.Errorf("cache: rewind to %d outside [0, %d]", to, c.offset)
+	}
+	c.offset = to
+	return nil
+}
+
+// Advance commits n rows that a forward has written at [Offset, Offset+n).
+func (c *KV) Advance(n int) error {
+	if n < 0 || c.offset+n > c.Capacity {
+		return fmt.Errorf("cache: advance %d rows from %d past capacity %d", n, c.offset, c.Capacity)
+	}
+	c.offset += n
+	return nil
+}
+
+// Room reports whether n more rows fit.
+func (c *KV) Room(n int) bool { return c.offset+n <= c.Capacity }
+
+func (c *KV) Snapshot() Snapshot { return Snapshot{Offset: c.offset} }
+
+func (c *KV) Restore(s Snapshot) error {
+	if s.Offset > c.offset {
+		return fmt.Errorf("cache: restore to %d: rows past %d were rewound away", s.Offset, c.offset)
+	}
+	c.offset = s.Offset
+	return nil
+}
+
+// Row returns the key and value rows of layer l at position pos.
+func (c *KV) Row(l, pos int) (k, v []float32) {
+	o := pos * c.Width
+	return c.K[l][o : o+c.Width], c.V[l][o : o+c.Width]
+}

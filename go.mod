@@ -1,0 +1,3 @@
+module github.com/dflash/dflash
+
+go 1.26

@@ -1,0 +1,67 @@
+package kernel
+
+import (
+	"fmt"
+	"os"
+	"strings"
+)
+
+// impl is one kernel path. Every path computes each output element with an accumulation order
+// that depends only on K, never on rows, so the batch-width invariant holds within a path.
+type impl struct {
+	name   string
+	matmul func(m *Matrix, y, x []float32, rows int)
+	dot    func(a, b []float32) float32
+	axpy   func(y []float32, a float32, x []float32)
+}
+
+var (
+	portable = &impl{name: "go", matmul: matmulGo, dot: dotGo, axpy: axpyGo}
+	// registry lists paths in preference order; architecture files prepend theirs in init.
+	registry = []*impl{portable}
+	active   = portable
+)
+
+// register adds a path the CPU can run, ahead of the portable one.
+func register(p *impl) { registry = append([]*impl{p}, registry...) }
+
+func init() {
+	if env := strings.TrimSpace(os.Getenv("DFLASH_KERNEL")); env != "" {
+		if err := SetPath(env); err != nil {
+			fmt.Fprintf(os.Stderr, "dflash: DFLASH_KERNEL: %v; using %s\n", err, registry[0].name)
+			active = registry[0]
+		}
+		return
+	}
+	active = registry[0]
+}
+
+// Paths lists the kernel paths this CPU can run, fastest first; "go" (portable) is always last.
+func Paths() []string {
+	out := make([]string, len(registry))
+	for i, p := range registry {
+		out[i] = p.name
+	}
+	return out
+}
+
+// Path names the active kernel path.
+func Path() string { return active.name }
+
+// SetPath selects a kernel path by name. It is not safe to call while products run; tests and
+// the CLI call it before any work starts.
+func SetPath(name string) error {
+	for _, p := range registry {
+		if p.name == name {
+			active = p
+			return nil
+		}
+	}
+	return fmt.Errorf("kernel path %q not available on this CPU (have %s)", name, strings.Join(Paths(), ", "))
+}
+
+// Dot returns sum a[i]*b[i] over len(a) elements.
+func Dot(a, b []float32) float32 { return active.dot(a, b[:len(a)]) }
+
+// Axpy does y[i] += a*x[i] over len(y) elements.
+func Axpy(y []float32, a float32, x []float32) { active.axpy(y, a, x[:len(y)]) }

@@ -1,0 +1,69 @@
+// Package model defines what the runner needs from a model — targets that decode and verify,
+// drafts that propose blocks — and the registry that maps a Hugging Face architecture name to
+// its loader. Model families live in subpackages. A model knows nothing of speculation: it runs
+// forwards over the rows it is given and reports what was asked (logits, layer taps).
+package model
+
+import (
+	"github.com/dflash/dflash/cache"
+	"github.com/dflash/dflash/kernel"
+)
+
+// Config is the shape of a decoder-only target, whatever file it came from.
+type Config struct {
+	Arch         string // e.g. "Qwen3ForCausalLM", "LlamaForCausalLM", "llama2c"
+	Layers       int
+	Hidden       int
+	Intermediate int
+	Heads        int
+	KVHeads      int
+	HeadDim      int
+	Vocab        int
+	MaxSeq       int // context length the model supports
+	RMSEps       float32
+	RopeTheta    float64
+	BOS          int   // -1 if none
+	EOS          []int // end-of-sequence ids (may be empty)
+	DType        kernel.DType
+}
+
+// LogitRows says which rows of a forward need logits.
+type LogitRows int
+
+const (
+	LogitsNone LogitRows = iota // prefill of context only
+	LogitsLast                  // plain decoding: only the last row
+	LogitsAll                   // verification: every row
+)
+
+// Request is one forward: Tokens are processed at positions c.Offset().. and appended to the cache.
+type Request struct {
+	Tokens []int
+	Logits LogitRows
+	// Taps lists 0-based decoder layers whose output (after the residual add, before the final
+	// norm; Hugging Face hidden_states[id+1]) is returned for every row.
+	Taps []int
+}
+
+// Result holds what a forward computed. Its slices belong to the model's workspace and stay
+// valid until the next Forward on the same model; callers copy what they keep.
+type Result struct {
+	Logits []float32   // rows-with-logits x Vocab (1 row for LogitsLast)
+	Taps   [][]float32 // one per Request.Taps entry, len(Tokens) x Hidden
+}
+
+// Target is a causal language model the runner decodes with.
+type Target interface {
+	Config() Config
+	// NewCache allocates state for up to capacity positions.
+	NewCache(capacity int) cache.Cache
+	// Forward runs the rows of r at positions c.Offset()... and commits them to c. On error the
+	// cache is unchanged.
+	Forward(c cache.Cache, r Request) (Result, error)
+	// Embed writes token's raw embedding row (no scaling) into dst[:Hidden].
+	Embed(dst []float32, token int)
+	// Head is the raw output head, [Vocab][Hidden] (the embedding when tied), without final norm.
+	Head() *kernel.Matrix
+	// WeightBytes is the number of weight bytes one decode step streams.
+	WeightBytes() int64
+}
