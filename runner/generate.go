@@ -1,0 +1,335 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/dflash/dflash/cache"
+	"github.com/dflash/dflash/model"
+	"github.com/dflash/dflash/sample"
+)
+
+// DefaultPrefillChunk is how many prompt rows one prefill forward processes.
+const DefaultPrefillChunk = 512
+
+// Sequence is a target, its cache and the tokens whose rows the cache holds. A caller keeps it
+// between requests: a new prompt that shares a prefix with those tokens reuses their rows.
+//
+// Invariant: tokens[i] is the token of cache row i, and len(tokens) == cache.Offset(). The last
+// emitted token of a request is never in the cache (it would be the next round's current token).
+type Sequence struct {
+	target   model.Target
+	cache    cache.Cache
+	capacity int
+	tokens   []int
+}
+
+// NewSequence allocates a target cache for capacity positions.
+func NewSequence(t model.Target, capacity int) *Sequence {
+	return &Sequence{target: t, cache: t.NewCache(capacity), capacity: capacity}
+}
+
+// Tokens are the tokens whose rows the cache holds; the slice must not be modified.
+func (s *Sequence) Tokens() []int { return s.tokens }
+
+// Cache is the target cache.
+func (s *Sequence) Cache() cache.Cache { return s.cache }
+
+// Capacity is the number of positions the cache holds.
+func (s *Sequence) Capacity() int { return s.capacity }
+
+// Request is one generation.
+type Request struct {
+	Prompt    []int // at least one token
+	Options   sample.Options
+	MaxTokens int   // tokens to emit at most; <= 0 means until a stop token or a full cache
+	Stop      []int // tokens that end generation and are not emitted (usually the target's EOS ids)
+
+	// Drafter, when set, makes decoding speculative; nil decodes plainly.
+	Drafter Drafter
+	// Depth is the depth controller state the caller keeps across requests; nil uses a fresh
+	// one for this request. Only Controlled drafters consult it.
+	Depth *Depth
+
+	PrefillChunk int              // rows per prefill forward (default DefaultPrefillChunk)
+	Clock        func() time.Time // nil: time.Now; tests inject a fake clock
+}
+
+// Generate decodes req on seq, calling emit with every generated token in order. An error from
+// emit, or ctx being canceled (checked once per round), stops generation early; the error is
+// returned with the statistics so far. Whatever happens, seq stays consistent (its tokens are its
+// cache rows) and the drafter is closed.
+func Generate(ctx context.Context, seq *Sequence, req Request, emit func(token int) error) (st Stats, err error) {
+	st.Requests = 1
+	if len(req.Prompt) == 0 {
+		return st, errors.New("generate: empty prompt")
+	}
+	if len(req.Prompt) > seq.capacity {
+		return st, fmt.Errorf("generate: prompt of %d tokens exceeds the context of %d", len(req.Prompt), seq.capacity)
+	}
+	if err := req.Options.Validate(); err != nil {
+		return st, fmt.Errorf("generate: %w", err)
+	}
+	vocab := seq.target.Config().Vocab
+	for i, t := range req.Prompt {
+		if t < 0 || t >= vocab {
+			return st, fmt.Errorf("generate: prompt token %d is %d, outside the vocabulary of %d", i, t, vocab)
+		}
+	}
+	g := &generation{seq: seq, req: req, emit: emit, now: req.Clock, st: &st, vocab: vocab}
+	if g.now == nil {
+		g.now = time.Now
+	}
+	g.depth = req.Depth
+	if g.depth == nil {
+		g.depth = &Depth{}
+	}
+	g.v.s = NewSampler(req.Options, vocab)
+	if d := req.Drafter; d != nil {
+		g.taps = d.Taps()
+		defer func() {
+			if cerr := d.Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("generate: close drafter: %w", cerr)
+			}
+		}()
+	}
+	if err := g.prefill(ctx); err != nil {
+		return st, err
+	}
+	err = g.decode(ctx)
+	return st, err
+}
+
+// generation is one request in flight.
+type generation struct {
+	seq   *Sequence
+	req   Request
+	emit  func(int) error
+	now   func() time.Time
+	st    *Stats
+	depth *Depth
+	vocab int
+	taps  []int
+	v     verifier
+
+	res     model.Result // the last target forward's, valid until the next
+	tapRows [][]float32
+	all     []int // prompt and emitted tokens: the history penalties see
+	block   []int
+}
+
+// prefill keeps the longest prefix the cache (and the drafter) already hold, minus at least one
+// token so that the prompt's last token is left to be the first round's current token, and
+// processes the rest in chunks.
+func (g *generation) prefill(ctx context.Context) error {
+	seq, prompt := g.seq, g.req.Prompt
+	keep := 0
+	for keep < len(seq.tokens) && keep < len(prompt)-1 && seq.tokens[keep] == prompt[keep] {
+		keep++
+	}
+	if d := g.req.Drafter; d != nil {
+		held, err := d.Restore(keep)
+		if err != nil {
+			return fmt.Errorf("generate: restore drafter to %d rows: %w", keep, err)
+		}
+		if held > keep || held < 0 {
+			return fmt.Errorf("generate: drafter restored %d rows of %d", held, keep)
+		}
+		keep = held
+	}
+	if err := seq.cache.Rewind(keep); err != nil {
+		return fmt.Errorf("generate: reuse %d prompt rows: %w", keep, err)
+	}
+	seq.tokens = seq.tokens[:keep]
+	g.st.Reused = keep
+
+	start := g.now()
+	chunk := g.req.PrefillChunk
+	if chunk <= 0 {
+		chunk = DefaultPrefillChunk
+	}
+	rest := prompt[keep : len(prompt)-1]
+	for len(rest) > 0 {
+		if err := ctx.Err(); err != nil {
+			g.st.Reason = StopCanceled
+			return err
+		}
+		n := min(chunk, len(rest))
+		if err := g.forward(rest[:n], model.LogitsNone, n); err != nil {
+			return fmt.Errorf("generate: prefill at %d: %w", seq.cache.Offset(), err)
+		}
+		g.st.PromptTokens += n
+		rest = rest[n:]
+	}
+	g.st.PromptTime = g.now().Sub(start)
+	g.all = append(g.all[:0], prompt...)
+	return nil
+}
+
+// forward runs the target over tokens at the cache's offset, keeps the first kept rows (rewinding
+// the rest away) and reports them to the drafter.
+func (g *generation) forward(tokens []int, rows model.LogitRows, kept int) error {
+	if err := g.run(tokens, rows); err != nil {
+		return err
+	}
+	return g.keep(tokens, kept)
+}
+
+// run is one target forward over tokens; its result stays in g.res.
+func (g *generation) run(tokens []int, rows model.LogitRows) error {
+	res, err := g.seq.target.Forward(g.seq.cache, model.Request{Tokens: tokens, Logits: rows, Taps: g.taps})
+	if err != nil {
+		return err
+	}
+	if len(res.Taps) != len(g.taps) {
+		return fmt.Errorf("target returned %d taps, %d asked", len(res.Taps), len(g.taps))
+	}
+	want := g.vocab
+	if rows == model.LogitsAll {
+		want *= len(tokens)
+	}
+	if rows != model.LogitsNone && len(res.Logits) < want {
+		return fmt.Errorf("target returned %d logits, %d expected", len(res.Logits), want)
+	}
+	g.res = res
+	return nil
+}
+
+// keep rewinds the rows of the last forward over tokens beyond kept and commits the kept ones.
+func (g *generation) keep(tokens []int, kept int) error {
+	seq := g.seq
+	position := seq.cache.Offset() - len(tokens)
+	if position != len(seq.tokens) {
+		return fmt.Errorf("target cache at %d after %d rows, expected %d", seq.cache.Offset(), len(tokens), len(seq.tokens)+len(tokens))
+	}
+	if kept < len(tokens) {
+		if err := seq.cache.Rewind(position + kept); err != nil {
+			return fmt.Errorf("rewind to %d: %w", position+kept, err)
+		}
+	}
+	seq.tokens = append(seq.tokens, tokens[:kept]...)
+	if d := g.req.Drafter; d != nil {
+		taps := g.tapRows[:0]
+		for _, t := range g.res.Taps {
+			hidden := len(t) / len(tokens)
+			taps = append(taps, t[:kept*hidden])
+		}
+		g.tapRows = taps
+		if err := d.Committed(tokens[:kept], taps, position); err != nil {
+			return fmt.Errorf("drafter: %w", err)
+		}
+	}
+	return nil
+}
+
+// decode runs rounds until a stop token, MaxTokens, a full cache, cancellation or an error. A
+// round processes [current, d_1..d_n] in one target forward (n = 0 is plain decoding), emits the
+// accepted drafts and one token from the target, and keeps the rows [current, accepted drafts]:
+// the last emitted token becomes the next round's current token and is not in the cache yet.
+func (g *generation) decode(ctx context.Context) error {
+	seq, st, d := g.seq, g.st, g.req.Drafter
+	current := g.req.Prompt[len(g.req.Prompt)-1]
+	start := g.now()
+	defer func() { st.DecodeTime = g.now().Sub(start) }()
+	for {
+		if err := ctx.Err(); err != nil {
+			st.Reason = StopCanceled
+			return err
+		}
+		if g.req.MaxTokens > 0 && st.DecodeTokens >= g.req.MaxTokens {
+			st.Reason = StopLength
+			return nil
+		}
+		room := seq.capacity - seq.cache.Offset()
+		if room < 1 {
+			st.Reason = StopCapacity
+			return nil
+		}
+		// A round emits up to n+1 tokens into n+1 new rows; it never drafts past what may be
+		// emitted or stored.
+		limit := room - 1
+		if g.req.MaxTokens > 0 {
+			limit = min(limit, g.req.MaxTokens-st.DecodeTokens-1)
+		}
+		n := 0
+		if d != nil {
+			limit = min(limit, d.Limit())
+			if d.Controlled() {
+				n = g.depth.Choose(limit)
+			} else {
+				n = max(limit, 0)
+			}
+		}
+
+		t0 := g.now()
+		var drafts []int
+		var q []sample.Distribution
+		if n > 0 {
+			var err error
+			drafts, q, err = d.Propose(current, n, g.all, g.v.s)
+			if err != nil {
+				return fmt.Errorf("generate: propose at %d: %w", seq.cache.Offset(), err)
+			}
+			if len(drafts) > n || len(q) != len(drafts) {
+				return fmt.Errorf("generate: drafter returned %d drafts and %d proposals for %d asked", len(drafts), len(q), n)
+			}
+			for _, t := range drafts {
+				if t < 0 || t >= g.vocab {
+					return fmt.Errorf("generate: drafter proposed token %d outside the vocabulary of %d", t, g.vocab)
+				}
+			}
+		}
+		t1 := g.now()
+		g.block = append(append(g.block[:0], current), drafts...)
+		rows := model.LogitsLast
+		if len(drafts) > 0 {
+			rows = model.LogitsAll
+		}
+		if err := g.run(g.block, rows); err != nil {
+			return fmt.Errorf("generate: verify at %d: %w", seq.cache.Offset(), err)
+		}
+		t2 := g.now()
+		out, accepted := g.v.decide(g.res.Logits, g.vocab, drafts, q, g.all)
+
+		// A stop token ends the output where it stands, even among accepted drafts; the rows
+		// after it are dropped with the rejected ones.
+		stop := slices.IndexFunc(out, func(t int) bool { return slices.Contains(g.req.Stop, t) })
+		kept := len(out)
+		if stop >= 0 {
+			kept = stop + 1
+		}
+		if err := g.keep(g.block, kept); err != nil {
+			return fmt.Errorf("generate: keep %d rows at %d: %w", kept, seq.cache.Offset(), err)
+		}
+		emitted := out[:kept]
+		if stop >= 0 {
+			emitted = out[:stop]
+		}
+		current = out[kept-1]
+		t3 := g.now()
+		st.round(len(drafts), accepted)
+		st.DraftTime += t1.Sub(t0)
+		st.VerifyTime += t2.Sub(t1)
+		st.OtherTime += t3.Sub(t2)
+		if d != nil && d.Controlled() {
+			g.depth.Observe(len(drafts), accepted, t3.Sub(t0))
+		}
+		for _, t := range emitted {
+			g.all = append(g.all, t)
+			st.DecodeTokens++
+			if g.emit != nil {
+				if err := g.emit(t); err != nil {
+					st.Reason = StopCanceled
+					return err
+				}
+			}
+		}
+		if stop >= 0 {
+			st.Reason = StopToken
+			return nil
+		}
+	}
+}

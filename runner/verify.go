@@ -1,0 +1,77 @@
+package runner
+
+import "github.com/dflash/dflash/sample"
+
+// Sampler is a request's sampler and whether it decodes greedily. Drafters and the verifier
+// choose tokens through it so that a draft and the target filter logits the same way.
+type Sampler struct {
+	*sample.Sampler
+	Greedy bool
+}
+
+// NewSampler builds the sampler for options o over vocab tokens.
+func NewSampler(o sample.Options, vocab int) Sampler {
+	return Sampler{Sampler: sample.New(o, vocab), Greedy: o.Greedy()}
+}
+
+// Choose picks a token from d: its most probable id when greedy (the lowest id on ties, as
+// sample.Argmax), a draw otherwise.
+func (s Sampler) Choose(d *sample.Distribution) int {
+	if s.Greedy {
+		return mode(d)
+	}
+	return s.Draw(d)
+}
+
+// mode is d's most probable id, the lowest id winning ties whatever d's layout.
+func mode(d *sample.Distribution) int {
+	best, bi := float32(-1), -1
+	for i := range d.Len() {
+		p, id := d.P[i], d.ID(i)
+		if p > best || (p == best && id < bi) {
+			best, bi = p, id
+		}
+	}
+	return bi
+}
+
+// verifier decides a round from the target's logits over [current, d_1..d_n] (DFLASH.md
+// section 1). Row i's target distribution p_{i+1} is built with history + d_1..d_i, the same
+// history the drafter used for q_{i+1}, so penalties see the drafts as generated tokens.
+type verifier struct {
+	s    Sampler
+	p    sample.Distribution
+	hist []int
+	out  []int
+}
+
+// decide returns the round's new tokens: the accepted drafts then one token from the target
+// (the correction at the first rejection, or the bonus when every draft was accepted).
+// accepted is the number of drafts kept. logits holds len(drafts)+1 rows of vocab floats.
+func (v *verifier) decide(logits []float32, vocab int, drafts []int, q []sample.Distribution, history []int) (out []int, accepted int) {
+	v.hist = append(v.hist[:0], history...)
+	v.out = v.out[:0]
+	for i := 0; i <= len(drafts); i++ {
+		v.s.Distribution(&v.p, logits[i*vocab:(i+1)*vocab], v.hist)
+		if i == len(drafts) {
+			v.out = append(v.out, v.s.Choose(&v.p))
+			break
+		}
+		d := drafts[i]
+		if v.s.Greedy {
+			if top := mode(&v.p); top != d {
+				v.out = append(v.out, top)
+				break
+			}
+		} else if !v.s.Accept(&v.p, &q[i], d) {
+			// Resampling from the residual norm(max(p - q, 0)) is what makes accept-or-resample
+			// distributed exactly as p (sample.Resample falls back to p when p == q).
+			v.out = append(v.out, v.s.Resample(&v.p, &q[i]))
+			break
+		}
+		v.out = append(v.out, d)
+		v.hist = append(v.hist, d)
+		accepted++
+	}
+	return v.out, accepted
+}
