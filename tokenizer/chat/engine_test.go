@@ -1,0 +1,294 @@
+package chat
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func render(t *testing.T, src string, vars map[string]any) (string, error) {
+	t.Helper()
+	tmpl, err := Parse(src)
+	if err != nil {
+		return "", err
+	}
+	return tmpl.Render(nil, Options{Extra: vars})
+}
+
+// Expected outputs are what jinja2 (trim_blocks=True, lstrip_blocks=True, as transformers
+// configures it) produces; the comment on each says why.
+func TestEngine(t *testing.T) {
+	msgs := json.RawMessage(`[{"role":"user","content":"hi"},{"role":"assistant","content":"yo"}]`)
+	cases := []struct {
+		name, src, want string
+	}{
+		// Whitespace control.
+		{"lstrip and trim blocks", "a\n  {% if true %}\n  b\n  {% endif %}\nc\n",
+			// The indentation before each block tag goes (lstrip_blocks), the newline after each
+			// goes (trim_blocks), and the template's final newline is dropped.
+			"a\n  b\nc"},
+		{"minus strips all whitespace", "x  \n {%- if true -%} \n y \n {%- endif -%}\n  z",
+			"xyz"},
+		{"expression tags are not trimmed", "  {{ 'v' }}\nw",
+			// trim_blocks and lstrip_blocks apply to {% %} and {# #} only.
+			"  v\nw"},
+		{"plus disables lstrip and trim", "  {%+ if true +%}\nx{% endif %}",
+			"  \nx"},
+		{"lstrip only at line start", "a  {% if true %}b{% endif %}",
+			// The spaces follow "a" on the same line, so they stay.
+			"a  b"},
+		{"comments vanish with their line", "{# c #}\n  {# d #}\nafter", "after"},
+
+		// Control flow.
+		{"if elif else", "{% if false %}a{% elif 0 %}b{% elif 'x' %}c{% else %}d{% endif %}", "c"},
+		{"for with loop vars", "{% for i in [5,6,7] %}{{ loop.index0 }}{{ loop.index }}{{ loop.first }}{{ loop.last }};{% endfor %}",
+			"01TrueFalse;12FalseFalse;23FalseTrue;"},
+		{"for filter and length", "{% for i in [1,2,3] if i != 2 %}{{ i }}/{{ loop.length }} {% endfor %}",
+			// The filter runs first, so loop.length counts the kept items.
+			"1/2 3/2 "},
+		{"for else", "{% for i in [] %}x{% else %}empty{% endfor %}", "empty"},
+		{"break continue", "{% for i in [1,2,3,4] %}{% if i == 2 %}{% continue %}{% endif %}{% if i == 4 %}{% break %}{% endif %}{{ i }}{% endfor %}", "13"},
+		{"tuple unpacking", "{% for k, v in {'x': 1, 'y': 2}.items() %}{{ k }}={{ v }};{% endfor %}", "x=1;y=2;"},
+		{"previtem nextitem", "{% for a in [1,2,3] %}{{ loop.previtem }}-{{ loop.nextitem }};{% endfor %}",
+			// Undefined at the ends renders as "".
+			"-2;1-3;2-;"},
+
+		// Assignment and scoping.
+		{"set in loop does not leak", "{% set x = 1 %}{% for i in [1] %}{% set x = 2 %}{% endfor %}{{ x }}", "1"},
+		{"namespace carries state out", "{% set ns = namespace(n=0) %}{% for i in [1,2,3] %}{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}", "6"},
+		{"set in if is visible", "{% if true %}{% set y = 'in' %}{% endif %}{{ y }}", "in"},
+		{"multiple set", "{% set a, b = 1, 2 %}{{ a }}{{ b }}", "12"},
+		{"block set", "{% set x %}v{{ 1 }}{% endset %}[{{ x }}]", "[v1]"},
+
+		// Slicing and indexing, with Python's semantics.
+		{"slices", "{{ 'abcdef'[1:4] }} {{ 'abcdef'[::-1] }} {{ 'abcdef'[-2:] }} {{ [1,2,3,4,5][::2] }} {{ [1,2,3][5:] }}",
+			"bcd fedcba ef [1, 3, 5] []"},
+		{"reverse messages", "{% for m in messages[::-1] %}{{ m.role }} {% endfor %}{{ messages[-1]['content'] }}",
+			"assistant user yo"},
+
+		// String methods.
+		{"split", "{{ ' a  b '.split() }} {{ 'a,b,,c'.split(',') }} {{ 'a,b,c'.split(',', 1) }} {{ 'x</think>y'.split('</think>')[-1] }}",
+			"['a', 'b'] ['a', 'b', '', 'c'] ['a', 'b,c'] y"},
+		{"strip family", "[{{ '  x  '.strip() }}|{{ '\\n\\nx\\n'.lstrip('\\n') }}|{{ 'xx\\n\\n'.rstrip('\\n') }}|{{ 'abcxba'.strip('ab') }}]",
+			// strip(chars) removes any of the characters, not a prefix string.
+			"[x|x\n|xx|cx]"},
+		{"startswith endswith", "{{ 'Hello'.startswith('He') }} {{ 'Hello'.endswith(('x', 'lo')) }} {{ 'Hello'.startswith('lo') }}",
+			"True True False"},
+		{"case and replace", "{{ 'hELLO'.capitalize() }} {{ 'a-b'.replace('-', '+') }} {{ 'abc'.upper() }} {{ 'hello world'.title() }}",
+			"Hello a+b ABC Hello World"},
+
+		// Filters.
+		{"length", "{{ [1,2,3]|length }} {{ 'héllo'|length }} {{ {'a': 1}|length }} {{ nothing|length }}",
+			// Code points, not bytes; undefined has length 0.
+			"3 5 1 0"},
+		{"filter binds tighter than minus", "{{ messages|length - 1 }}", "1"},
+		{"trim default join", "[{{ '  t \\n'|trim }}] {{ nothing|default('dflt') }} {{ ''|default('e', true) }} {{ [1,2]|join(', ') }}",
+			"[t] dflt e 1, 2"},
+		{"first last list", "{{ [3,4]|first }} {{ [3,4]|last }} {{ 'ab'|list }}", "3 4 ['a', 'b']"},
+		{"tojson", `{{ {'b': [1, 2.5, none, true, 'q"é<'], 'a': {}}|tojson }}`,
+			// json.dumps(ensure_ascii=False): ", " and ": " separators, insertion order, no
+			// HTML escaping, non-ASCII kept.
+			`{"b": [1, 2.5, null, true, "q\"é<"], "a": {}}`},
+		{"tojson indent", "{{ [1, {'k': 'v'}]|tojson(indent=2) }}",
+			// With indent, Python's item separator becomes "," (no trailing space).
+			"[\n  1,\n  {\n    \"k\": \"v\"\n  }\n]"},
+		{"map selectattr", "{{ messages|map(attribute='role')|join(',') }} {{ messages|selectattr('role', 'equalto', 'user')|list|length }}",
+			"user,assistant 1"},
+
+		// Tests.
+		{"is tests", "{{ x is defined }} {{ nothing is defined }} {{ none is none }} {{ 'a' is string }} {{ 1 is string }} {{ false is false }} {{ 0 is false }} {{ x is not none }}",
+			// "is false" is identity with False: 0 is not False.
+			"True False True True False True False True"},
+		{"none attribute is undefined", "{{ none.x is defined }}", "False"},
+		{"missing key is undefined", "{{ messages[0].reasoning_content is defined }}", "False"},
+
+		// Expressions and Python printing.
+		{"arithmetic", "{{ 1 + 2 * 3 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 7 / 2 }} {{ 2 ** 10 }}",
+			// Floor division and modulo round toward negative infinity; / is true division.
+			"7 3 -4 2 3.5 1024"},
+		{"printing", "{{ none }} {{ true }} {{ [1, 'a', none] }} {{ {'a': 'b'} }} {{ 1.0 }} {{ 0.1 + 0.2 }} {{ 1e20 }}|{{ nothing }}|",
+			// str() of Python values: None, True, list and dict repr, float repr.
+			"None True [1, 'a', None] {'a': 'b'} 1.0 0.30000000000000004 1e+20||"},
+		{"in and comparisons", "{{ 'a' in 'cat' }} {{ 2 in [1,2] }} {{ 'k' in {'k': 1} }} {{ 3 not in [1] }} {{ 1 == 1.0 }} {{ [1,2] == [1,2] }}",
+			"True True True True True True"},
+		{"inline if and or", "{{ 'y' if x else 'n' }} [{{ 'y' if nothing }}] {{ x and 'A' or 'B' }} {{ nothing or 'fb' }}",
+			"y [] A fb"},
+		{"concat", "{{ 'a' ~ 1 ~ none ~ nothing }}", "a1None"},
+		{"not with parens", "{{ not ('<a>'.startswith('<a') and '<a>'.endswith('a>')) }}", "False"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := render(t, c.src, map[string]any{"x": 1, "messages": msgs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != c.want {
+				t.Errorf("render %q:\n got %q\nwant %q", c.src, got, c.want)
+			}
+		})
+	}
+}
+
+// TestEngineErrors checks that what the engine does not support, or what jinja2 itself rejects,
+// fails with an error naming the construct and its line instead of rendering something.
+func TestEngineErrors(t *testing.T) {
+	cases := []struct {
+		name, src string
+		want      []string // substrings of the error
+	}{
+		{"unknown filter", "a\nb\n{{ x|nofilter }}", []string{"line 3", `unknown filter "nofilter"`}},
+		{"unknown test", "{% if x is nothere %}{% endif %}", []string{"line 1", `unknown test "nothere"`}},
+		{"macro unsupported", "\n{% macro f() %}{% endmacro %}", []string{"line 2", "unsupported statement {% macro %}"}},
+		{"include unsupported", "{% include 'x' %}", []string{"line 1", "{% include %}"}},
+		{"unknown statement", "{% frobnicate %}", []string{"unknown statement {% frobnicate %}"}},
+		{"unclosed if", "{% if x %}a", []string{"missing {% endif %}"}},
+		{"unclosed tag", "{{ x ", []string{"not closed"}},
+		{"attribute of undefined", "\n\n{{ nothing.x }}", []string{"line 3", "'nothing' is undefined"}},
+		{"undefined in arithmetic", "{{ nothing + 'a' }}", []string{"'nothing' is undefined"}},
+		{"str plus int", "{{ 'a' + 1 }}", []string{"unsupported operand types for +: str and int"}},
+		{"raise_exception", "{{ raise_exception('no system role') }}", []string{"template raised an exception: no system role"}},
+		{"list append is immutable", "{{ [].append(1) }}", []string{"immutable"}},
+		{"unknown method", "{{ 'a'.format(1) }}", []string{"str.format"}},
+		{"set on non-namespace", "{% set d = {} %}{% set d.x = 1 %}", []string{"not a namespace"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := render(t, c.src, map[string]any{"x": 1})
+			if err == nil {
+				t.Fatalf("want an error, rendered %q", got)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+	_, err := render(t, "{{ raise_exception('x') }}", nil)
+	var te *TemplateException
+	if !errors.As(err, &te) || te.Message != "x" {
+		t.Errorf("raise_exception error %v is not a *TemplateException with message x", err)
+	}
+}
+
+// TestLlama3 renders Llama-3's short template, which relies on bos_token, on "|trim" binding
+// to message['content'] only (filters bind tighter than +) and on loop.index0.
+func TestLlama3(t *testing.T) {
+	src := "{% set loop_messages = messages %}{% for message in loop_messages %}" +
+		"{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}" +
+		"{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}" +
+		"{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
+	tmpl, err := Parse(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tmpl, err = tmpl.WithVar("bos_token", "<|begin_of_text|>"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := tmpl.Render([]Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "  hi \n"}},
+		Options{AddGenerationPrompt: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>" +
+		"<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>" + // content trimmed
+		"<|start_header_id|>assistant<|end_header_id|>\n\n"
+	if got != want {
+		t.Errorf("render:\n got %q\nwant %q", got, want)
+	}
+}
+
+func TestChatML(t *testing.T) {
+	got, err := ChatML().Render([]Message{{Role: "user", Content: "hi"}, {Role: "assistant", Content: "yo"}},
+		Options{AddGenerationPrompt: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nyo<|im_end|>\n<|im_start|>assistant\n"
+	if got != want {
+		t.Errorf("render:\n got %q\nwant %q", got, want)
+	}
+}
+
+func TestLoadConfig(t *testing.T) {
+	dir := t.TempDir()
+	// A list of named templates, special tokens as objects, and add_bos_token.
+	cfg := `{"chat_template": [{"name": "default", "template": "{{ bos_token }}{{ eos_token }}{{ messages|length }}"},
+		{"name": "tool_use", "template": "T"}],
+		"bos_token": {"content": "<s>", "lstrip": false}, "eos_token": "</s>", "add_bos_token": true}`
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := LoadConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.BOSToken != "<s>" || c.EOSToken != "</s>" || !c.AddBOSToken || c.Named["tool_use"] != "T" {
+		t.Errorf("config %+v", c)
+	}
+	got, err := c.Template.Render([]Message{{Role: "user"}}, Options{})
+	if err != nil || got != "<s></s>1" {
+		t.Errorf("render = %q, %v; want \"<s></s>1\"", got, err)
+	}
+
+	// No template: Template is nil, and a null bos_token is "" (left undefined for templates).
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(`{"bos_token": null, "eos_token": "<|im_end|>"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if c, err = LoadConfig(dir); err != nil || c.Template != nil || c.BOSToken != "" || c.EOSToken != "<|im_end|>" {
+		t.Errorf("config %+v, %v", c, err)
+	}
+
+	// A template that does not parse is an error at load time, with the file named.
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(`{"chat_template": "{% macro x() %}{% endmacro %}"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err = LoadConfig(dir); err == nil || !strings.Contains(err.Error(), "tokenizer_config.json") {
+		t.Errorf("want a load error naming the file, got %v", err)
+	}
+}
+
+func TestToolsFromGoMap(t *testing.T) {
+	// A Go map has no order, so its keys are sorted to keep output deterministic.
+	got, err := render(t, "{{ tools|tojson }}", nil)
+	if err != nil || got != "null" {
+		t.Fatalf("tools default = %q, %v; want null (transformers passes tools=None)", got, err)
+	}
+	tmpl, _ := Parse("{{ tools|tojson }}")
+	got, err = tmpl.Render(nil, Options{Tools: []any{map[string]any{"z": 1, "a": []any{"x", 2.0}}}})
+	if err != nil || got != `[{"a": ["x", 2.0], "z": 1}]` {
+		t.Errorf("render = %q, %v", got, err)
+	}
+}
+
+// FuzzTemplate checks that no template source or render makes the engine panic; errors are fine.
+func FuzzTemplate(f *testing.F) {
+	for _, s := range []string{"{{ x }}", "{% for a in b %}{{ loop.index }}{% endfor %}", "{{ 'a'[::-1] }}",
+		"{% if x is not none %}{{ x|tojson(indent=2) }}{% endif %}", "{{ not", "{{ x[1:2:", "{% set ns.a = 1 %}",
+		"{{ {'a': [1, 2]}|items|list }}", "{{ '%s' % 1 }}", "{{ -x|abs }}", "{% for k, v in x %}{% endfor %}"} {
+		f.Add(s)
+	}
+	msgs := []Message{{Role: "user", Content: "hi"}, {Role: "assistant", Content: "<think>a</think>b"}}
+	f.Fuzz(func(t *testing.T, src string) {
+		tmpl, err := Parse(src)
+		if err != nil {
+			return
+		}
+		_, _ = tmpl.Render(msgs, Options{Extra: map[string]any{"x": []any{int64(1), "a", nil}, "b": "xyz"}})
+	})
+}
+
+func TestStepBudget(t *testing.T) {
+	defer func(n int) { maxSteps = n }(maxSteps)
+	maxSteps = 10_000 // the real bound is 50M; a small one keeps the test fast
+	_, err := render(t, "{% for i in range(1000) %}{% for j in range(1000) %}{% endfor %}{% endfor %}", nil)
+	if err == nil || !strings.Contains(err.Error(), "exceeds") {
+		t.Errorf("nested loops of 1e6 iterations under a 1e4 budget: got %v, want a budget error", err)
+	}
+	if _, err := render(t, "{% for i in range(100) %}{{ i }}{% endfor %}", nil); err != nil {
+		t.Errorf("a small loop within budget failed: %v", err)
+	}
+}
