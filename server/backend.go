@@ -1,0 +1,117 @@
+package server
+
+import (
+	"context"
+	"time"
+)
+
+// Backend loads models by name. The server knows models only through it: the lead implements it
+// with the real engine, tests implement it with a fake. Implementations must be safe for
+// concurrent use.
+type Backend interface {
+	// Models lists the configured models. The list may change between calls (it is read on
+	// every /api/tags, /v1/models and lookup).
+	Models() []ModelInfo
+	// Load makes the named model ready. It may be slow; the server calls it with at most one
+	// load of a given name in flight, keeps the result while in use and closes it after its
+	// keep-alive. It returns an error wrapping ErrModelNotFound for a name Models does not list.
+	Load(ctx context.Context, name string) (Model, error)
+}
+
+// Model is one loaded model. The server serialises nothing on its behalf except through its
+// scheduler: with Config.Parallel > 1, Generate may be called concurrently and must cope.
+type Model interface {
+	Info() ModelInfo
+	// ContextLength is the most positions (prompt + generated) one generation may use.
+	ContextLength() int
+	// Tokenize maps text to token ids, recognising the model's special tokens and adding the
+	// BOS token when the model wants one. The count is what prompt_eval_count reports.
+	Tokenize(text string) ([]int, error)
+	// RenderChat applies the model's chat template to msgs.
+	RenderChat(msgs []ChatMessage, opts ChatOptions) (string, error)
+	// Generate decodes after req.Prompt, calling emit once per generated token, in order, with
+	// the text that token adds (possibly empty for a partial UTF-8 sequence). It must stop at
+	// the end of sequence (DoneReason "stop"), after req.MaxTokens tokens (DoneReason
+	// "length"), when ctx is cancelled (returning ctx.Err()) or when emit returns an error
+	// (returning that error unchanged). It checks ctx at least once per token or speculation
+	// round. The GenResult holds the counters so far even when an error is returned.
+	Generate(ctx context.Context, req GenRequest, emit func(Token) error) (GenResult, error)
+	// Close frees the model. The server calls it once, when no generation is running.
+	Close() error
+}
+
+// ModelInfo describes a configured model for listings (/api/tags, /api/show, /v1/models).
+type ModelInfo struct {
+	Name          string    // the name requests use, e.g. "qwen3:0.6b"
+	Family        string    // e.g. "qwen3", "llama"
+	ParameterSize string    // e.g. "0.6B"
+	Quantization  string    // e.g. "BF16", "Q8_0"
+	Format        string    // e.g. "safetensors"
+	Size          int64     // bytes of weights on disk
+	Digest        string    // optional content digest
+	Draft         string    // name of the DFlash draft used for speculation, "" for none
+	ContextLength int       // 0 if unknown until loaded
+	ModifiedAt    time.Time // zero if unknown
+	Template      string    // chat template source, shown by /api/show
+}
+
+// ChatMessage is one turn of a conversation. Role is "system", "user", "assistant" or "tool".
+type ChatMessage struct {
+	Role    string
+	Content string
+}
+
+// ChatOptions steer RenderChat.
+type ChatOptions struct {
+	// AddGenerationPrompt appends the assistant header so the model answers next.
+	AddGenerationPrompt bool
+}
+
+// SampleOptions are the sampling controls of one generation. The server fills every field
+// (with the API's documented default where a request leaves one out); a backend should not
+// apply defaults of its own.
+type SampleOptions struct {
+	Temperature      float64 // 0 means greedy
+	TopK             int     // 0 disables
+	TopP             float64 // 1 disables
+	MinP             float64 // 0 disables
+	Seed             int64
+	HasSeed          bool    // false: the backend picks a random seed
+	RepeatPenalty    float64 // 1 disables
+	RepeatLastN      int
+	PresencePenalty  float64
+	FrequencyPenalty float64
+}
+
+// GenRequest is one generation.
+type GenRequest struct {
+	Prompt    []int // tokenized prompt, already checked to fit the context
+	MaxTokens int   // > 0; the server clips it so prompt + generated fits the context
+	Options   SampleOptions
+	// Stop strings are matched by the server on the emitted text (it cancels through emit),
+	// so a backend handles only its own end-of-sequence tokens.
+}
+
+// Token is one generated token.
+type Token struct {
+	ID   int
+	Text string
+}
+
+// GenResult reports what a generation did. Durations are wall time.
+type GenResult struct {
+	PromptTokens   int           // prompt tokens evaluated (after any cache reuse)
+	PromptDuration time.Duration // prefill time
+	EvalTokens     int           // tokens generated
+	EvalDuration   time.Duration // time from the end of prefill to the last token
+	DoneReason     string        // "stop" or "length"
+	Speculation    *SpecStats    // nil when no draft was used
+}
+
+// SpecStats summarise DFlash speculation over one generation.
+type SpecStats struct {
+	Tau      float64 `json:"tau"`      // mean tokens committed per verification round
+	Drafted  int     `json:"drafted"`  // draft tokens proposed
+	Accepted int     `json:"accepted"` // draft tokens accepted by the target
+	Rounds   int     `json:"rounds"`   // verification rounds
+}

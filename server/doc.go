@@ -1,0 +1,21 @@
+// Package server owns dflash's HTTP APIs: the ollama-compatible /api/* endpoints, the
+// OpenAI-compatible /v1/* endpoints, the model manager (load on first use, unload after
+// keep-alive), the fair FIFO request scheduler, Prometheus metrics and request logging.
+//
+// It speaks to models only through the Backend and Model interfaces and must never know about
+// weights, kernels, tokenizers or speculation internals: it tokenizes, renders chat templates
+// and generates by asking a Model, and it reports the counters a Model returns.
+//
+// Decisions on unsupported input (each answered with a 4xx that names the field):
+//   - ollama: format (json or schema), images, tools, suffix, think=true and context are
+//     rejected; template is ignored (the model's own template is used) and logged; unknown
+//     options (num_thread, num_gpu, mirostat, ...) are ignored.
+//   - OpenAI: n other than 1, logprobs/top_logprobs, tools/functions, response_format other
+//     than "text", logit_bias, echo, best_of > 1, suffix and non-text content parts are
+//     rejected.
+//
+// Scheduling: at most Config.Parallel generations run at once; later requests wait in FIFO
+// order. A full queue answers 503 with Retry-After; a request that cannot start within
+// Config.QueueTimeout answers 503 with Retry-After. A client that disconnects cancels its
+// generation at the next token (the Model checks its context) and frees its place.
+package server

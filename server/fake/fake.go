@@ -1,0 +1,207 @@
+// Package fake is a deterministic server.Backend for tests and for the JS compatibility
+// script: it "generates" a fixed word sequence token by token with a controllable delay. It
+// owns no model logic and must never be used to serve real requests.
+package fake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/dflash/dflash/server"
+)
+
+// Words is the text every generation produces, one token per entry, before it stops (unless
+// MaxTokens or a stop sequence ends it first). Tests compare against it.
+var Words = []string{"The", " quick", " brown", " fox", " jumps", " over", " the", " lazy", " dog", "."}
+
+// Text is the whole answer of an unconstrained generation: strings.Join(Words, "").
+var Text = strings.Join(Words, "")
+
+// Backend is a fake backend. Set fields before first use.
+type Backend struct {
+	// Names lists the configured models; default {"fake:latest", "fake-draft:latest"}.
+	Names []string
+	// ContextLength of every model; default 64 tokens.
+	ContextLength int
+	// TokenDelay is slept (cancellably) before each generated token.
+	TokenDelay time.Duration
+	// LoadDelay is slept (cancellably) in Load.
+	LoadDelay time.Duration
+	// FailLoad names models whose Load fails.
+	FailLoad map[string]bool
+	// FailAfter > 0 makes Generate fail after emitting that many tokens (a mid-stream error).
+	FailAfter int
+
+	loads     atomic.Int64
+	cancelled atomic.Int64
+	closes    atomic.Int64
+	active    atomic.Int64 // loaded and not yet closed
+}
+
+func (b *Backend) names() []string {
+	if len(b.Names) == 0 {
+		return []string{"fake:latest", "fake-draft:latest"}
+	}
+	return b.Names
+}
+
+func (b *Backend) ctxLen() int {
+	if b.ContextLength <= 0 {
+		return 64
+	}
+	return b.ContextLength
+}
+
+// Models implements server.Backend.
+func (b *Backend) Models() []server.ModelInfo {
+	var out []server.ModelInfo
+	for _, n := range b.names() {
+		out = append(out, b.info(n))
+	}
+	return out
+}
+
+func (b *Backend) info(name string) server.ModelInfo {
+	mi := server.ModelInfo{Name: name, Family: "fake", ParameterSize: "1K", Quantization: "F32",
+		Format: "fake", Size: 4096, Digest: "sha256:0000", ContextLength: b.ctxLen(),
+		ModifiedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Template: "{{ .Prompt }}"}
+	if strings.Contains(name, "draft") {
+		mi.Draft = name + "-dflash"
+	}
+	return mi
+}
+
+// Loads, Closes and Active count Load calls, Close calls and models currently loaded.
+func (b *Backend) Loads() int64  { return b.loads.Load() }
+func (b *Backend) Closes() int64 { return b.closes.Load() }
+func (b *Backend) Active() int64 { return b.active.Load() }
+
+// Cancelled counts generations that ended because their context was cancelled.
+func (b *Backend) Cancelled() int64 { return b.cancelled.Load() }
+
+// Load implements server.Backend.
+func (b *Backend) Load(ctx context.Context, name string) (server.Model, error) {
+	found := false
+	for _, n := range b.names() {
+		found = found || n == name
+	}
+	if !found {
+		return nil, fmt.Errorf("fake: %q: %w", name, server.ErrModelNotFound)
+	}
+	if err := sleep(ctx, b.LoadDelay); err != nil {
+		return nil, err
+	}
+	if b.FailLoad[name] {
+		return nil, errors.New("fake: load failure requested")
+	}
+	b.loads.Add(1)
+	b.active.Add(1)
+	return &Model{b: b, info: b.info(name)}, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Model is a loaded fake model.
+type Model struct {
+	b      *Backend
+	info   server.ModelInfo
+	closed atomic.Bool
+}
+
+// Info implements server.Model.
+func (m *Model) Info() server.ModelInfo { return m.info }
+
+// ContextLength implements server.Model.
+func (m *Model) ContextLength() int { return m.b.ctxLen() }
+
+// Tokenize gives one token per whitespace-separated word (ids are word lengths), plus a BOS.
+func (m *Model) Tokenize(text string) ([]int, error) {
+	ids := []int{1}
+	for _, w := range strings.Fields(text) {
+		ids = append(ids, len(w)+2)
+	}
+	return ids, nil
+}
+
+// RenderChat renders "<|role|>content\n" per message and "<|assistant|>" to prompt an answer.
+func (m *Model) RenderChat(msgs []server.ChatMessage, opts server.ChatOptions) (string, error) {
+	var b strings.Builder
+	for _, msg := range msgs {
+		fmt.Fprintf(&b, "<|%s|> %s\n", msg.Role, msg.Content)
+	}
+	if opts.AddGenerationPrompt {
+		b.WriteString("<|assistant|>")
+	}
+	return b.String(), nil
+}
+
+// Generate emits Words in order, stopping after MaxTokens or at the end of Words.
+func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(server.Token) error) (res server.GenResult, err error) {
+	if m.closed.Load() {
+		return server.GenResult{}, errors.New("fake: generate on a closed model")
+	}
+	start := time.Now()
+	res = server.GenResult{PromptTokens: len(req.Prompt), PromptDuration: time.Microsecond}
+	if m.info.Draft != "" {
+		res.Speculation = &server.SpecStats{}
+	}
+	defer func() {
+		res.EvalDuration = time.Since(start)
+		if s := res.Speculation; s != nil && s.Rounds > 0 {
+			s.Tau = float64(res.EvalTokens) / float64(s.Rounds)
+		}
+	}()
+	for i, w := range Words {
+		if i >= req.MaxTokens {
+			res.DoneReason = "length"
+			return res, nil
+		}
+		if m.b.FailAfter > 0 && i == m.b.FailAfter {
+			return res, errors.New("fake: generation failure requested")
+		}
+		if err = sleep(ctx, m.b.TokenDelay); err != nil {
+			m.b.cancelled.Add(1)
+			return res, err
+		}
+		res.EvalTokens++
+		if s := res.Speculation; s != nil {
+			// Pretend every round proposes 3 and commits two tokens.
+			if i%2 == 0 {
+				s.Rounds++
+				s.Drafted += 3
+			}
+			s.Accepted++
+		}
+		if err = emit(server.Token{ID: 100 + i, Text: w}); err != nil {
+			return res, err
+		}
+	}
+	res.DoneReason = "stop"
+	return res, nil
+}
+
+// Close implements server.Model.
+func (m *Model) Close() error {
+	if m.closed.Swap(true) {
+		return errors.New("fake: model closed twice")
+	}
+	m.b.closes.Add(1)
+	m.b.active.Add(-1)
+	return nil
+}

@@ -1,0 +1,209 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestStopper(t *testing.T) {
+	cases := []struct {
+		name   string
+		stops  []string
+		pieces []string
+		want   []string // what reaches the client, piece by piece
+		hit    bool     // a stop sequence ended the generation
+	}{
+		{"no stops passes through", nil, []string{"a", "", "b"}, []string{"a", "b"}, false},
+		// "hel"+"lo world" with stop "lo" yields "hel": "l" is withheld, then released before the stop.
+		{"stop inside a piece", []string{"lo"}, []string{"hel", "lo world"}, []string{"he", "l"}, true},
+		// "l" could begin "lo", so it is withheld until the next piece shows it does not.
+		{"withheld then released", []string{"lo"}, []string{"hel", "p"}, []string{"he", "lp"}, false},
+		{"stop across three pieces", []string{"abc"}, []string{"xa", "b", "cy"}, []string{"x"}, true},
+		{"earliest of two stops wins", []string{"world", "o w"}, []string{"hello world"}, []string{"hell"}, true},
+		{"stop at the very start", []string{"The"}, []string{"The end"}, nil, true},
+		// A multi-byte stop: the withheld prefix must not split a rune of the output.
+		{"utf8 prefix", []string{"é!"}, []string{"café", "?"}, []string{"caf", "é?"}, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var got []string
+			st := &stopper{stops: c.stops, out: func(s string) error { got = append(got, s); return nil }}
+			hit := false
+			for _, p := range c.pieces {
+				if err := st.add(p); errors.Is(err, errStopHit) {
+					hit = true
+					break
+				}
+			}
+			if !hit {
+				st.flush()
+			}
+			if hit != c.hit || strings.Join(got, "|") != strings.Join(c.want, "|") {
+				t.Errorf("got %q hit=%v, want %q hit=%v", got, hit, c.want, c.hit)
+			}
+		})
+	}
+}
+
+func TestSchedulerFIFO(t *testing.T) {
+	s := newScheduler(1, 0, nil)
+	release, err := s.acquire(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Queue five waiters in a known order, then release: they must run in that order.
+	order := make(chan int, 5)
+	for i := range 5 {
+		go func() {
+			r, err := s.acquire(context.Background(), 0)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			order <- i
+			r()
+		}()
+		for s.depth() != i+1 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	release()
+	for want := range 5 {
+		if got := <-order; got != want {
+			t.Fatalf("waiter %d ran at position %d", got, want)
+		}
+	}
+	// A waiter that gives up leaves the queue and does not consume the slot.
+	r, _ := s.acquire(context.Background(), 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { _, err := s.acquire(ctx, 0); errc <- err }()
+	for s.depth() != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled waiter: %v", err)
+	}
+	r()
+	if s.depth() != 0 || s.free != 1 {
+		t.Errorf("after all released: depth %d free %d, want 0 and 1", s.depth(), s.free)
+	}
+}
+
+func TestParseKeepAlive(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want time.Duration
+		bad  bool
+	}{
+		{`"5m"`, 5 * time.Minute, false},
+		{`"1h30m"`, 90 * time.Minute, false},
+		{`300`, 5 * time.Minute, false}, // numbers are seconds
+		{`1.5`, 1500 * time.Millisecond, false},
+		{`0`, 0, false}, // unload after the request
+		{`"0"`, 0, false},
+		{`-1`, -1, false}, // negative: forever
+		{`"-5m"`, -1, false},
+		{`"30"`, 30 * time.Second, false}, // numeric strings are seconds too
+		{`1e300`, -1, false},              // beyond time.Duration: forever
+		{`"soon"`, 0, true},
+		{`true`, 0, true},
+	} {
+		got, err := parseKeepAlive(json.RawMessage(c.in))
+		if (err != nil) != c.bad || got != c.want {
+			t.Errorf("parseKeepAlive(%s) = %v, %v; want %v (error %v)", c.in, got, err, c.want, c.bad)
+		}
+	}
+}
+
+// checkJob is what every fuzz target asserts: exactly one of a job or a 4xx error naming
+// something, and a job whose limits are within the documented ranges.
+func checkJob(t *testing.T, j *job, err *RequestError) {
+	if (j == nil) == (err == nil) {
+		t.Fatalf("job %v and error %v: want exactly one", j, err)
+	}
+	if err != nil {
+		if err.Status < 400 || err.Status >= 500 || err.Msg == "" {
+			t.Fatalf("error %+v: want a 4xx with a message", err)
+		}
+		return
+	}
+	o := j.Opts
+	if j.Model == "" || o.NumPredict < -2 || o.NumCtx < 0 || o.Sample.Temperature < 0 ||
+		o.Sample.TopP < 0 || o.Sample.TopP > 1 || o.Sample.MinP < 0 || o.Sample.MinP > 1 || o.Sample.TopK < 0 {
+		t.Fatalf("accepted job out of range: %+v", j)
+	}
+	for _, s := range o.Stop {
+		if s == "" {
+			t.Fatalf("empty stop sequence accepted")
+		}
+	}
+}
+
+var fuzzSeeds = []string{
+	``, `{}`, `[]`, `null`, `{"model":"m","prompt":"hi"}`, `{"model":"m",`,
+	`{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":false}`,
+	`{"model":"m","prompt":"x","options":{"temperature":0.2,"top_k":5,"top_p":0.5,"num_predict":-2,"stop":["a"],"seed":3}}`,
+	`{"model":"m","keep_alive":"5m"}`, `{"model":"m","keep_alive":-1}`,
+	`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"stop":"x","max_tokens":5,"stream":true,"stream_options":{"include_usage":true}}`,
+	`{"model":"m","prompt":["a"],"max_tokens":3,"n":1,"temperature":2}`,
+}
+
+func FuzzParseOllamaGenerate(f *testing.F) {
+	for _, s := range fuzzSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		j, err := parseOllamaGenerate(body)
+		checkJob(t, j, err)
+	})
+}
+
+func FuzzParseOllamaChat(f *testing.F) {
+	for _, s := range fuzzSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		j, err := parseOllamaChat(body)
+		checkJob(t, j, err)
+	})
+}
+
+func FuzzParseOpenAIChat(f *testing.F) {
+	for _, s := range fuzzSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		j, err := parseOpenAIChat(body)
+		if j != nil {
+			checkJob(t, j.job, err)
+			if j.Opts.Sample.Temperature > 2 || (j.Opts.NumPredict != -1 && j.Opts.NumPredict < 1) {
+				t.Fatalf("OpenAI limits violated: %+v", j.Opts)
+			}
+			return
+		}
+		checkJob(t, nil, err)
+	})
+}
+
+func FuzzParseOpenAICompletion(f *testing.F) {
+	for _, s := range fuzzSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		j, err := parseOpenAICompletion(body)
+		if j != nil {
+			checkJob(t, j.job, err)
+			if j.Prompt == "" || j.Opts.NumPredict < 1 {
+				t.Fatalf("completion accepted without prompt or limit: %+v", j.job)
+			}
+			return
+		}
+		checkJob(t, nil, err)
+	})
+}

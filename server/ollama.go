@@ -1,0 +1,284 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// OllamaMetrics are the counters ollama puts on a final message. Durations are nanoseconds.
+type OllamaMetrics struct {
+	TotalDuration      int64      `json:"total_duration,omitempty"`
+	LoadDuration       int64      `json:"load_duration,omitempty"`
+	PromptEvalCount    int        `json:"prompt_eval_count,omitempty"`
+	PromptEvalDuration int64      `json:"prompt_eval_duration,omitempty"`
+	EvalCount          int        `json:"eval_count,omitempty"`
+	EvalDuration       int64      `json:"eval_duration,omitempty"`
+	Speculation        *SpecStats `json:"speculation,omitempty"` // dflash's own field
+}
+
+// OllamaGenerateResponse is one line of /api/generate's answer.
+type OllamaGenerateResponse struct {
+	Model      string `json:"model"`
+	CreatedAt  string `json:"created_at"`
+	Response   string `json:"response"`
+	Done       bool   `json:"done"`
+	DoneReason string `json:"done_reason,omitempty"`
+	OllamaMetrics
+}
+
+// OllamaChatResponse is one line of /api/chat's answer.
+type OllamaChatResponse struct {
+	Model      string        `json:"model"`
+	CreatedAt  string        `json:"created_at"`
+	Message    OllamaMessage `json:"message"`
+	Done       bool          `json:"done"`
+	DoneReason string        `json:"done_reason,omitempty"`
+	OllamaMetrics
+}
+
+func now() string { return time.Now().UTC().Format(time.RFC3339Nano) }
+
+func ollamaMetrics(o *outcome) OllamaMetrics {
+	return OllamaMetrics{
+		TotalDuration:      int64(o.Total),
+		LoadDuration:       int64(o.LoadDuration),
+		PromptEvalCount:    o.Res.PromptTokens,
+		PromptEvalDuration: int64(o.Res.PromptDuration),
+		EvalCount:          o.Res.EvalTokens,
+		EvalDuration:       int64(o.Res.EvalDuration),
+		Speculation:        o.Res.Speculation,
+	}
+}
+
+func writeOllamaError(w http.ResponseWriter, re *RequestError) {
+	writeJSON(w, re.Status, map[string]string{"error": re.Msg})
+}
+
+// ndjson writes newline-delimited JSON, sending the header with the first line so that errors
+// found before any output can still choose the status.
+type ndjson struct {
+	w       http.ResponseWriter
+	started bool
+	enc     *json.Encoder
+}
+
+func (n *ndjson) line(v any) error {
+	if !n.started {
+		n.started = true
+		n.w.Header().Set("Content-Type", "application/x-ndjson")
+		n.w.WriteHeader(http.StatusOK)
+		n.enc = json.NewEncoder(n.w)
+	}
+	if err := n.enc.Encode(v); err != nil {
+		return fmt.Errorf("write response: %w", err)
+	}
+	return http.NewResponseController(n.w).Flush()
+}
+
+// ollamaRun executes j and writes pieces and the final line built by the callbacks.
+func (s *Server) ollamaRun(w http.ResponseWriter, r *http.Request, j *job,
+	pieceMsg func(text string) any, finalMsg func(full string, o *outcome) any) {
+	nd := &ndjson{w: w}
+	var full strings.Builder
+	piece := func(text string) error {
+		if !j.Stream {
+			full.WriteString(text)
+			return nil
+		}
+		return nd.line(pieceMsg(text))
+	}
+	o, err := s.execute(r, j, piece)
+	if err != nil {
+		re := s.prepareError(w, r, err)
+		if nd.started {
+			// Mid-stream: the status is sent, so the error travels as a line, as ollama does.
+			_ = nd.line(map[string]string{"error": re.Msg})
+			return
+		}
+		writeOllamaError(w, re)
+		return
+	}
+	final := finalMsg(full.String(), o)
+	if !j.Stream {
+		writeJSON(w, http.StatusOK, final)
+		return
+	}
+	_ = nd.line(final)
+}
+
+func (s *Server) handleOllamaGenerate(w http.ResponseWriter, r *http.Request) {
+	body, rerr := readBody(r)
+	var j *job
+	if rerr == nil {
+		j, rerr = parseOllamaGenerate(body)
+	}
+	if rerr != nil {
+		info(r).err = rerr.Msg
+		writeOllamaError(w, rerr)
+		return
+	}
+	s.ollamaRun(w, r, j,
+		func(text string) any {
+			return OllamaGenerateResponse{Model: j.Model, CreatedAt: now(), Response: text}
+		},
+		func(full string, o *outcome) any {
+			return OllamaGenerateResponse{Model: j.Model, CreatedAt: now(), Response: full, Done: true,
+				DoneReason: o.DoneReason, OllamaMetrics: ollamaMetrics(o)}
+		})
+}
+
+func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {
+	body, rerr := readBody(r)
+	var j *job
+	if rerr == nil {
+		j, rerr = parseOllamaChat(body)
+	}
+	if rerr != nil {
+		info(r).err = rerr.Msg
+		writeOllamaError(w, rerr)
+		return
+	}
+	s.ollamaRun(w, r, j,
+		func(text string) any {
+			return OllamaChatResponse{Model: j.Model, CreatedAt: now(),
+				Message: OllamaMessage{Role: "assistant", Content: text}}
+		},
+		func(full string, o *outcome) any {
+			return OllamaChatResponse{Model: j.Model, CreatedAt: now(),
+				Message: OllamaMessage{Role: "assistant", Content: full}, Done: true,
+				DoneReason: o.DoneReason, OllamaMetrics: ollamaMetrics(o)}
+		})
+}
+
+// OllamaDetails is the "details" object of /api/tags, /api/show and /api/ps.
+type OllamaDetails struct {
+	ParentModel       string   `json:"parent_model"`
+	Format            string   `json:"format"`
+	Family            string   `json:"family"`
+	Families          []string `json:"families"`
+	ParameterSize     string   `json:"parameter_size"`
+	QuantizationLevel string   `json:"quantization_level"`
+	Draft             string   `json:"draft,omitempty"` // dflash: the speculation draft
+}
+
+// OllamaModel is one entry of /api/tags.
+type OllamaModel struct {
+	Name       string        `json:"name"`
+	Model      string        `json:"model"`
+	ModifiedAt time.Time     `json:"modified_at"`
+	Size       int64         `json:"size"`
+	Digest     string        `json:"digest"`
+	Details    OllamaDetails `json:"details"`
+}
+
+func details(mi ModelInfo) OllamaDetails {
+	d := OllamaDetails{Format: mi.Format, Family: mi.Family, ParameterSize: mi.ParameterSize,
+		QuantizationLevel: mi.Quantization, Draft: mi.Draft}
+	if mi.Family != "" {
+		d.Families = []string{mi.Family}
+	}
+	return d
+}
+
+func (s *Server) handleTags(w http.ResponseWriter, r *http.Request) {
+	models := []OllamaModel{}
+	for _, mi := range s.b.Models() {
+		models = append(models, OllamaModel{Name: mi.Name, Model: mi.Name, ModifiedAt: mi.ModifiedAt,
+			Size: mi.Size, Digest: mi.Digest, Details: details(mi)})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"models": models})
+}
+
+// OllamaShowResponse is the answer of /api/show.
+type OllamaShowResponse struct {
+	Modelfile    string         `json:"modelfile"`
+	Parameters   string         `json:"parameters"`
+	Template     string         `json:"template"`
+	Details      OllamaDetails  `json:"details"`
+	ModelInfo    map[string]any `json:"model_info"`
+	Capabilities []string       `json:"capabilities"`
+	ModifiedAt   time.Time      `json:"modified_at"`
+}
+
+func (s *Server) handleShow(w http.ResponseWriter, r *http.Request) {
+	body, rerr := readBody(r)
+	var req struct {
+		Model   string `json:"model"`
+		Name    string `json:"name"` // older clients
+		Verbose bool   `json:"verbose"`
+	}
+	if rerr == nil {
+		rerr = decodeJSON(body, &req)
+	}
+	if rerr == nil && req.Model == "" && req.Name == "" {
+		rerr = badField("model", "model is required")
+	}
+	if rerr != nil {
+		info(r).err = rerr.Msg
+		writeOllamaError(w, rerr)
+		return
+	}
+	name := req.Model
+	if name == "" {
+		name = req.Name
+	}
+	info(r).model = name
+	mi, ok := lookup(s.b, name)
+	if !ok {
+		re := &RequestError{Status: http.StatusNotFound, Msg: fmt.Sprintf("model %q not found", name)}
+		info(r).err = re.Msg
+		writeOllamaError(w, re)
+		return
+	}
+	mInfo := map[string]any{"general.architecture": mi.Family, "general.name": mi.Name}
+	if mi.ContextLength > 0 && mi.Family != "" {
+		mInfo[mi.Family+".context_length"] = mi.ContextLength
+	}
+	if mi.Draft != "" {
+		mInfo["dflash.draft"] = mi.Draft
+	}
+	writeJSON(w, http.StatusOK, OllamaShowResponse{
+		Modelfile:    fmt.Sprintf("# dflash serves %s from its configured weights; there is no Modelfile.\n", mi.Name),
+		Template:     mi.Template,
+		Details:      details(mi),
+		ModelInfo:    mInfo,
+		Capabilities: []string{"completion"},
+		ModifiedAt:   mi.ModifiedAt,
+	})
+}
+
+// OllamaRunning is one entry of /api/ps.
+type OllamaRunning struct {
+	Name      string        `json:"name"`
+	Model     string        `json:"model"`
+	Size      int64         `json:"size"`
+	Digest    string        `json:"digest"`
+	Details   OllamaDetails `json:"details"`
+	ExpiresAt time.Time     `json:"expires_at"`
+	SizeVRAM  int64         `json:"size_vram"`
+	InUse     bool          `json:"in_use"` // dflash: a generation holds it now
+}
+
+func (s *Server) handlePS(w http.ResponseWriter, r *http.Request) {
+	models := []OllamaRunning{}
+	for _, lm := range s.mgr.loaded() {
+		exp := lm.Expires
+		switch {
+		case lm.Forever:
+			// ollama shows a far-future expiry for models kept forever.
+			exp = time.Now().AddDate(100, 0, 0)
+		case exp.IsZero():
+			exp = time.Now() // unloads as soon as its generation ends
+		}
+		models = append(models, OllamaRunning{Name: lm.Info.Name, Model: lm.Info.Name, Size: lm.Info.Size,
+			Digest: lm.Info.Digest, Details: details(lm.Info), ExpiresAt: exp.UTC(), InUse: lm.InUse})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"models": models})
+}
+
+func (s *Server) handleVersion(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"version": s.cfg.Version})
+}

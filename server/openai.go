@@ -1,0 +1,323 @@
+package server
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// OpenAIError is the body of every OpenAI-API error.
+type OpenAIError struct {
+	Error OpenAIErrorBody `json:"error"`
+}
+
+// OpenAIErrorBody is OpenAI's error object; Param and Code are null when empty.
+type OpenAIErrorBody struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+func openAIErrorBody(re *RequestError) OpenAIError {
+	typ := "invalid_request_error"
+	switch {
+	case re.Status == http.StatusServiceUnavailable:
+		typ = "server_error"
+	case re.Status >= 500:
+		typ = "server_error"
+	case re.Status == http.StatusNotFound && re.Param == "":
+		typ = "not_found_error"
+	}
+	b := OpenAIErrorBody{Message: re.Msg, Type: typ}
+	if re.Param != "" {
+		p := re.Param
+		b.Param = &p
+	}
+	if re.Code != "" {
+		c := re.Code
+		b.Code = &c
+	}
+	return OpenAIError{Error: b}
+}
+
+func writeOpenAIError(w http.ResponseWriter, re *RequestError) {
+	writeJSON(w, re.Status, openAIErrorBody(re))
+}
+
+// OpenAIUsage is the usage object.
+type OpenAIUsage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+// OpenAIChatMessage is a response message or stream delta.
+type OpenAIChatMessage struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+// OpenAIChatChoice is one choice of a chat completion or chunk.
+type OpenAIChatChoice struct {
+	Index        int                `json:"index"`
+	Message      *OpenAIChatMessage `json:"message,omitempty"`
+	Delta        *OpenAIChatMessage `json:"delta,omitempty"`
+	Logprobs     *struct{}          `json:"logprobs"`
+	FinishReason *string            `json:"finish_reason"`
+}
+
+// OpenAICompletionChoice is one choice of a text completion or chunk.
+type OpenAICompletionChoice struct {
+	Index        int       `json:"index"`
+	Text         string    `json:"text"`
+	Logprobs     *struct{} `json:"logprobs"`
+	FinishReason *string   `json:"finish_reason"`
+}
+
+// OpenAIResponse is a chat completion, text completion or chunk of either. Usage is a
+// pointer so that chunks can carry "usage": null when include_usage asks for it.
+type OpenAIResponse struct {
+	ID                string       `json:"id"`
+	Object            string       `json:"object"`
+	Created           int64        `json:"created"`
+	Model             string       `json:"model"`
+	SystemFingerprint string       `json:"system_fingerprint"`
+	Choices           any          `json:"choices"`
+	Usage             *OpenAIUsage `json:"usage,omitempty"`
+	Speculation       *SpecStats   `json:"speculation,omitempty"` // dflash's own field
+}
+
+// chunkWithNullUsage marshals a chunk with "usage": null, as OpenAI does when include_usage
+// is set.
+type chunkWithNullUsage struct {
+	OpenAIResponse
+	Usage *OpenAIUsage `json:"usage"`
+}
+
+func newID(prefix string) string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+func usage(o *outcome) *OpenAIUsage {
+	return &OpenAIUsage{PromptTokens: o.Res.PromptTokens, CompletionTokens: o.Res.EvalTokens,
+		TotalTokens: o.Res.PromptTokens + o.Res.EvalTokens}
+}
+
+// sse writes server-sent events, sending the header with the first event.
+type sse struct {
+	w       http.ResponseWriter
+	started bool
+}
+
+func (s *sse) event(v any) error {
+	var data []byte
+	if b, ok := v.([]byte); ok {
+		data = b
+	} else {
+		var err error
+		if data, err = json.Marshal(v); err != nil {
+			return fmt.Errorf("encode event: %w", err)
+		}
+	}
+	if !s.started {
+		s.started = true
+		h := s.w.Header()
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Cache-Control", "no-cache")
+		h.Set("Connection", "keep-alive")
+		s.w.WriteHeader(http.StatusOK)
+	}
+	if _, err := fmt.Fprintf(s.w, "data: %s\n\n", data); err != nil {
+		return fmt.Errorf("write response: %w", err)
+	}
+	return http.NewResponseController(s.w).Flush()
+}
+
+// openAIRun executes j with OpenAI framing. chunk builds a streamed chunk from a text piece
+// (first marks the first one); final builds the last chunk (stream) or the whole response.
+func (s *Server) openAIRun(w http.ResponseWriter, r *http.Request, j *openAIJob, base OpenAIResponse,
+	chunk func(text string, first bool) any, final func(full string, o *outcome) OpenAIResponse) {
+	ev := &sse{w: w}
+	var full strings.Builder
+	first := true
+	piece := func(text string) error {
+		if !j.Stream {
+			full.WriteString(text)
+			return nil
+		}
+		c := chunk(text, first)
+		first = false
+		return ev.event(c)
+	}
+	o, err := s.execute(r, j.job, piece)
+	if err != nil {
+		re := s.prepareError(w, r, err)
+		if ev.started {
+			_ = ev.event(openAIErrorBody(re))
+			return
+		}
+		writeOpenAIError(w, re)
+		return
+	}
+	resp := final(full.String(), o)
+	if !j.Stream {
+		resp.Usage = usage(o)
+		resp.Speculation = o.Res.Speculation
+		writeJSON(w, http.StatusOK, resp)
+		return
+	}
+	if first {
+		// Nothing was generated: still open the stream as OpenAI does, with the role.
+		if err := ev.event(chunk("", true)); err != nil {
+			return
+		}
+	}
+	if j.IncludeUsage {
+		if ev.event(chunkWithNullUsage{OpenAIResponse: resp}) != nil {
+			return
+		}
+		last := base
+		last.Choices = []struct{}{}
+		last.Usage = usage(o)
+		last.Speculation = o.Res.Speculation
+		if ev.event(last) != nil {
+			return
+		}
+	} else {
+		resp.Speculation = o.Res.Speculation
+		if ev.event(resp) != nil {
+			return
+		}
+	}
+	_ = ev.event([]byte("[DONE]"))
+}
+
+func finishReason(o *outcome) *string {
+	fr := o.DoneReason
+	if fr != "length" {
+		fr = "stop"
+	}
+	return &fr
+}
+
+func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
+	body, rerr := readBody(r)
+	var j *openAIJob
+	if rerr == nil {
+		j, rerr = parseOpenAIChat(body)
+	}
+	if rerr != nil {
+		info(r).err = rerr.Msg
+		writeOpenAIError(w, rerr)
+		return
+	}
+	base := OpenAIResponse{ID: newID("chatcmpl-"), Object: "chat.completion.chunk", Created: time.Now().Unix(),
+		Model: j.Model, SystemFingerprint: "fp_dflash"}
+	wrap := func(resp OpenAIResponse) any {
+		if j.IncludeUsage {
+			return chunkWithNullUsage{OpenAIResponse: resp}
+		}
+		return resp
+	}
+	s.openAIRun(w, r, j, base,
+		func(text string, first bool) any {
+			c := base
+			d := &OpenAIChatMessage{Content: &text}
+			if first {
+				d.Role = "assistant"
+			}
+			c.Choices = []OpenAIChatChoice{{Delta: d}}
+			return wrap(c)
+		},
+		func(full string, o *outcome) OpenAIResponse {
+			resp := base
+			if !j.Stream {
+				resp.Object = "chat.completion"
+				resp.Choices = []OpenAIChatChoice{{Message: &OpenAIChatMessage{Role: "assistant", Content: &full},
+					FinishReason: finishReason(o)}}
+				return resp
+			}
+			resp.Choices = []OpenAIChatChoice{{Delta: &OpenAIChatMessage{}, FinishReason: finishReason(o)}}
+			return resp
+		})
+}
+
+func (s *Server) handleOpenAICompletion(w http.ResponseWriter, r *http.Request) {
+	body, rerr := readBody(r)
+	var j *openAIJob
+	if rerr == nil {
+		j, rerr = parseOpenAICompletion(body)
+	}
+	if rerr != nil {
+		info(r).err = rerr.Msg
+		writeOpenAIError(w, rerr)
+		return
+	}
+	base := OpenAIResponse{ID: newID("cmpl-"), Object: "text_completion", Created: time.Now().Unix(),
+		Model: j.Model, SystemFingerprint: "fp_dflash"}
+	wrap := func(resp OpenAIResponse) any {
+		if j.IncludeUsage {
+			return chunkWithNullUsage{OpenAIResponse: resp}
+		}
+		return resp
+	}
+	s.openAIRun(w, r, j, base,
+		func(text string, first bool) any {
+			c := base
+			c.Choices = []OpenAICompletionChoice{{Text: text}}
+			return wrap(c)
+		},
+		func(full string, o *outcome) OpenAIResponse {
+			resp := base
+			if j.Stream {
+				full = ""
+			}
+			resp.Choices = []OpenAICompletionChoice{{Text: full, FinishReason: finishReason(o)}}
+			return resp
+		})
+}
+
+// OpenAIModel is an entry of /v1/models.
+type OpenAIModel struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+func openAIModel(mi ModelInfo) OpenAIModel {
+	var created int64
+	if !mi.ModifiedAt.IsZero() {
+		created = mi.ModifiedAt.Unix()
+	}
+	return OpenAIModel{ID: mi.Name, Object: "model", Created: created, OwnedBy: "dflash"}
+}
+
+func (s *Server) handleOpenAIModels(w http.ResponseWriter, r *http.Request) {
+	data := []OpenAIModel{}
+	for _, mi := range s.b.Models() {
+		data = append(data, openAIModel(mi))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+}
+
+func (s *Server) handleOpenAIModel(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("model")
+	info(r).model = name
+	mi, ok := lookup(s.b, name)
+	if !ok {
+		re := &RequestError{Status: http.StatusNotFound, Param: "model", Code: "model_not_found",
+			Msg: fmt.Sprintf("The model %q does not exist", name)}
+		info(r).err = re.Msg
+		writeOpenAIError(w, re)
+		return
+	}
+	writeJSON(w, http.StatusOK, openAIModel(mi))
+}

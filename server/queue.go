@@ -1,0 +1,140 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+var (
+	// ErrQueueFull is returned when Config.MaxQueue requests already wait.
+	ErrQueueFull = errors.New("server busy: request queue is full")
+	// ErrQueueTimeout is returned when a request could not start within Config.QueueTimeout.
+	ErrQueueTimeout = errors.New("server busy: request could not start before its queue timeout")
+	// ErrShuttingDown is returned to requests that arrive or wait while the server stops.
+	ErrShuttingDown = errors.New("server is shutting down")
+)
+
+// scheduler hands out a fixed number of run slots in arrival order. Invariant: a slot is free
+// only while no one waits (a release hands the slot straight to the oldest waiter), so a newly
+// arriving request can never overtake one that waits.
+type scheduler struct {
+	mu       sync.Mutex
+	free     int
+	maxQueue int
+	waiters  []*waiter // FIFO
+	closed   bool
+	onDepth  func(int) // reports the queue depth after each change
+}
+
+type waiter struct {
+	ready chan struct{} // closed when the slot is handed over
+	done  bool          // slot handed over (guarded by scheduler.mu)
+}
+
+func newScheduler(parallel, maxQueue int, onDepth func(int)) *scheduler {
+	if parallel < 1 {
+		parallel = 1
+	}
+	if onDepth == nil {
+		onDepth = func(int) {}
+	}
+	return &scheduler{free: parallel, maxQueue: maxQueue, onDepth: onDepth}
+}
+
+// acquire waits for a slot in FIFO order, at most timeout (<= 0: no limit besides ctx). The
+// returned release must be called exactly once.
+func (s *scheduler) acquire(ctx context.Context, timeout time.Duration) (release func(), err error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrShuttingDown
+	}
+	if s.free > 0 && len(s.waiters) == 0 {
+		s.free--
+		s.mu.Unlock()
+		return s.releaser(), nil
+	}
+	if s.maxQueue > 0 && len(s.waiters) >= s.maxQueue {
+		s.mu.Unlock()
+		return nil, ErrQueueFull
+	}
+	w := &waiter{ready: make(chan struct{})}
+	s.waiters = append(s.waiters, w)
+	s.onDepth(len(s.waiters))
+	s.mu.Unlock()
+
+	var timer <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		timer = t.C
+	}
+	select {
+	case <-w.ready:
+		return s.releaser(), nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-timer:
+		err = ErrQueueTimeout
+	}
+	s.mu.Lock()
+	if w.done {
+		// The slot arrived while we gave up: pass it on rather than leak it.
+		s.mu.Unlock()
+		s.release()
+		return nil, err
+	}
+	s.remove(w)
+	closed := s.closed
+	s.mu.Unlock()
+	if closed && err != ErrQueueTimeout {
+		return nil, ErrShuttingDown
+	}
+	return nil, err
+}
+
+func (s *scheduler) releaser() func() {
+	var once sync.Once
+	return func() { once.Do(s.release) }
+}
+
+func (s *scheduler) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.waiters) > 0 {
+		w := s.waiters[0]
+		s.waiters = s.waiters[1:]
+		w.done = true
+		close(w.ready)
+		s.onDepth(len(s.waiters))
+		return
+	}
+	s.free++
+}
+
+func (s *scheduler) remove(w *waiter) {
+	for i, x := range s.waiters {
+		if x == w {
+			s.waiters = append(s.waiters[:i], s.waiters[i+1:]...)
+			break
+		}
+	}
+	s.onDepth(len(s.waiters))
+}
+
+// depth is the number of waiting requests.
+func (s *scheduler) depth() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.waiters)
+}
+
+// close rejects new requests; waiting ones keep waiting until their context ends (the server
+// cancels them when its shutdown deadline passes).
+func (s *scheduler) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+}

@@ -1,0 +1,240 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// errStopHit is what the stop-string matcher returns from emit to end a generation early.
+var errStopHit = errors.New("stop sequence reached")
+
+// outcome is a finished generation, API-neutral.
+type outcome struct {
+	Model        string // resolved model name
+	Res          GenResult
+	LoadDuration time.Duration
+	Total        time.Duration
+	DoneReason   string // "stop", "length", "load" or "unload"
+}
+
+// execute runs j for request r: it waits for a slot, leases the model, builds and checks the
+// prompt and generates, passing each piece of text (stop sequences removed) to piece. An error
+// returned before piece was first called can still become an HTTP status.
+func (s *Server) execute(r *http.Request, j *job, piece func(string) error) (*outcome, error) {
+	start := time.Now()
+	ri := info(r)
+	ri.model = j.Model
+	for _, n := range j.Notes {
+		s.log.Info("request note", "path", r.URL.Path, "model", j.Model, "note", n)
+	}
+	mi, ok := lookup(s.b, j.Model)
+	if !ok {
+		return nil, &RequestError{Status: http.StatusNotFound, Param: "model", Code: "model_not_found",
+			Msg: fmt.Sprintf("model %q not found", j.Model)}
+	}
+	out := &outcome{Model: mi.Name}
+	if j.empty() && j.KeepAlive != nil && *j.KeepAlive == 0 {
+		s.mgr.unload(mi.Name)
+		out.DoneReason, out.Total = "unload", time.Since(start)
+		return out, nil
+	}
+
+	// A generation ends when its client goes or when shutdown runs out of patience.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(s.base, cancel)
+	defer stop()
+
+	release, err := s.sched.acquire(ctx, s.cfg.QueueTimeout)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	s.met.running.Inc()
+	defer s.met.running.Dec()
+
+	l, err := s.mgr.acquire(ctx, mi.Name, j.KeepAlive)
+	if err != nil {
+		return nil, err
+	}
+	defer s.mgr.release(l)
+	out.LoadDuration = l.LoadTook
+	m := l.Model
+	if j.empty() {
+		out.DoneReason, out.Total = "load", time.Since(start)
+		return out, nil
+	}
+
+	text, param := j.Prompt, "prompt"
+	if len(j.Messages) > 0 {
+		param = "messages"
+		text, err = m.RenderChat(j.Messages, ChatOptions{AddGenerationPrompt: true})
+		if err != nil {
+			return nil, &RequestError{Status: http.StatusBadRequest, Param: param,
+				Msg: fmt.Sprintf("apply chat template of %s: %v", mi.Name, err)}
+		}
+	}
+	ids, err := m.Tokenize(text)
+	if err != nil {
+		return nil, &RequestError{Status: http.StatusBadRequest, Param: param, Msg: fmt.Sprintf("tokenize %s: %v", param, err)}
+	}
+	ctxLen, ctxName := m.ContextLength(), "the model's context length"
+	if j.Opts.NumCtx > 0 && j.Opts.NumCtx < ctxLen {
+		ctxLen, ctxName = j.Opts.NumCtx, "num_ctx"
+	}
+	if len(ids) >= ctxLen {
+		return nil, &RequestError{Status: http.StatusBadRequest, Param: param, Code: "context_length_exceeded",
+			Msg: fmt.Sprintf("prompt is %d tokens but %s is %d tokens (at least one must remain to generate)", len(ids), ctxName, ctxLen)}
+	}
+	maxTokens := ctxLen - len(ids)
+	if j.Opts.NumPredict >= 0 && j.Opts.NumPredict < maxTokens {
+		maxTokens = j.Opts.NumPredict
+	}
+	ri.promptTokens = len(ids)
+	if maxTokens == 0 {
+		out.Res = GenResult{PromptTokens: len(ids), DoneReason: "length"}
+		out.DoneReason, out.Total = "length", time.Since(start)
+		return out, nil
+	}
+
+	st := &stopper{stops: j.Opts.Stop, out: piece}
+	res, err := m.Generate(ctx, GenRequest{Prompt: ids, MaxTokens: maxTokens, Options: j.Opts.Sample},
+		func(t Token) error { return st.add(t.Text) })
+	if res.PromptTokens == 0 {
+		res.PromptTokens = len(ids)
+	}
+	ri.evalTokens = res.EvalTokens
+	s.met.observeGeneration(mi.Name, res)
+	switch {
+	case errors.Is(err, errStopHit):
+		res.DoneReason = "stop"
+	case err != nil:
+		return nil, err
+	default:
+		if err := st.flush(); err != nil {
+			return nil, err
+		}
+	}
+	if res.DoneReason == "" {
+		res.DoneReason = "stop"
+	}
+	out.Res, out.DoneReason, out.Total = res, res.DoneReason, time.Since(start)
+	return out, nil
+}
+
+// stopper passes text on, withholding any tail that could begin a stop sequence, and ends the
+// generation when one appears. Invariant: pending never contains a whole stop sequence and
+// is always a suffix that is a proper prefix of some stop sequence (or empty).
+type stopper struct {
+	stops   []string
+	pending string
+	out     func(string) error
+}
+
+func (st *stopper) add(text string) error {
+	if len(st.stops) == 0 {
+		if text == "" {
+			return nil
+		}
+		return st.out(text)
+	}
+	st.pending += text
+	cut := -1
+	for _, s := range st.stops {
+		if i := strings.Index(st.pending, s); i >= 0 && (cut < 0 || i < cut) {
+			cut = i
+		}
+	}
+	if cut >= 0 {
+		head := st.pending[:cut]
+		st.pending = ""
+		if head != "" {
+			if err := st.out(head); err != nil {
+				return err
+			}
+		}
+		return errStopHit
+	}
+	keep := 0
+	for _, s := range st.stops {
+		for k := min(len(s)-1, len(st.pending)); k > keep; k-- {
+			if utf8.RuneStart(s[k]) && strings.HasSuffix(st.pending, s[:k]) {
+				keep = k
+				break
+			}
+		}
+	}
+	head := st.pending[:len(st.pending)-keep]
+	st.pending = st.pending[len(st.pending)-keep:]
+	if head == "" {
+		return nil
+	}
+	return st.out(head)
+}
+
+// flush passes on withheld text once generation ended without a stop sequence.
+func (st *stopper) flush() error {
+	p := st.pending
+	st.pending = ""
+	if p == "" {
+		return nil
+	}
+	return st.out(p)
+}
+
+// classify turns an execution error into a client-facing error with a status.
+func (s *Server) classify(r *http.Request, err error) *RequestError {
+	var re *RequestError
+	switch {
+	case errors.As(err, &re):
+		return re
+	case errors.Is(err, ErrModelNotFound):
+		return &RequestError{Status: http.StatusNotFound, Param: "model", Code: "model_not_found", Msg: err.Error()}
+	case errors.Is(err, ErrQueueFull), errors.Is(err, ErrQueueTimeout), errors.Is(err, ErrShuttingDown):
+		return &RequestError{Status: http.StatusServiceUnavailable, Code: "server_busy", Msg: err.Error()}
+	case r.Context().Err() != nil:
+		// The client left; nobody reads this, but the log and metrics do (nginx's 499).
+		return &RequestError{Status: 499, Msg: "client closed request"}
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return &RequestError{Status: http.StatusServiceUnavailable, Code: "server_busy", Msg: "generation cancelled: server is shutting down"}
+	}
+	return &RequestError{Status: http.StatusInternalServerError, Msg: err.Error()}
+}
+
+// prepareError records err for the log and sets Retry-After on busy answers.
+func (s *Server) prepareError(w http.ResponseWriter, r *http.Request, err error) *RequestError {
+	re := s.classify(r, err)
+	info(r).err = re.Msg
+	if re.Status == http.StatusServiceUnavailable || re.Status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(s.cfg.RetryAfter.Seconds()))))
+	}
+	return re
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// readBody reads a request body under the size limit set by the middleware.
+func readBody(r *http.Request) ([]byte, *RequestError) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, &RequestError{Status: http.StatusRequestEntityTooLarge,
+				Msg: fmt.Sprintf("request body is larger than %d bytes", mbe.Limit)}
+		}
+		return nil, &RequestError{Status: http.StatusBadRequest, Msg: fmt.Sprintf("read request body: %v", err)}
+	}
+	return body, nil
+}

@@ -1,0 +1,409 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// DefaultAddr is where the server listens unless DFLASH_HOST or Config.Addr says otherwise.
+const DefaultAddr = "127.0.0.1:11434"
+
+// Config controls a Server. Zero fields take the defaults documented on each.
+type Config struct {
+	Addr            string        // listen address; default AddrFromEnv()
+	Parallel        int           // generations running at once; default 1
+	MaxQueue        int           // requests waiting for a slot; default 64, < 0 unlimited
+	QueueTimeout    time.Duration // longest wait for a slot; default 2m, < 0 unlimited
+	KeepAlive       time.Duration // idle time before a model unloads; default 5m, < 0 forever
+	MaxLoaded       int           // idle models kept loaded at once; default 1, < 0 unlimited
+	MaxBodyBytes    int64         // request body limit; default 8 MiB
+	RetryAfter      time.Duration // Retry-After sent with 503 busy answers; default 5s
+	ShutdownTimeout time.Duration // ListenAndServe's grace on ctx cancel; default 30s
+	Version         string        // reported by /api/version; default "dev"
+}
+
+func (c Config) withDefaults() Config {
+	if c.Addr == "" {
+		c.Addr = AddrFromEnv()
+	}
+	if c.Parallel <= 0 {
+		c.Parallel = 1
+	}
+	if c.MaxQueue == 0 {
+		c.MaxQueue = 64
+	}
+	if c.QueueTimeout == 0 {
+		c.QueueTimeout = 2 * time.Minute
+	}
+	if c.KeepAlive == 0 {
+		c.KeepAlive = 5 * time.Minute
+	}
+	if c.MaxLoaded == 0 {
+		c.MaxLoaded = 1
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = 8 << 20
+	}
+	if c.RetryAfter <= 0 {
+		c.RetryAfter = 5 * time.Second
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 30 * time.Second
+	}
+	if c.Version == "" {
+		c.Version = "dev"
+	}
+	return c
+}
+
+// AddrFromEnv returns the listen address from DFLASH_HOST ("host", "host:port", ":port" or
+// "http://host:port"), or DefaultAddr.
+func AddrFromEnv() string {
+	return ParseHost(os.Getenv("DFLASH_HOST"))
+}
+
+// ParseHost normalises a DFLASH_HOST-style value to host:port, filling 127.0.0.1 and 11434.
+func ParseHost(s string) string {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return DefaultAddr
+	}
+	if i := strings.Index(s, "://"); i >= 0 {
+		s = s[i+3:]
+	}
+	s = strings.TrimRight(s, "/")
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		host, port = s, ""
+	}
+	host = strings.Trim(host, "[]")
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	if port == "" {
+		port = "11434"
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// Server serves the ollama and OpenAI APIs over one Backend.
+type Server struct {
+	cfg     Config
+	b       Backend
+	log     *slog.Logger
+	met     *metrics
+	sched   *scheduler
+	mgr     *manager
+	handler http.Handler
+
+	base       context.Context // parent of every generation; cancelled when shutdown runs out of time
+	cancelBase context.CancelFunc
+
+	mu       sync.Mutex
+	closing  bool
+	inflight sync.WaitGroup // requests past the closing check
+	httpSrv  *http.Server
+}
+
+// New builds a Server. It does not listen: use Handler with your own listener, or
+// ListenAndServe.
+func New(cfg Config, b Backend, logger *slog.Logger) *Server {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	cfg = cfg.withDefaults()
+	s := &Server{cfg: cfg, b: b, log: logger, met: newMetrics()}
+	s.base, s.cancelBase = context.WithCancel(context.Background())
+	maxQueue := cfg.MaxQueue
+	if maxQueue < 0 {
+		maxQueue = 0
+	}
+	s.sched = newScheduler(cfg.Parallel, maxQueue, func(n int) { s.met.queueDepth.Set(float64(n)) })
+	maxLoaded := cfg.MaxLoaded
+	if maxLoaded < 0 {
+		maxLoaded = 0
+	}
+	s.mgr = newManager(s.base, b, logger, cfg.KeepAlive, maxLoaded, func(name string, d time.Duration, err error) {
+		if err != nil {
+			s.met.loadFailures.WithLabelValues(name).Inc()
+			return
+		}
+		s.met.loadSeconds.WithLabelValues(name).Observe(d.Seconds())
+	})
+	s.handler = s.routes()
+	return s
+}
+
+// Config returns the effective configuration (defaults filled in).
+func (s *Server) Config() Config { return s.cfg }
+
+// QueueDepth is the number of requests waiting for a generation slot.
+func (s *Server) QueueDepth() int { return s.sched.depth() }
+
+// Handler returns the HTTP handler for every endpoint.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// ListenAndServe listens on Config.Addr and serves until ctx is cancelled, then shuts down
+// gracefully within Config.ShutdownTimeout.
+func (s *Server) ListenAndServe(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", s.cfg.Addr, err)
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve serves on ln until ctx is cancelled (then shuts down gracefully, returning nil) or the
+// listener fails.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	s.mu.Lock()
+	s.httpSrv = srv
+	s.mu.Unlock()
+	s.log.Info("listening", "addr", ln.Addr().String())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+		defer cancel()
+		err := s.Shutdown(sctx)
+		<-errc
+		return err
+	}
+}
+
+// Shutdown stops accepting requests and lets in-flight ones finish until ctx ends; then it
+// cancels the remaining generations (they stop at their next token), waits briefly for them
+// and unloads every model. It returns ctx.Err() when it had to cancel.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	srv := s.httpSrv
+	s.mu.Unlock()
+	s.sched.close()
+
+	done := make(chan struct{})
+	go func() { s.inflight.Wait(); close(done) }()
+
+	var err error
+	if srv != nil {
+		if err = srv.Shutdown(ctx); err != nil {
+			s.cancelBase()
+			srv.Close()
+		}
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+		s.cancelBase()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			s.log.Warn("shutdown: generations still running after cancel")
+		}
+	}
+	s.cancelBase()
+	s.mgr.close()
+	return err
+}
+
+// enter registers an in-flight request unless the server is closing.
+func (s *Server) enter() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return false
+	}
+	s.inflight.Add(1)
+	return true
+}
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	handle := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, h) }
+	handle("GET /{$}", s.handleRoot)
+	handle("HEAD /{$}", s.handleRoot)
+	handle("GET /health", s.handleHealth)
+	handle("GET /ready", s.handleReady)
+	handle("GET /metrics", promhttp.HandlerFor(s.met.reg, promhttp.HandlerOpts{}).ServeHTTP)
+
+	handle("POST /api/generate", s.handleOllamaGenerate)
+	handle("POST /api/chat", s.handleOllamaChat)
+	handle("GET /api/tags", s.handleTags)
+	handle("POST /api/show", s.handleShow)
+	handle("GET /api/ps", s.handlePS)
+	handle("GET /api/version", s.handleVersion)
+	handle("HEAD /api/version", s.handleVersion)
+
+	handle("POST /v1/chat/completions", s.handleOpenAIChat)
+	handle("POST /v1/completions", s.handleOpenAICompletion)
+	handle("GET /v1/models", s.handleOpenAIModels)
+	handle("GET /v1/models/{model...}", s.handleOpenAIModel)
+
+	handle("/", s.handleNotFound)
+	return s.middleware(mux)
+}
+
+// reqInfo collects what the request log line and metrics report; handlers fill it.
+type reqInfo struct {
+	model        string
+	promptTokens int
+	evalTokens   int
+	err          string
+}
+
+type ctxKey struct{}
+
+func info(r *http.Request) *reqInfo {
+	if ri, ok := r.Context().Value(ctxKey{}).(*reqInfo); ok {
+		return ri
+	}
+	return &reqInfo{}
+}
+
+// statusWriter records the status and whether anything was written.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.status, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if !w.wrote {
+		w.status, w.wrote = http.StatusOK, true
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (s *Server) middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		ri := &reqInfo{}
+		r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, ri))
+		r.Body = http.MaxBytesReader(sw, r.Body, s.cfg.MaxBodyBytes)
+		defer func() {
+			// A handler panic is a bug, but one request must not take the server down.
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				s.log.Error("handler panic", "method", r.Method, "path", r.URL.Path, "panic", p)
+				if !sw.wrote {
+					writeJSON(sw, http.StatusInternalServerError, map[string]string{"error": "internal error"})
+				}
+				sw.status = http.StatusInternalServerError
+			}
+			endpoint := r.Pattern
+			if i := strings.IndexByte(endpoint, ' '); i >= 0 {
+				endpoint = endpoint[i+1:]
+			}
+			if endpoint == "" || endpoint == "/" {
+				endpoint = "other"
+			}
+			d := time.Since(start)
+			s.met.requests.WithLabelValues(endpoint, strconv.Itoa(sw.status)).Inc()
+			s.met.duration.WithLabelValues(endpoint).Observe(d.Seconds())
+			attrs := []any{"method", r.Method, "path", r.URL.Path, "status", sw.status, "duration", d}
+			if ri.model != "" {
+				attrs = append(attrs, "model", ri.model, "prompt_tokens", ri.promptTokens, "eval_tokens", ri.evalTokens)
+			}
+			if ri.err != "" {
+				attrs = append(attrs, "err", ri.err)
+			}
+			s.log.Info("request", attrs...)
+		}()
+		if r.URL.Path == "/health" || r.URL.Path == "/metrics" {
+			next.ServeHTTP(sw, r)
+			return
+		}
+		if !s.enter() {
+			sw.Header().Set("Retry-After", strconv.Itoa(int(s.cfg.RetryAfter.Seconds())))
+			ri.err = ErrShuttingDown.Error()
+			writeJSON(sw, http.StatusServiceUnavailable, map[string]string{"error": ErrShuttingDown.Error()})
+			return
+		}
+		defer s.inflight.Done()
+		next.ServeHTTP(sw, r)
+	})
+}
+
+var knownPaths = map[string]string{
+	"/api/generate": "POST", "/api/chat": "POST", "/api/tags": "GET", "/api/show": "POST",
+	"/api/ps": "GET", "/api/version": "GET, HEAD", "/v1/chat/completions": "POST",
+	"/v1/completions": "POST", "/v1/models": "GET", "/health": "GET", "/ready": "GET",
+	"/metrics": "GET", "/": "GET, HEAD",
+}
+
+func (s *Server) handleNotFound(w http.ResponseWriter, r *http.Request) {
+	openai := strings.HasPrefix(r.URL.Path, "/v1/")
+	status, msg := http.StatusNotFound, fmt.Sprintf("%s %s: no such endpoint", r.Method, r.URL.Path)
+	if allow, ok := knownPaths[r.URL.Path]; ok {
+		w.Header().Set("Allow", allow)
+		status, msg = http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: method not allowed (use %s)", r.Method, r.URL.Path, allow)
+	}
+	info(r).err = msg
+	if openai {
+		writeOpenAIError(w, &RequestError{Status: status, Msg: msg})
+		return
+	}
+	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+func (s *Server) handleRoot(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		fmt.Fprint(w, "dflash is running")
+	}
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	n := len(s.b.Models())
+	if n == 0 {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready", "error": "no models configured"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "models": n})
+}

@@ -1,0 +1,144 @@
+// Drives a running dflash server with the official ollama and openai clients.
+//   DFLASH_URL          server base URL (required), e.g. http://127.0.0.1:11434
+//   DFLASH_MODEL        model to use (default "fake:latest", the fake backend's)
+//   DFLASH_EXPECT_TEXT  the exact unconstrained answer when known (the fake's); unset for real
+//                       models, where the tests only require some text
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { Ollama } from 'ollama';
+import OpenAI from 'openai';
+
+const url = process.env.DFLASH_URL;
+if (!url) throw new Error('set DFLASH_URL to the server under test');
+const model = process.env.DFLASH_MODEL || 'fake:latest';
+const expected = process.env.DFLASH_EXPECT_TEXT;
+
+const ollama = new Ollama({ host: url });
+const openai = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 });
+
+function checkText(text) {
+  assert.equal(typeof text, 'string');
+  if (expected !== undefined) assert.equal(text, expected);
+  else assert.ok(text.length > 0, 'expected some generated text');
+}
+
+test('root answers like ollama', async () => {
+  const res = await fetch(url + '/');
+  assert.equal(res.status, 200);
+  assert.equal(await res.text(), 'dflash is running');
+});
+
+test('ollama: list, show, ps', async () => {
+  const { models } = await ollama.list();
+  assert.ok(models.some((m) => m.name === model), `${model} in ${JSON.stringify(models)}`);
+  const show = await ollama.show({ model });
+  assert.ok(show.details.family.length > 0);
+  const ps = await ollama.ps();
+  assert.ok(Array.isArray(ps.models));
+});
+
+test('ollama: generate, not streamed', async () => {
+  const r = await ollama.generate({ model, prompt: 'Why is the sky blue?', stream: false });
+  checkText(r.response);
+  assert.equal(r.done, true);
+  assert.equal(r.done_reason, 'stop');
+  assert.ok(r.eval_count > 0 && r.prompt_eval_count > 0 && r.total_duration > 0);
+});
+
+test('ollama: generate, streamed, with num_predict', async () => {
+  const parts = [];
+  for await (const p of await ollama.generate({ model, prompt: 'Count', stream: true, options: { num_predict: 3, temperature: 0 } })) {
+    parts.push(p);
+  }
+  const last = parts.at(-1);
+  assert.equal(last.done, true);
+  assert.equal(last.done_reason, 'length');
+  assert.equal(last.eval_count, 3);
+  assert.ok(parts.slice(0, -1).every((p) => p.done === false));
+});
+
+test('ollama: chat, streamed and not', async () => {
+  const messages = [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hello!' }];
+  const r = await ollama.chat({ model, messages, stream: false });
+  assert.equal(r.message.role, 'assistant');
+  checkText(r.message.content);
+
+  let text = '';
+  let final;
+  for await (const p of await ollama.chat({ model, messages, stream: true })) {
+    text += p.message.content;
+    if (p.done) final = p;
+  }
+  checkText(text);
+  assert.ok(final && final.eval_count > 0);
+});
+
+test('ollama: errors', async () => {
+  await assert.rejects(ollama.generate({ model: 'no-such-model', prompt: 'x', stream: false }),
+    (e) => e.status_code === 404 && /not found/.test(e.error));
+  await assert.rejects(ollama.chat({ model, messages: [{ role: 'user', content: 'x' }], options: { top_p: 7 }, stream: false }),
+    (e) => e.status_code === 400 && /options\.top_p/.test(e.error));
+  await assert.rejects(ollama.generate({ model, prompt: 'x', format: 'json', stream: false }),
+    (e) => e.status_code === 400 && /format/.test(e.error));
+});
+
+test('openai: models', async () => {
+  const page = await openai.models.list();
+  assert.ok(page.data.some((m) => m.id === model));
+  const m = await openai.models.retrieve(model);
+  assert.equal(m.id, model);
+});
+
+test('openai: chat completion, not streamed', async () => {
+  const c = await openai.chat.completions.create({
+    model, messages: [{ role: 'user', content: 'Hello!' }], temperature: 0, seed: 1,
+  });
+  assert.equal(c.object, 'chat.completion');
+  assert.equal(c.choices.length, 1);
+  assert.equal(c.choices[0].message.role, 'assistant');
+  assert.equal(c.choices[0].finish_reason, 'stop');
+  checkText(c.choices[0].message.content);
+  assert.equal(c.usage.total_tokens, c.usage.prompt_tokens + c.usage.completion_tokens);
+});
+
+test('openai: chat completion, streamed with usage', async () => {
+  const stream = await openai.chat.completions.create({
+    model, messages: [{ role: 'user', content: 'Hello!' }], stream: true, stream_options: { include_usage: true },
+  });
+  let text = '';
+  let finish;
+  let usage;
+  for await (const chunk of stream) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const ch of chunk.choices) {
+      text += ch.delta.content ?? '';
+      if (ch.finish_reason) finish = ch.finish_reason;
+    }
+  }
+  checkText(text);
+  assert.equal(finish, 'stop');
+  assert.ok(usage && usage.completion_tokens > 0);
+});
+
+test('openai: completions, streamed and not, with a length limit', async () => {
+  const c = await openai.completions.create({ model, prompt: 'Once upon a time', max_tokens: 2 });
+  assert.equal(c.object, 'text_completion');
+  assert.equal(c.choices[0].finish_reason, 'length');
+  assert.equal(c.usage.completion_tokens, 2);
+
+  const stream = await openai.completions.create({ model, prompt: 'Once upon a time', max_tokens: 200, stream: true });
+  let text = '';
+  for await (const chunk of stream) text += chunk.choices[0]?.text ?? '';
+  checkText(text);
+});
+
+test('openai: errors', async () => {
+  await assert.rejects(openai.chat.completions.create({ model: 'no-such-model', messages: [{ role: 'user', content: 'x' }] }),
+    (e) => e instanceof OpenAI.NotFoundError && e.code === 'model_not_found');
+  await assert.rejects(openai.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], n: 2 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'n');
+  await assert.rejects(openai.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], temperature: 3 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'temperature' && e.type === 'invalid_request_error');
+  await assert.rejects(openai.completions.create({ model, prompt: 'x', max_tokens: 0 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'max_tokens');
+});

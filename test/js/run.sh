@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Runs the JS client compatibility tests against the fake backend (server/cmd/fakeserve) on a
+# free 127.0.0.1 port, or against an already running server when DFLASH_URL is set
+# (then set DFLASH_MODEL, and leave DFLASH_EXPECT_TEXT unset for a real model).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+cd "$here"
+npm ci --no-audit --no-fund --loglevel=error
+
+pid=""
+tmp="$(mktemp -d)"
+cleanup() {
+  if [[ -n "$pid" ]]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+if [[ -z "${DFLASH_URL:-}" ]]; then
+  (cd "$root" && go build -o "$tmp/fakeserve" ./server/cmd/fakeserve)
+  # Port 0: the kernel picks a free port; fakeserve writes the bound address to a file.
+  "$tmp/fakeserve" -addr 127.0.0.1:0 -addr-file "$tmp/addr" -token-delay 2ms 2>"$tmp/log" &
+  pid=$!
+  for _ in $(seq 1 100); do
+    [[ -s "$tmp/addr" ]] && break
+    kill -0 "$pid" 2>/dev/null || { cat "$tmp/log" >&2; exit 1; }
+    sleep 0.05
+  done
+  [[ -s "$tmp/addr" ]] || { echo "fakeserve did not start" >&2; cat "$tmp/log" >&2; exit 1; }
+  export DFLASH_URL="http://$(cat "$tmp/addr")"
+  export DFLASH_MODEL="fake:latest"
+  export DFLASH_EXPECT_TEXT="The quick brown fox jumps over the lazy dog."
+fi
+
+echo "testing $DFLASH_URL with model ${DFLASH_MODEL:-fake:latest}"
+node --test --test-concurrency=1 compat.test.mjs
