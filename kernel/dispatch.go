@@ -7,16 +7,19 @@ import (
 )
 
 // impl is one kernel path. Every path computes each output element with an accumulation order
-// that depends only on K, never on rows, so the batch-width invariant holds within a path.
+// that depends only on K, never on rows or on which panels a call covers, so the batch-width
+// invariant holds within a path and splitting panels across threads changes no bit.
 type impl struct {
-	name   string
-	matmul func(m *Matrix, y, x []float32, rows int)
+	name string
+	// panels computes output columns [p0*Panel, min(p1*Panel, N)) of all rows; y and x are
+	// exactly rows*N and rows*K long, K > 0.
+	panels func(m *Matrix, y, x []float32, rows, p0, p1 int)
 	dot    func(a, b []float32) float32
 	axpy   func(y []float32, a float32, x []float32)
 }
 
 var (
-	portable = &impl{name: "go", matmul: matmulGo, dot: dotGo, axpy: axpyGo}
+	portable = &impl{name: "go", panels: panelsGo, dot: dotGo, axpy: axpyGo}
 	// registry lists paths in preference order; architecture files prepend theirs in init.
 	registry = []*impl{portable}
 	active   = portable

@@ -25,6 +25,9 @@ type Config struct {
 	BOS          int   // -1 if none
 	EOS          []int // end-of-sequence ids (may be empty)
 	DType        kernel.DType
+	// TiedEmbeddings says the output head is the token embedding (Qwen3 0.6B-4B, llama2.c
+	// checkpoints with a shared classifier).
+	TiedEmbeddings bool
 }
 
 // LogitRows says which rows of a forward need logits.

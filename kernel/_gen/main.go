@@ -1,0 +1,550 @@
+// Command gen writes the amd64 assembly of package kernel (AVX-512 and AVX2+FMA paths) with avo.
+// It lives in its own module under a leading-underscore folder so that avo never becomes a
+// dependency of dflash itself; run it through `go generate ./kernel/`.
+//
+// Every panel kernel it emits keeps one accumulator per output element and adds the products in
+// input order i = 0..K-1 with a fused multiply-add, whatever the number of rows or panels a call
+// covers. That is what makes a row's result bitwise independent of the batch width and of the way
+// MatMul splits panels across threads.
+package main
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	"github.com/mmcloughlin/avo/reg"
+)
+
+const panel = 16 // output rows per panel; must equal kernel.Panel
+
+// prefetchAhead is how many bytes ahead of each panel stream the one-row kernels prefetch
+// (0: none).
+var prefetchAhead = 1024
+
+// isa describes one vector instruction set the panel kernels are emitted for.
+type isa struct {
+	name   string // function-name suffix
+	halves int    // vector registers per 16-lane panel row (1 for zmm, 2 for ymm)
+	vec    func() reg.VecVirtual
+	// panelsFor lists the panel counts of the passes for r rows, widest first, the last one 1.
+	// A pass must fit its accumulators, weights and broadcasts in the register file (32 zmm /
+	// 16 ymm) and should hold at least 8 independent accumulator chains, so that the 4-cycle
+	// FMA latency does not limit two FMA pipes.
+	panelsFor func(r int) []int
+}
+
+var (
+	avx512 = isa{name: "512", halves: 1, vec: ZMM, panelsFor: func(r int) []int {
+		if r == 1 {
+			return []int{8, 4, 1}
+		}
+		return []int{4, 1}
+	}}
+	avx2 = isa{name: "256", halves: 2, vec: YMM, panelsFor: func(r int) []int {
+		switch r {
+		case 1:
+			return []int{4, 1}
+		case 2:
+			return []int{2, 1}
+		}
+		return []int{1}
+	}}
+)
+
+// dtype describes a weight element type stored in panels [np][K][16].
+type dtype struct {
+	name  string
+	gotyp string
+	size  int // bytes per element
+}
+
+var (
+	bf16 = dtype{name: "BF16", gotyp: "uint16", size: 2}
+	f32  = dtype{name: "F32", gotyp: "float32", size: 4}
+)
+
+func main() {
+	ConstraintExpr("amd64,!purego")
+	for _, is := range []isa{avx512, avx2} {
+		for _, dt := range []dtype{bf16, f32} {
+			for r := 1; r <= 4; r++ {
+				panels(is, dt, r)
+			}
+		}
+		dot(is)
+		axpy(is)
+	}
+	sum256()
+	cpuid()
+	xgetbv()
+	Generate()
+}
+
+// scaled returns the address base + off*m + disp for m in 0..3, using index registers s1 (=off)
+// and s3 (=3*off).
+func scaled(base, s1, s3 reg.Register, m, disp int) Mem {
+	switch m {
+	case 0:
+		return Mem{Base: base, Disp: disp}
+	case 1:
+		return Mem{Base: base, Index: s1, Scale: 1, Disp: disp}
+	case 2:
+		return Mem{Base: base, Index: s1, Scale: 2, Disp: disp}
+	case 3:
+		return Mem{Base: base, Index: s3, Scale: 1, Disp: disp}
+	}
+	panic(fmt.Sprintf("scaled: m=%d", m))
+}
+
+// panels emits panels<DT>R<R>x<ISA>(w, x, y, k, np, ldx, ldy): for np whole panels starting at
+// w and rows r < R, y[r*ldy + p*16 + l] = sum_i W[p][i][l] * x[r*ldx + i].
+//
+// f32 panels are [K][16] floats. bf16 panels pair inputs: [ceil(K/2)][16][2], so one 32-bit lane
+// l of a 64-byte load holds W[2t][l] in its low half and W[2t+1][l] in its high half. Shifting
+// the lane left by 16 gives the first as f32, masking off the low half gives the second: two
+// in-lane operations widen 32 weights exactly, with no shuffle.
+func panels(is isa, dt dtype, rows int) {
+	name := fmt.Sprintf("panels%sR%dx%s", dt.name, rows, is.name)
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(w *%s, x, y *float32, k, np, ldx, ldy int)", dt.gotyp))
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s computes %d activation rows against np whole %s panels.", name, rows, dt.name))
+	w := Load(Param("w"), GP64())
+	x := Load(Param("x"), GP64())
+	y := Load(Param("y"), GP64())
+	k := Load(Param("k"), GP64())
+	np := Load(Param("np"), GP64())
+	ldx := Load(Param("ldx"), GP64())
+	ldy := Load(Param("ldy"), GP64())
+	SHLQ(Imm(2), ldx)
+	SHLQ(Imm(2), ldy)
+	ldx3 := GP64()
+	LEAQ(Mem{Base: ldx, Index: ldx, Scale: 2}, ldx3)
+	ldy3 := GP64()
+	LEAQ(Mem{Base: ldy, Index: ldy, Scale: 2}, ldy3)
+	ps := GP64() // panel stride in bytes
+	MOVQ(k, ps)
+	if dt.size == 2 {
+		// bf16: ceil(K/2) pairs of 64 bytes.
+		INCQ(ps)
+		ANDQ(I8(-2), ps)
+		SHLQ(U8(5), ps)
+	} else {
+		SHLQ(U8(6), ps)
+	}
+	ps3 := GP64()
+	LEAQ(Mem{Base: ps, Index: ps, Scale: 2}, ps3)
+
+	var mask reg.VecVirtual // 0xffff0000 in every lane, for the high bf16 of a pair
+	if dt.size == 2 {
+		mask = is.vec()
+		if is.halves == 1 {
+			VPTERNLOGD(U8(0xff), mask, mask, mask)
+		} else {
+			VPCMPEQD(mask, mask, mask)
+		}
+		VPSLLD(U8(16), mask, mask)
+	}
+	hbytes := 64 / is.halves // bytes per vector register of weights
+
+	pass := func(p int, tag string) {
+		// acc[pi][h][r]
+		acc := make([][][]reg.VecVirtual, p)
+		for pi := range acc {
+			acc[pi] = make([][]reg.VecVirtual, is.halves)
+			for h := range acc[pi] {
+				acc[pi][h] = make([]reg.VecVirtual, rows)
+				for r := range acc[pi][h] {
+					a := is.vec()
+					zero(is, a)
+					acc[pi][h][r] = a
+				}
+			}
+		}
+		wi := GP64()
+		MOVQ(w, wi)
+		var wi4 reg.GPVirtual // panel 4 of a pass wider than 4
+		if p > 4 {
+			wi4 = GP64()
+			LEAQ(Mem{Base: wi, Index: ps, Scale: 4}, wi4)
+		}
+		advance := func(bytes int) {
+			ADDQ(U32(bytes), wi)
+			if p > 4 {
+				ADDQ(U32(bytes), wi4)
+			}
+		}
+		xi := GP64()
+		MOVQ(x, xi)
+		cnt := GP64()
+		MOVQ(k, cnt)
+
+		// fma (zmm) adds the weights of all panels times x[i] (x byte offset dx) into every
+		// row; with 32 registers one broadcast per row serves all panels. The ymm kernels go
+		// panel by panel (fmaPanel) and reload the broadcast, so that only one panel's weights
+		// are live in the 16 registers.
+		fma := func(wv [][]reg.VecVirtual, dx int) {
+			for r := 0; r < rows; r++ {
+				b := is.vec()
+				VBROADCASTSS(scaled(xi, ldx, ldx3, r, dx), b)
+				for pi := range wv {
+					VFMADD231PS(wv[pi][0], b, acc[pi][0][r])
+				}
+			}
+		}
+		// load reads the weights at byte offset dw of panels p0..p1-1 and transforms each
+		// register with f (identity for f32, the pair widening for bf16).
+		load := func(dw, p0, p1 int, f func(raw reg.VecVirtual) (reg.VecVirtual, reg.VecVirtual)) (lo, hi [][]reg.VecVirtual) {
+			for pi := p0; pi < p1; pi++ {
+				var l, u []reg.VecVirtual
+				for h := 0; h < is.halves; h++ {
+					raw := is.vec()
+					base, m := reg.Register(wi), pi
+					if pi >= 4 {
+						base, m = wi4, pi-4
+					}
+					src := scaled(base, ps, ps3, m, dw+h*hbytes)
+					VMOVUPS(src, raw)
+					a, b := f(raw)
+					l, u = append(l, a), append(u, b)
+				}
+				lo, hi = append(lo, l), append(hi, u)
+			}
+			return lo, hi
+		}
+		// fmaPanel adds one panel's weights (both ymm halves) times x[i] into every row.
+		fmaPanel := func(pi int, wv []reg.VecVirtual, dx int) {
+			for r := 0; r < rows; r++ {
+				b := is.vec()
+				VBROADCASTSS(scaled(xi, ldx, ldx3, r, dx), b)
+				for h := range wv {
+					VFMADD231PS(wv[h], b, acc[pi][h][r])
+				}
+			}
+		}
+		// step handles input u of the unrolled block: one i for f32, the pair 2u, 2u+1 for bf16
+		// (single: only the first of the pair, for an odd K's last input).
+		step := func(u int, single bool) {
+			if dt.size == 4 {
+				if is.halves == 1 {
+					wv, _ := load(u*64, 0, p, func(raw reg.VecVirtual) (reg.VecVirtual, reg.VecVirtual) { return raw, nil })
+					fma(wv, u*4)
+					return
+				}
+				for pi := 0; pi < p; pi++ {
+					wv, _ := load(u*64, pi, pi+1, func(raw reg.VecVirtual) (reg.VecVirtual, reg.VecVirtual) { return raw, nil })
+					fmaPanel(pi, wv[0], u*4)
+				}
+				return
+			}
+			widen := func(raw reg.VecVirtual) (reg.VecVirtual, reg.VecVirtual) {
+				if single {
+					VPSLLD(U8(16), raw, raw)
+					return raw, nil
+				}
+				o := is.vec()
+				if is.halves == 1 {
+					VPANDD(mask, raw, o)
+				} else {
+					VPAND(mask, raw, o)
+				}
+				VPSLLD(U8(16), raw, raw)
+				return raw, o
+			}
+			if is.halves == 1 {
+				ev, od := load(u*64, 0, p, widen)
+				fma(ev, 2*u*4)
+				if !single {
+					fma(od, (2*u+1)*4)
+				}
+				return
+			}
+			// ymm: panel by panel, so only one panel's weights need registers; each
+			// accumulator still takes input 2u before 2u+1.
+			for pi := 0; pi < p; pi++ {
+				ev, od := load(u*64, pi, pi+1, widen)
+				fmaPanel(pi, ev[0], 2*u*4)
+				if !single {
+					fmaPanel(pi, od[0], (2*u+1)*4)
+				}
+			}
+		}
+		per := 1 // inputs per step
+		if dt.size == 2 {
+			per = 2
+		}
+		const unroll = 2 // steps per loop iteration
+		L := func(s string) string { return name + tag + s }
+		Label(L("big"))
+		CMPQ(cnt, U8(unroll*per))
+		JL(LabelRef(L("one")))
+		for u := 0; u < unroll; u++ {
+			if prefetchAhead > 0 && rows == 1 {
+				for pi := 0; pi < p; pi++ {
+					base, m := reg.Register(wi), pi
+					if pi >= 4 {
+						base, m = wi4, pi-4
+					}
+					PREFETCHT0(scaled(base, ps, ps3, m, u*64+prefetchAhead))
+				}
+			}
+			step(u, false)
+		}
+		advance(unroll * 64)
+		ADDQ(U8(unroll*per*4), xi)
+		SUBQ(U8(unroll*per), cnt)
+		JMP(LabelRef(L("big")))
+		Label(L("one"))
+		CMPQ(cnt, U8(per))
+		JL(LabelRef(L("last")))
+		step(0, false)
+		advance(64)
+		ADDQ(U8(per*4), xi)
+		SUBQ(U8(per), cnt)
+		JMP(LabelRef(L("one")))
+		Label(L("last"))
+		if dt.size == 2 {
+			TESTQ(cnt, cnt)
+			JE(LabelRef(L("store")))
+			step(0, true)
+		}
+		Label(L("store"))
+		vbytes := panel * 4 / is.halves
+		for pi := 0; pi < p; pi++ {
+			for h := 0; h < is.halves; h++ {
+				for r := 0; r < rows; r++ {
+					VMOVUPS(acc[pi][h][r], scaled(y, ldy, ldy3, r, pi*panel*4+h*vbytes))
+				}
+			}
+		}
+	}
+
+	for _, p := range is.panelsFor(rows) {
+		tag := fmt.Sprintf("P%d", p)
+		Label(name + tag)
+		CMPQ(np, U8(p))
+		JL(LabelRef(name + tag + "end"))
+		pass(p, tag)
+		for i := 0; i < p; i++ {
+			ADDQ(ps, w)
+		}
+		ADDQ(U32(p*panel*4), y)
+		SUBQ(U8(p), np)
+		JMP(LabelRef(name + tag))
+		Label(name + tag + "end")
+	}
+	Label(name + "done")
+	VZEROUPPER()
+	RET()
+}
+
+// zero clears v; the EVEX form of VXORPS needs AVX512DQ, so zmm registers use VPXORD (AVX512F).
+func zero(is isa, v reg.VecVirtual) {
+	if is.halves == 1 {
+		VPXORD(v, v, v)
+		return
+	}
+	VXORPS(v, v, v)
+}
+
+func log2(n int) int {
+	l := 0
+	for 1<<l < n {
+		l++
+	}
+	return l
+}
+
+// hsum reduces a vector to its lane sum in the low lane of the returned xmm, in a fixed order.
+func hsum(is isa, v reg.VecVirtual) reg.VecVirtual {
+	y := v.AsY().(reg.VecVirtual)
+	if is.halves == 1 {
+		hi := YMM()
+		VEXTRACTF64X4(Imm(1), v, hi)
+		VADDPS(hi, v.AsY(), hi)
+		y = hi
+	}
+	x := XMM()
+	VEXTRACTF128(Imm(1), y, x)
+	lo := XMM()
+	VADDPS(x, y.AsX(), lo)
+	t := XMM()
+	VMOVHLPS(lo, lo, t)
+	VADDPS(t, lo, lo)
+	VMOVSHDUP(lo, t)
+	VADDSS(t, lo, lo)
+	return lo
+}
+
+// dot emits dotF32x<ISA>(a, b []float32) float32 over len(a) elements: four vector
+// accumulators over blocks of 4 vectors, then single vectors into the first, a fixed reduction,
+// and a scalar tail added last.
+func dot(is isa) {
+	name := "dotF32x" + is.name
+	TEXT(name, NOSPLIT, "func(a, b []float32) float32")
+	Pragma("noescape")
+	Doc(name + " returns sum a[i]*b[i] over len(a) elements.")
+	a := Load(Param("a").Base(), GP64())
+	b := Load(Param("b").Base(), GP64())
+	n := Load(Param("a").Len(), GP64())
+	lanes := 16 / is.halves
+	vb := lanes * 4
+	acc := make([]reg.VecVirtual, 4)
+	for i := range acc {
+		acc[i] = is.vec()
+		zero(is, acc[i])
+	}
+	Label(name + "block")
+	CMPQ(n, U32(4*lanes))
+	JL(LabelRef(name + "vec"))
+	for i := range acc {
+		v := is.vec()
+		VMOVUPS(Mem{Base: a, Disp: i * vb}, v)
+		VFMADD231PS(Mem{Base: b, Disp: i * vb}, v, acc[i])
+	}
+	ADDQ(U32(4*vb), a)
+	ADDQ(U32(4*vb), b)
+	SUBQ(U32(4*lanes), n)
+	JMP(LabelRef(name + "block"))
+	Label(name + "vec")
+	CMPQ(n, U32(lanes))
+	JL(LabelRef(name + "reduce"))
+	v := is.vec()
+	VMOVUPS(Mem{Base: a}, v)
+	VFMADD231PS(Mem{Base: b}, v, acc[0])
+	ADDQ(U32(vb), a)
+	ADDQ(U32(vb), b)
+	SUBQ(U32(lanes), n)
+	JMP(LabelRef(name + "vec"))
+	Label(name + "reduce")
+	VADDPS(acc[1], acc[0], acc[0])
+	VADDPS(acc[3], acc[2], acc[2])
+	VADDPS(acc[2], acc[0], acc[0])
+	s := hsum(is, acc[0])
+	Label(name + "tail")
+	TESTQ(n, n)
+	JE(LabelRef(name + "done"))
+	t := XMM()
+	VMOVSS(Mem{Base: a}, t)
+	VFMADD231SS(Mem{Base: b}, t, s)
+	ADDQ(Imm(4), a)
+	ADDQ(Imm(4), b)
+	DECQ(n)
+	JMP(LabelRef(name + "tail"))
+	Label(name + "done")
+	VZEROUPPER()
+	Store(s, ReturnIndex(0))
+	RET()
+}
+
+// axpy emits axpyF32x<ISA>(y []float32, a float32, x []float32): y[i] += a*x[i] over len(y).
+func axpy(is isa) {
+	name := "axpyF32x" + is.name
+	TEXT(name, NOSPLIT, "func(y []float32, a float32, x []float32)")
+	Pragma("noescape")
+	Doc(name + " does y[i] += a*x[i] over len(y) elements.")
+	yp := Load(Param("y").Base(), GP64())
+	n := Load(Param("y").Len(), GP64())
+	xp := Load(Param("x").Base(), GP64())
+	as := Load(Param("a"), XMM())
+	av := is.vec()
+	VBROADCASTSS(as, av)
+	lanes := 16 / is.halves
+	vb := lanes * 4
+	Label(name + "block")
+	CMPQ(n, U32(4*lanes))
+	JL(LabelRef(name + "vec"))
+	for i := 0; i < 4; i++ {
+		v := is.vec()
+		VMOVUPS(Mem{Base: yp, Disp: i * vb}, v)
+		VFMADD231PS(Mem{Base: xp, Disp: i * vb}, av, v)
+		VMOVUPS(v, Mem{Base: yp, Disp: i * vb})
+	}
+	ADDQ(U32(4*vb), yp)
+	ADDQ(U32(4*vb), xp)
+	SUBQ(U32(4*lanes), n)
+	JMP(LabelRef(name + "block"))
+	Label(name + "vec")
+	CMPQ(n, U32(lanes))
+	JL(LabelRef(name + "tail"))
+	v := is.vec()
+	VMOVUPS(Mem{Base: yp}, v)
+	VFMADD231PS(Mem{Base: xp}, av, v)
+	VMOVUPS(v, Mem{Base: yp})
+	ADDQ(U32(vb), yp)
+	ADDQ(U32(vb), xp)
+	SUBQ(U32(lanes), n)
+	JMP(LabelRef(name + "vec"))
+	Label(name + "tail")
+	TESTQ(n, n)
+	JE(LabelRef(name + "done"))
+	t := XMM()
+	VMOVSS(Mem{Base: yp}, t)
+	VFMADD231SS(Mem{Base: xp}, as, t)
+	VMOVSS(t, Mem{Base: yp})
+	ADDQ(Imm(4), yp)
+	ADDQ(Imm(4), xp)
+	DECQ(n)
+	JMP(LabelRef(name + "tail"))
+	Label(name + "done")
+	VZEROUPPER()
+	RET()
+}
+
+// sum256 emits sumF32x256(a []float32) float32 for the bandwidth probe: eight independent ymm
+// adds per 256 bytes, so the loop is limited by memory, not by add latency. len(a) must be a
+// multiple of 64.
+func sum256() {
+	TEXT("sumF32x256", NOSPLIT, "func(a []float32) float32")
+	Pragma("noescape")
+	Doc("sumF32x256 reads a (len a multiple of 64) and returns a sum of its elements.")
+	p := Load(Param("a").Base(), GP64())
+	n := Load(Param("a").Len(), GP64())
+	acc := make([]reg.VecVirtual, 8)
+	for i := range acc {
+		acc[i] = YMM()
+		VXORPS(acc[i], acc[i], acc[i])
+	}
+	Label("sumloop")
+	CMPQ(n, Imm(64))
+	JL(LabelRef("sumdone"))
+	for i := range acc {
+		VADDPS(Mem{Base: p, Disp: 32 * i}, acc[i], acc[i])
+	}
+	ADDQ(U32(256), p)
+	SUBQ(Imm(64), n)
+	JMP(LabelRef("sumloop"))
+	Label("sumdone")
+	for s := 4; s >= 1; s /= 2 {
+		for i := 0; i < s; i++ {
+			VADDPS(acc[i+s], acc[i], acc[i])
+		}
+	}
+	r := hsum(avx2, acc[0])
+	VZEROUPPER()
+	Store(r, ReturnIndex(0))
+	RET()
+}
+
+func cpuid() {
+	TEXT("cpuid", NOSPLIT, "func(leaf, sub uint32) (a, b, c, d uint32)")
+	Doc("cpuid executes CPUID with EAX=leaf, ECX=sub.")
+	Load(Param("leaf"), reg.EAX)
+	Load(Param("sub"), reg.ECX)
+	CPUID()
+	Store(reg.EAX, Return("a"))
+	Store(reg.EBX, Return("b"))
+	Store(reg.ECX, Return("c"))
+	Store(reg.EDX, Return("d"))
+	RET()
+}
+
+func xgetbv() {
+	TEXT("xgetbv", NOSPLIT, "func() (a, d uint32)")
+	Doc("xgetbv reads XCR0, the register of state components the OS saves (EAX, EDX).")
+	XORL(reg.ECX, reg.ECX)
+	XGETBV()
+	Store(reg.EAX, Return("a"))
+	Store(reg.EDX, Return("d"))
+	RET()
+}

@@ -1,0 +1,159 @@
+//go:build amd64 && !purego
+
+package kernel
+
+//go:generate sh -c "cd _gen && go run . -out ../asm_amd64.s -stubs ../asm_amd64_stubs.go -pkg kernel"
+
+// hasAsm tells tests that this build registers assembly paths.
+const hasAsm = true
+
+// isa selects the generated kernels of one instruction set. Kernels are called directly from a
+// switch rather than through a table of function values: escape analysis sees the noescape
+// pragma only on direct calls, and the partial-panel scratch must stay on the stack.
+type isa int
+
+const (
+	isa512 isa = iota
+	isa256
+)
+
+// kern runs the generated kernel for g (1..4) rows over np whole panels starting at panel p0.
+func (s isa) kern(m *Matrix, g, p0, np int, x, y *float32, ldy int) {
+	k := m.K
+	if m.DType == BF16 {
+		w := &m.bf16[p0*m.panelLen()]
+		switch s<<2 | isa(g-1) {
+		case isa512<<2 | 0:
+			panelsBF16R1x512(w, x, y, k, np, k, ldy)
+		case isa512<<2 | 1:
+			panelsBF16R2x512(w, x, y, k, np, k, ldy)
+		case isa512<<2 | 2:
+			panelsBF16R3x512(w, x, y, k, np, k, ldy)
+		case isa512<<2 | 3:
+			panelsBF16R4x512(w, x, y, k, np, k, ldy)
+		case isa256<<2 | 0:
+			panelsBF16R1x256(w, x, y, k, np, k, ldy)
+		case isa256<<2 | 1:
+			panelsBF16R2x256(w, x, y, k, np, k, ldy)
+		case isa256<<2 | 2:
+			panelsBF16R3x256(w, x, y, k, np, k, ldy)
+		case isa256<<2 | 3:
+			panelsBF16R4x256(w, x, y, k, np, k, ldy)
+		}
+		return
+	}
+	w := &m.f32[p0*m.panelLen()]
+	switch s<<2 | isa(g-1) {
+	case isa512<<2 | 0:
+		panelsF32R1x512(w, x, y, k, np, k, ldy)
+	case isa512<<2 | 1:
+		panelsF32R2x512(w, x, y, k, np, k, ldy)
+	case isa512<<2 | 2:
+		panelsF32R3x512(w, x, y, k, np, k, ldy)
+	case isa512<<2 | 3:
+		panelsF32R4x512(w, x, y, k, np, k, ldy)
+	case isa256<<2 | 0:
+		panelsF32R1x256(w, x, y, k, np, k, ldy)
+	case isa256<<2 | 1:
+		panelsF32R2x256(w, x, y, k, np, k, ldy)
+	case isa256<<2 | 2:
+		panelsF32R3x256(w, x, y, k, np, k, ldy)
+	case isa256<<2 | 3:
+		panelsF32R4x256(w, x, y, k, np, k, ldy)
+	}
+}
+
+func panels512(m *Matrix, y, x []float32, rows, p0, p1 int) { isa512.run(m, y, x, rows, p0, p1) }
+func panels256(m *Matrix, y, x []float32, rows, p0, p1 int) { isa256.run(m, y, x, rows, p0, p1) }
+
+// chunkBytes bounds the weights one pass over the row groups covers, so that for rows > 4 the
+// panels read from memory for the first group of 4 rows are still in L2 for the next groups.
+const chunkBytes = 256 << 10
+
+// run computes panels [p0, p1) of all rows with the kernels of s. Row groups of at most 4 rows go through the
+// generated kernels; a row's accumulation never depends on which group or chunk it falls in.
+func (s isa) run(m *Matrix, y, x []float32, rows, p0, p1 int) {
+	n, k := m.N, m.K
+	full := p1 // panels with all Panel rows inside N
+	if p1*Panel > n {
+		full = p1 - 1
+	}
+	esize := 4
+	if m.DType == BF16 {
+		esize = 2
+	}
+	// At least 8 panels per chunk, in multiples of 8: the generated kernels are fastest over
+	// 8 (one row) or 4 (more rows) panels at a time.
+	chunk := max(8, chunkBytes/(m.panelLen()*esize)/8*8)
+	for c0 := p0; c0 < full; c0 += chunk {
+		c1 := min(c0+chunk, full)
+		for r0 := 0; r0 < rows; r0 += 4 {
+			g := min(4, rows-r0)
+			s.kern(m, g, c0, c1-c0, &x[r0*k], &y[r0*n+c0*Panel], n)
+		}
+	}
+	if full == p1 {
+		return
+	}
+	// The last panel is partial: its padding rows are zero weights, computed into a scratch
+	// block and dropped. The arithmetic of the real lanes is that of any other panel.
+	var tmp [4 * Panel]float32
+	lanes := n - full*Panel
+	for r0 := 0; r0 < rows; r0 += 4 {
+		g := min(4, rows-r0)
+		s.kern(m, g, full, 1, &x[r0*k], &tmp[0], Panel)
+		for r := 0; r < g; r++ {
+			copy(y[(r0+r)*n+full*Panel:(r0+r)*n+n], tmp[r*Panel:r*Panel+lanes])
+		}
+	}
+}
+
+var (
+	hasAVX2FMA bool // AVX2 and FMA, with the OS saving ymm state
+	hasAVX512  bool // AVX512F, with the OS saving zmm and opmask state
+)
+
+// detect reads CPUID and XCR0. A feature counts only if the OS also saves the registers it
+// uses (OSXSAVE and the XCR0 bits), as a hypervisor may hide AVX-512 state.
+func detect() {
+	maxLeaf, _, _, _ := cpuid(0, 0)
+	if maxLeaf < 7 {
+		return
+	}
+	_, _, c1, _ := cpuid(1, 0)
+	const (
+		fmaBit     = 1 << 12
+		osxsaveBit = 1 << 27
+		avxBit     = 1 << 28
+	)
+	if c1&osxsaveBit == 0 || c1&avxBit == 0 {
+		return
+	}
+	xcr0, _ := xgetbv()
+	ymmOS := xcr0&0x6 == 0x6            // SSE and AVX state
+	zmmOS := ymmOS && xcr0&0xe0 == 0xe0 // opmask, ZMM_Hi256, Hi16_ZMM state
+	_, b7, _, _ := cpuid(7, 0)
+	const (
+		avx2Bit    = 1 << 5
+		avx512FBit = 1 << 16
+	)
+	hasAVX2FMA = ymmOS && b7&avx2Bit != 0 && c1&fmaBit != 0
+	hasAVX512 = zmmOS && hasAVX2FMA && b7&avx512FBit != 0
+}
+
+// archRegistered runs during package variable initialization, which completes before any
+// init function, so the registry is whole when dispatch.go's init applies DFLASH_KERNEL.
+var archRegistered = registerArch()
+
+func registerArch() bool {
+	detect()
+	// register prepends, so the most preferred path is registered last.
+	if hasAVX2FMA {
+		register(&impl{name: "avx2", panels: panels256, dot: dotF32x256, axpy: axpyF32x256})
+		sumF32 = sumF32x256
+	}
+	if hasAVX512 {
+		register(&impl{name: "avx512", panels: panels512, dot: dotF32x512, axpy: axpyF32x512})
+	}
+	return true
+}

@@ -1,0 +1,171 @@
+package nn
+
+import (
+	"math"
+
+	"github.com/dflash/dflash/kernel"
+)
+
+// Visibility decides which cached keys a query row sees. The keys a row sees always form one
+// contiguous span of cache rows, so attention is a loop over a range, never a per-key test.
+//
+// The zero value is causal attention (targets). A DFlash draft block sets Bidirectional: every
+// row of the forward sees every other row of it, plus all rows before it. Window > 0 limits how
+// far back a row sees (sliding-window layers): only keys at positions > qpos-Window.
+type Visibility struct {
+	Bidirectional bool
+	Window        int
+}
+
+// Causal is the visibility of a target's layers.
+var Causal = Visibility{}
+
+// Span returns the key rows [lo, hi) visible to a query at position qpos in a forward whose
+// rows occupy positions [blockStart, blockEnd).
+func (v Visibility) Span(qpos, blockStart, blockEnd int) (lo, hi int) {
+	hi = qpos + 1
+	if v.Bidirectional {
+		hi = blockEnd
+	}
+	if v.Window > 0 && qpos-v.Window+1 > 0 {
+		lo = qpos - v.Window + 1
+	}
+	return lo, hi
+}
+
+// Attention is multi-head scaled dot-product attention with grouped key/value heads: query head
+// h reads key/value head h / (Heads/KVHeads).
+type Attention struct {
+	Heads, KVHeads, HeadDim int
+	Scale                   float32 // usually 1/sqrt(HeadDim)
+}
+
+// NewAttention returns the attention shape with the usual 1/sqrt(headDim) scale.
+func NewAttention(heads, kvHeads, headDim int) Attention {
+	return Attention{Heads: heads, KVHeads: kvHeads, HeadDim: headDim, Scale: float32(1 / math.Sqrt(float64(headDim)))}
+}
+
+// smallHead is the head size below which inline loops beat a call into the kernel's dot.
+const smallHead = 32
+
+// Rows computes attention for n query rows at positions [pos, pos+n). q holds n rows of
+// Heads*HeadDim; out receives n rows of the same width. k and v are one layer of a cache: row t
+// (position t) at [t*W, (t+1)*W) with W = KVHeads*HeadDim, already holding the rows of this
+// forward. scores is scratch of at least the longest visible span. Each output row depends only
+// on its own query and the keys it sees, never on n, so decoding and verification agree bitwise.
+func (a Attention) Rows(out, q []float32, n int, k, v []float32, pos int, vis Visibility, scores []float32) {
+	d := a.HeadDim
+	w := a.KVHeads * d
+	group := a.Heads / a.KVHeads
+	qw := a.Heads * d
+	for i := 0; i < n; i++ {
+		lo, hi := vis.Span(pos+i, pos, pos+n)
+		sc := scores[:hi-lo]
+		for h := 0; h < a.Heads; h++ {
+			qh := q[i*qw+h*d : i*qw+h*d+d]
+			oh := out[i*qw+h*d : i*qw+h*d+d]
+			koff := (h / group) * d
+			kh := k[lo*w+koff:]
+			vh := v[lo*w+koff:]
+			if d == 8 {
+				attendHead8((*[8]float32)(qh), (*[8]float32)(oh), kh, vh, w, sc, a.Scale)
+				continue
+			}
+			for t := range sc {
+				sc[t] = kernel.Dot(qh, kh[t*w:t*w+d]) * a.Scale
+			}
+			Softmax(sc)
+			clear(oh)
+			for t, p := range sc {
+				kernel.Axpy(oh, p, vh[t*w:t*w+d])
+			}
+		}
+	}
+}
+
+// attendHead8 is one head of size 8 (llama2.c's small models): scores, softmax and the weighted
+// sum of values in registers-sized fixed arrays, so the compiler drops every bounds check. Row t's
+// key and value start at kh[t*stride] and vh[t*stride].
+func attendHead8(q, out *[8]float32, kh, vh []float32, stride int, sc []float32, scale float32) {
+	m := float32(math.Inf(-1))
+	for t := range sc {
+		kt := (*[8]float32)(kh[t*stride:])
+		s := ((q[0]*kt[0] + q[1]*kt[1]) + (q[2]*kt[2] + q[3]*kt[3])) + ((q[4]*kt[4] + q[5]*kt[5]) + (q[6]*kt[6] + q[7]*kt[7]))
+		s *= scale
+		sc[t] = s
+		if s > m {
+			m = s
+		}
+	}
+	sum := expShift(sc, m)
+	var o [8]float32
+	for t, p := range sc {
+		vt := (*[8]float32)(vh[t*stride:])
+		o[0] += p * vt[0]
+		o[1] += p * vt[1]
+		o[2] += p * vt[2]
+		o[3] += p * vt[3]
+		o[4] += p * vt[4]
+		o[5] += p * vt[5]
+		o[6] += p * vt[6]
+		o[7] += p * vt[7]
+	}
+	inv := 1 / sum
+	for j := range o {
+		out[j] = o[j] * inv
+	}
+}
+
+// HeadMajor is the key/value layout RowsHeadMajor reads: per layer [KVHeads][HeadDim][Capacity],
+// so that one element of a head over consecutive positions is contiguous. Attention with small
+// heads (llama2.c's 8-wide ones) then runs as the kernel's vector products over positions,
+// instead of scalar loops of 8 per key.
+type HeadMajor struct {
+	KVHeads, HeadDim, Capacity int
+}
+
+// Scatter copies rows rows of width KVHeads*HeadDim (row-major, as a projection writes them)
+// into the head-major layer dst at positions [pos, pos+rows).
+func (l HeadMajor) Scatter(dst, rows []float32, n, pos int) {
+	w := l.KVHeads * l.HeadDim
+	for i := 0; i < n; i++ {
+		row := rows[i*w : (i+1)*w]
+		for e, v := range row {
+			dst[e*l.Capacity+pos+i] = v
+		}
+	}
+}
+
+// RowsHeadMajor is Rows over a head-major layer (see HeadMajor). Scores accumulate one head
+// element at a time over all visible positions; the result of a row again depends only on its
+// query and its span. It does not compute the same bits as Rows: a model uses one layout.
+func (a Attention) RowsHeadMajor(out, q []float32, n int, kt, vt []float32, l HeadMajor, pos int, vis Visibility, scores []float32) {
+	d := a.HeadDim
+	group := a.Heads / a.KVHeads
+	qw := a.Heads * d
+	for i := 0; i < n; i++ {
+		lo, hi := vis.Span(pos+i, pos, pos+n)
+		sc := scores[:hi-lo]
+		for h := 0; h < a.Heads; h++ {
+			qh := q[i*qw+h*d : i*qw+h*d+d]
+			oh := out[i*qw+h*d : i*qw+h*d+d]
+			base := (h / group) * d * l.Capacity
+			clear(sc)
+			for j, qj := range qh {
+				o := base + j*l.Capacity
+				kernel.Axpy(sc, qj, kt[o+lo:o+hi])
+			}
+			m := sc[0]
+			for _, s := range sc[1:] {
+				if s > m {
+					m = s
+				}
+			}
+			inv := 1 / expShiftScaled(sc, m, a.Scale)
+			for j := range oh {
+				o := base + j*l.Capacity
+				oh[j] = kernel.Dot(sc, vt[o+lo:o+hi]) * inv
+			}
+		}
+	}
+}

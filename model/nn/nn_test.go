@@ -1,0 +1,307 @@
+package nn
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/dflash/dflash/kernel"
+	"github.com/dflash/dflash/kernel/kerneltest"
+)
+
+func randVec(r *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(r.NormFloat64())
+	}
+	return v
+}
+
+func TestExp32(t *testing.T) {
+	// Against float64 exp over the range softmax and silu use; 4 ulp (about 5e-7 relative) is
+	// far inside what a 1e-4 logit tolerance needs.
+	for x := -87.0; x <= 88.7; x += 0.0137 {
+		got := float64(Exp32(float32(x)))
+		want := math.Exp(float64(float32(x)))
+		if rel := math.Abs(got-want) / want; rel > 5e-7 {
+			t.Fatalf("Exp32(%g) = %g, want %g (rel %g)", x, got, want, rel)
+		}
+	}
+	if Exp32(-100) != 0 || !math.IsInf(float64(Exp32(100)), 1) {
+		t.Fatalf("Exp32 saturation: exp(-100)=%g exp(100)=%g", Exp32(-100), Exp32(100))
+	}
+}
+
+func TestRMSNorm(t *testing.T) {
+	// x = [3, 4]: mean square 12.5, so x/rms = [0.8485, 1.1314]; weights scale each element.
+	x := []float32{3, 4}
+	w := []float32{1, 2}
+	RMSNorm(x, x, w, 0)
+	inv := 1 / math.Sqrt(12.5)
+	want := []float64{3 * inv, 8 * inv}
+	for i := range x {
+		if math.Abs(float64(x[i])-want[i]) > 1e-6 {
+			t.Fatalf("RMSNorm = %v, want %v", x, want)
+		}
+	}
+}
+
+func TestSoftmax(t *testing.T) {
+	x := []float32{1, 2, 3, 1000}
+	Softmax(x)
+	// The 1000 dominates completely; subtracting the max keeps it from overflowing, and the
+	// others underflow to (at most) exp(-87.3), about 1e-38.
+	if x[3] != 1 || x[0] > 1e-37 {
+		t.Fatalf("Softmax = %v, want [0 0 0 1]", x)
+	}
+	y := []float32{0, float32(math.Log(3))}
+	Softmax(y)
+	if math.Abs(float64(y[0])-0.25) > 1e-7 || math.Abs(float64(y[1])-0.75) > 1e-7 {
+		t.Fatalf("Softmax([0 ln3]) = %v, want [0.25 0.75]", y)
+	}
+}
+
+func TestRoPEStyles(t *testing.T) {
+	const d, pos = 8, 5
+	inv := InvFreq(d, 10000)
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, style := range []RoPEStyle{RotateHalf, AdjacentPair} {
+		t.Run(style.String(), func(t *testing.T) {
+			x := randVec(r, 2*d)
+			orig := append([]float32(nil), x...)
+			NewRoPE(style, d, inv, pos+1).Apply(x, 2, pos)
+			for h := 0; h < 2; h++ {
+				for i := 0; i < d/2; i++ {
+					// Pair (a, b) rotated by angle pos*inv[i].
+					ia, ib := h*d+i, h*d+i+d/2
+					if style == AdjacentPair {
+						ia, ib = h*d+2*i, h*d+2*i+1
+					}
+					c, s := math.Cos(pos*inv[i]), math.Sin(pos*inv[i])
+					a, b := float64(orig[ia]), float64(orig[ib])
+					if math.Abs(float64(x[ia])-(a*c-b*s)) > 1e-5 || math.Abs(float64(x[ib])-(a*s+b*c)) > 1e-5 {
+						t.Fatalf("head %d pair %d: got (%g, %g), want (%g, %g)", h, i, x[ia], x[ib], a*c-b*s, a*s+b*c)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestRoPEGrowKeepsTable(t *testing.T) {
+	inv := InvFreq(4, 10000)
+	a := NewRoPE(RotateHalf, 4, inv, 3)
+	a.Grow(10)
+	b := NewRoPE(RotateHalf, 4, inv, 10)
+	x, y := []float32{1, 2, 3, 4}, []float32{1, 2, 3, 4}
+	a.Apply(x, 1, 7)
+	b.Apply(y, 1, 7)
+	for i := range x {
+		if x[i] != y[i] {
+			t.Fatalf("grown table differs at position 7: %v vs %v", x, y)
+		}
+	}
+}
+
+func TestLlama3InvFreq(t *testing.T) {
+	// Llama 3.1's published scaling: factor 8, low 1, high 4, original context 8192. High
+	// frequencies (short wavelengths) stay, the lowest are divided by 8.
+	inv := InvFreq(128, 500000)
+	got := Llama3InvFreq(inv, 8, 1, 4, 8192)
+	if got[0] != inv[0] {
+		t.Fatalf("highest frequency changed: %g -> %g", inv[0], got[0])
+	}
+	last := len(inv) - 1
+	if math.Abs(got[last]-inv[last]/8) > 1e-18 {
+		t.Fatalf("lowest frequency %g, want %g", got[last], inv[last]/8)
+	}
+	for i := range got {
+		if got[i] > inv[i] || got[i] < inv[i]/8 {
+			t.Fatalf("frequency %d scaled outside [f/8, f]: %g vs %g", i, got[i], inv[i])
+		}
+	}
+}
+
+func TestVisibilitySpan(t *testing.T) {
+	// A forward over positions [10, 14); the query at 12.
+	tests := []struct {
+		name   string
+		vis    Visibility
+		lo, hi int
+	}{
+		{"causal sees itself and everything before", Causal, 0, 13},
+		{"bidirectional block sees its whole block", Visibility{Bidirectional: true}, 0, 14},
+		{"window of 4 sees 9..12", Visibility{Window: 4}, 9, 13},
+		{"bidirectional window", Visibility{Bidirectional: true, Window: 4}, 9, 14},
+		{"window wider than history", Visibility{Window: 100}, 0, 13},
+	}
+	for _, tc := range tests {
+		lo, hi := tc.vis.Span(12, 10, 14)
+		if lo != tc.lo || hi != tc.hi {
+			t.Errorf("%s: span [%d, %d), want [%d, %d)", tc.name, lo, hi, tc.lo, tc.hi)
+		}
+	}
+}
+
+// naiveAttention is the textbook formula in float64, one query row at a time.
+func naiveAttention(a Attention, q []float32, n int, k, v []float32, pos int, vis Visibility) []float64 {
+	d, qw, w := a.HeadDim, a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
+	out := make([]float64, n*qw)
+	for i := 0; i < n; i++ {
+		lo, hi := vis.Span(pos+i, pos, pos+n)
+		for h := 0; h < a.Heads; h++ {
+			kh := h / (a.Heads / a.KVHeads)
+			s := make([]float64, hi-lo)
+			m := math.Inf(-1)
+			for t := lo; t < hi; t++ {
+				var dot float64
+				for j := 0; j < d; j++ {
+					dot += float64(q[i*qw+h*d+j]) * float64(k[t*w+kh*d+j])
+				}
+				s[t-lo] = dot / math.Sqrt(float64(d))
+				m = math.Max(m, s[t-lo])
+			}
+			var sum float64
+			for j := range s {
+				s[j] = math.Exp(s[j] - m)
+				sum += s[j]
+			}
+			for t := lo; t < hi; t++ {
+				for j := 0; j < d; j++ {
+					out[i*qw+h*d+j] += s[t-lo] / sum * float64(v[t*w+kh*d+j])
+				}
+			}
+		}
+	}
+	return out
+}
+
+func TestAttentionRows(t *testing.T) {
+	kerneltest.ForEachPath(t, func(t *testing.T) {
+		for _, d := range []int{8, 64} { // inline loops and kernel dot
+			for _, vis := range []Visibility{Causal, {Bidirectional: true}, {Window: 3}, {Bidirectional: true, Window: 5}} {
+				a := NewAttention(4, 2, d)
+				r := rand.New(rand.NewPCG(uint64(d), 7))
+				const pos, n, capacity = 6, 4, 16
+				k := randVec(r, capacity*2*d)
+				v := randVec(r, capacity*2*d)
+				q := randVec(r, n*4*d)
+				out := make([]float32, n*4*d)
+				a.Rows(out, q, n, k, v, pos, vis, make([]float32, capacity))
+				want := naiveAttention(a, q, n, k, v, pos, vis)
+				for i := range out {
+					if math.Abs(float64(out[i])-want[i]) > 1e-5 {
+						t.Fatalf("d=%d vis=%+v: out[%d] = %g, want %g", d, vis, i, out[i], want[i])
+					}
+				}
+				// Row independence: the last row alone (a decode step) equals its value in the batch
+				// for causal visibility, bitwise.
+				if vis == Causal {
+					one := make([]float32, 4*d)
+					a.Rows(one, q[(n-1)*4*d:], 1, k, v, pos+n-1, vis, make([]float32, capacity))
+					for j := range one {
+						if one[j] != out[(n-1)*4*d+j] {
+							t.Fatalf("d=%d: single-row attention differs from batched at %d", d, j)
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
+func TestAttentionHeadMajor(t *testing.T) {
+	// The same keys and values scattered into the head-major layout give the textbook result too.
+	kerneltest.ForEachPath(t, func(t *testing.T) {
+		for _, d := range []int{8, 16} {
+			for _, vis := range []Visibility{Causal, {Bidirectional: true}, {Window: 3}, {Bidirectional: true, Window: 5}} {
+				a := NewAttention(4, 2, d)
+				r := rand.New(rand.NewPCG(uint64(d), 8))
+				const pos, n, capacity = 6, 4, 16
+				k, v := randVec(r, capacity*2*d), randVec(r, capacity*2*d)
+				l := HeadMajor{KVHeads: 2, HeadDim: d, Capacity: capacity}
+				kt, vt := make([]float32, capacity*2*d), make([]float32, capacity*2*d)
+				l.Scatter(kt, k, capacity, 0)
+				l.Scatter(vt, v, capacity, 0)
+				q := randVec(r, n*4*d)
+				out := make([]float32, n*4*d)
+				a.RowsHeadMajor(out, q, n, kt, vt, l, pos, vis, make([]float32, capacity))
+				want := naiveAttention(a, q, n, k, v, pos, vis)
+				for i := range out {
+					if math.Abs(float64(out[i])-want[i]) > 1e-5 {
+						t.Fatalf("d=%d vis=%+v: out[%d] = %g, want %g", d, vis, i, out[i], want[i])
+					}
+				}
+				if vis == Causal {
+					one := make([]float32, 4*d)
+					a.RowsHeadMajor(one, q[(n-1)*4*d:], 1, kt, vt, l, pos+n-1, vis, make([]float32, capacity))
+					for j := range one {
+						if one[j] != out[(n-1)*4*d+j] {
+							t.Fatalf("d=%d: single-row attention differs from batched at %d", d, j)
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
+func TestSwiGLU(t *testing.T) {
+	// down = identity(2x2), gate and up 2x2: y = silu(gate x) * (up x).
+	gate := kernel.NewF32([]float32{1, 0, 0, 1}, 2, 2)
+	up := kernel.NewF32([]float32{2, 0, 0, 3}, 2, 2)
+	down := kernel.NewF32([]float32{1, 0, 0, 1}, 2, 2)
+	x := []float32{1, -2}
+	y := make([]float32, 2)
+	SwiGLU(y, x, 1, gate, up, down, make([]float32, 2), make([]float32, 2))
+	silu := func(v float64) float64 { return v / (1 + math.Exp(-v)) }
+	want := []float64{silu(1) * 2, silu(-2) * -6}
+	for i := range y {
+		if math.Abs(float64(y[i])-want[i]) > 1e-6 {
+			t.Fatalf("SwiGLU = %v, want %v", y, want)
+		}
+	}
+}
+
+func BenchmarkAttentionDecodeSmallHeadMajor(b *testing.B) {
+	a := NewAttention(8, 4, 8)
+	r := rand.New(rand.NewPCG(1, 1))
+	l := HeadMajor{KVHeads: 4, HeadDim: 8, Capacity: 256}
+	kt, vt := randVec(r, 256*32), randVec(r, 256*32)
+	q, out, sc := randVec(r, 64), make([]float32, 64), make([]float32, 256)
+	for b.Loop() {
+		a.RowsHeadMajor(out, q, 1, kt, vt, l, 255, Causal, sc)
+	}
+}
+
+func BenchmarkAttentionDecodeSmallHead(b *testing.B) {
+	// stories260K's shape: 8 heads of 8 over 4 kv heads, 256 cached positions.
+	a := NewAttention(8, 4, 8)
+	r := rand.New(rand.NewPCG(1, 1))
+	k, v := randVec(r, 256*32), randVec(r, 256*32)
+	q, out, sc := randVec(r, 64), make([]float32, 64), make([]float32, 256)
+	for b.Loop() {
+		a.Rows(out, q, 1, k, v, 255, Causal, sc)
+	}
+}
+
+func TestExpShiftMatchesExp32(t *testing.T) {
+	// The batched softmax exponent must agree with Exp32 bitwise (same arithmetic), except where
+	// it flushes inputs below -87.3 to exp(-87.3) instead of 0.
+	x := []float32{0, -0.5, -1e-3, -10, -30.25, -87, -80.5}
+	want := make([]float32, len(x))
+	var sum float32
+	for i, v := range x {
+		want[i] = Exp32(v - 0.25)
+		sum += want[i]
+	}
+	got := append([]float32(nil), x...)
+	if s := expShift(got, 0.25); s != sum {
+		t.Fatalf("sum %g, want %g", s, sum)
+	}
+	for i := range x {
+		if got[i] != want[i] {
+			t.Fatalf("expShift[%d] = %g, Exp32 = %g", i, got[i], want[i])
+		}
+	}
+}

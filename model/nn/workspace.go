@@ -1,0 +1,52 @@
+package nn
+
+import "github.com/dflash/dflash/kernel"
+
+// Workspace is the scratch one forward of a decoder stack needs for up to Rows rows at a time.
+// It is sized once (at model construction) and reused by every forward, so the hot path never
+// allocates; Scores grows only when a longer context than any before needs it (GrowScores).
+type Workspace struct {
+	Rows     int
+	X, XN    []float32 // Rows x hidden: residual stream and its normed copy
+	Q, Att   []float32 // Rows x heads*headDim: queries and attention output
+	Tmp      []float32 // Rows x hidden: a sublayer's output before its residual add
+	Gate, Up []float32 // Rows x intermediate
+	Scores   []float32 // one query head's scores over its visible keys
+}
+
+// NewWorkspace sizes scratch for rows rows of a decoder with the given widths, and scores for
+// maxPos visible keys.
+func NewWorkspace(rows, hidden, qWidth, intermediate, maxPos int) *Workspace {
+	return &Workspace{
+		Rows: rows,
+		X:    make([]float32, rows*hidden), XN: make([]float32, rows*hidden),
+		Q: make([]float32, rows*qWidth), Att: make([]float32, rows*qWidth),
+		Tmp:  make([]float32, rows*hidden),
+		Gate: make([]float32, rows*intermediate), Up: make([]float32, rows*intermediate),
+		Scores: make([]float32, maxPos),
+	}
+}
+
+// GrowScores makes room for spans of up to n keys. It allocates only when n is a new maximum.
+func (ws *Workspace) GrowScores(n int) {
+	if len(ws.Scores) < n {
+		ws.Scores = make([]float32, n)
+	}
+}
+
+// MLPResidual is the second half of a pre-norm decoder layer for rows rows of x (width hidden):
+// x += down(silu(gate(n)) * up(n)) with n = RMSNorm(x) under norm. It uses XN, Gate, Up and Tmp.
+func (ws *Workspace) MLPResidual(x []float32, rows, hidden int, norm []float32, eps float32, gate, up, down *kernel.Matrix) {
+	xn := ws.XN[:rows*hidden]
+	RMSNormRows(xn, x, norm, rows, hidden, eps)
+	SwiGLU(ws.Tmp, xn, rows, gate, up, down, ws.Gate, ws.Up)
+	Add(x[:rows*hidden], ws.Tmp)
+}
+
+// Add does x[i] += y[i] over len(x) elements (a residual add).
+func Add(x, y []float32) {
+	y = y[:len(x)]
+	for i := range x {
+		x[i] += y[i]
+	}
+}

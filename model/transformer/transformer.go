@@ -1,0 +1,306 @@
+// Package transformer owns the dense decoder-only target: one implementation of the pre-norm
+// Llama block that covers Qwen3 (per-head q/k RMSNorm before rotate-half RoPE), Hugging Face
+// Llama (optionally llama3 rope scaling) and llama2.c checkpoints (adjacent-pair RoPE). It loads
+// weights from Hugging Face folders and llama2.c files, or builds random ones of a real shape.
+//
+// It never knows about speculation or sampling: a forward processes the rows it is given, writes
+// their keys and values into the cache, and returns the logits and taps asked for. The decode hot
+// path never allocates, never starts goroutines and never looks anything up in a map; every
+// buffer lives in the Model's workspace, sized at construction or grown once by a larger request.
+package transformer
+
+import (
+	"fmt"
+
+	"github.com/dflash/dflash/cache"
+	"github.com/dflash/dflash/kernel"
+	"github.com/dflash/dflash/model"
+	"github.com/dflash/dflash/model/nn"
+)
+
+// chunkRows is the widest batch one kernel product takes (kernel.MatMul supports 1..32 rows);
+// longer forwards run in chunks of this many rows. A row's result does not depend on the chunk it
+// falls in, so chunking changes nothing numerically.
+const chunkRows = 32
+
+// headMajorMax is the largest head size whose caches get head-major copies: below it a key row
+// per head is too short for vector instructions, so attention runs over positions instead.
+const headMajorMax = 16
+
+// headMajorCache is the cache of a model with small heads: the plain KV, which owns the offset
+// and the row-major rows, plus head-major copies of every layer's keys and values that attention
+// reads. Both are written together, and rows past the offset are dead in both, so rewinding the
+// KV rewinds the copies too.
+type headMajorCache struct {
+	*cache.KV
+	layout nn.HeadMajor
+	kt, vt [][]float32
+}
+
+// Layer holds one decoder block's weights. QNorm and KNorm are nil for Llama.
+type Layer struct {
+	AttnNorm, MLPNorm []float32
+	QNorm, KNorm      []float32 // per-head RMSNorm weights [HeadDim] (Qwen3)
+	Q, K, V, O        *kernel.Matrix
+	Gate, Up, Down    *kernel.Matrix
+}
+
+// Model is a loaded decoder. It is not safe for concurrent Forward calls: the workspace is
+// shared by every forward on it.
+type Model struct {
+	cfg       model.Config
+	embedding *kernel.Matrix // [Vocab][Hidden]
+	layers    []Layer
+	norm      []float32
+	head      *kernel.Matrix // [Vocab][Hidden]; the embedding when tied
+	rope      *nn.RoPE
+	attn      nn.Attention
+	headMajor bool // attention reads head-major key/value copies (small heads, see NewCache)
+	ws        workspace
+}
+
+// workspace holds every buffer a forward writes: the per-chunk scratch of nn.Workspace, plus
+// logits and taps, which grow when a request needs more than any before it.
+type workspace struct {
+	*nn.Workspace
+	logits []float32
+	taps   [][]float32
+	tapIdx []int // per layer: index into Request.Taps, or -1
+}
+
+// spec is what differs between the families this package covers.
+type spec struct {
+	style nn.RoPEStyle
+	inv   []float64 // rotary inverse frequencies, len HeadDim/2
+}
+
+// newModel checks the shape and sizes the workspace. The weights are already set.
+func newModel(cfg model.Config, sp spec, emb, head *kernel.Matrix, layers []Layer, norm []float32) (*Model, error) {
+	if err := checkConfig(cfg); err != nil {
+		return nil, err
+	}
+	if len(sp.inv) != cfg.HeadDim/2 {
+		return nil, fmt.Errorf("transformer: %d rotary frequencies for head dim %d", len(sp.inv), cfg.HeadDim)
+	}
+	m := &Model{cfg: cfg, embedding: emb, layers: layers, norm: norm, head: head}
+	m.attn = nn.NewAttention(cfg.Heads, cfg.KVHeads, cfg.HeadDim)
+	m.headMajor = cfg.HeadDim <= headMajorMax
+	// Tables for a modest context up front; NewCache grows them to the cache's capacity.
+	m.rope = nn.NewRoPE(sp.style, cfg.HeadDim, sp.inv, min(cfg.MaxSeq, 256))
+	m.ws = workspace{
+		Workspace: nn.NewWorkspace(chunkRows, cfg.Hidden, cfg.Heads*cfg.HeadDim, cfg.Intermediate, m.rope.MaxPos()),
+		logits:    make([]float32, cfg.Vocab),
+		tapIdx:    make([]int, cfg.Layers),
+	}
+	return m, nil
+}
+
+func checkConfig(c model.Config) error {
+	switch {
+	case c.Layers <= 0 || c.Hidden <= 0 || c.Intermediate <= 0 || c.Vocab <= 0:
+		return fmt.Errorf("transformer: config needs positive layers, hidden, intermediate and vocab (have %d, %d, %d, %d)", c.Layers, c.Hidden, c.Intermediate, c.Vocab)
+	case c.Heads <= 0 || c.KVHeads <= 0 || c.Heads%c.KVHeads != 0:
+		return fmt.Errorf("transformer: %d attention heads is not a positive multiple of %d kv heads", c.Heads, c.KVHeads)
+	case c.HeadDim <= 0 || c.HeadDim%2 != 0:
+		return fmt.Errorf("transformer: head dim %d must be positive and even", c.HeadDim)
+	case c.MaxSeq <= 0:
+		return fmt.Errorf("transformer: max sequence length %d must be positive", c.MaxSeq)
+	}
+	return nil
+}
+
+// Config returns the model's shape.
+func (m *Model) Config() model.Config { return m.cfg }
+
+// Layers exposes the decoder blocks (read-only) for drafts and tests.
+func (m *Model) Layers() []Layer { return m.layers }
+
+// NewCache allocates keys and values for capacity positions (at most MaxSeq) and grows the
+// rotary tables and score buffer to match, so forwards on it never allocate. For heads of at most
+// 16 elements the cache also keeps head-major copies for faster attention; it is then not a
+// *cache.KV itself (it embeds one). Forward also accepts a plain *cache.KV of the right shape.
+func (m *Model) NewCache(capacity int) cache.Cache {
+	capacity = min(max(capacity, 1), m.cfg.MaxSeq)
+	m.grow(capacity)
+	kv := cache.NewKV(m.cfg.Layers, capacity, m.cfg.KVHeads*m.cfg.HeadDim)
+	if !m.headMajor {
+		return kv
+	}
+	c := &headMajorCache{KV: kv, layout: nn.HeadMajor{KVHeads: m.cfg.KVHeads, HeadDim: m.cfg.HeadDim, Capacity: capacity},
+		kt: make([][]float32, m.cfg.Layers), vt: make([][]float32, m.cfg.Layers)}
+	for l := range c.kt {
+		c.kt[l] = make([]float32, capacity*kv.Width)
+		c.vt[l] = make([]float32, capacity*kv.Width)
+	}
+	return c
+}
+
+func (m *Model) grow(positions int) {
+	m.rope.Grow(positions)
+	m.ws.GrowScores(positions)
+}
+
+// Embed writes token's raw embedding row into dst[:Hidden]; token must be in [0, Vocab).
+func (m *Model) Embed(dst []float32, token int) { m.embedding.Row(dst[:m.cfg.Hidden], token) }
+
+// Head is the raw output head (the embedding when tied).
+func (m *Model) Head() *kernel.Matrix { return m.head }
+
+// FinalNorm is the weight of the norm before the head, for drafts that share it.
+func (m *Model) FinalNorm() []float32 { return m.norm }
+
+// WeightBytes counts the weights one decode step streams: every layer's products and the head.
+// The embedding lookup reads one row, so an untied table does not count.
+func (m *Model) WeightBytes() int64 {
+	var b int64
+	for i := range m.layers {
+		l := &m.layers[i]
+		for _, w := range []*kernel.Matrix{l.Q, l.K, l.V, l.O, l.Gate, l.Up, l.Down} {
+			b += w.Bytes()
+		}
+	}
+	return b + m.head.Bytes()
+}
+
+// Forward runs r.Tokens at positions c.Offset()... and commits them to c. It checks everything
+// before touching the cache, so on error the cache is unchanged.
+func (m *Model) Forward(c cache.Cache, r model.Request) (model.Result, error) {
+	var kv *cache.KV
+	var hm *headMajorCache
+	switch c := c.(type) {
+	case *cache.KV:
+		kv = c
+	case *headMajorCache:
+		kv, hm = c.KV, c
+	default:
+		return model.Result{}, fmt.Errorf("transformer: forward needs a cache made by NewCache or a *cache.KV, got %T", c)
+	}
+	cfg := &m.cfg
+	n := len(r.Tokens)
+	pos := kv.Offset()
+	if kv.Layers != cfg.Layers || kv.Width != cfg.KVHeads*cfg.HeadDim {
+		return model.Result{}, fmt.Errorf("transformer: cache of %d layers x width %d does not fit a model of %d layers x width %d", kv.Layers, kv.Width, cfg.Layers, cfg.KVHeads*cfg.HeadDim)
+	}
+	if n == 0 {
+		return model.Result{}, fmt.Errorf("transformer: forward with no tokens")
+	}
+	if !kv.Room(n) {
+		return model.Result{}, fmt.Errorf("transformer: %d rows at offset %d exceed cache capacity %d", n, pos, kv.Capacity)
+	}
+	for _, t := range r.Tokens {
+		if t < 0 || t >= cfg.Vocab {
+			return model.Result{}, fmt.Errorf("transformer: token %d outside vocabulary of %d", t, cfg.Vocab)
+		}
+	}
+	for i := range m.ws.tapIdx {
+		m.ws.tapIdx[i] = -1
+	}
+	for i, l := range r.Taps {
+		if l < 0 || l >= cfg.Layers {
+			return model.Result{}, fmt.Errorf("transformer: tap of layer %d outside [0, %d)", l, cfg.Layers)
+		}
+		if m.ws.tapIdx[l] >= 0 {
+			return model.Result{}, fmt.Errorf("transformer: layer %d tapped twice", l)
+		}
+		m.ws.tapIdx[l] = i
+	}
+	logitRows := 0
+	switch r.Logits {
+	case model.LogitsLast:
+		logitRows = 1
+	case model.LogitsAll:
+		logitRows = n
+	case model.LogitsNone:
+	default:
+		return model.Result{}, fmt.Errorf("transformer: unknown logit rows %d", r.Logits)
+	}
+	m.grow(pos + n)
+	if need := logitRows * cfg.Vocab; len(m.ws.logits) < need {
+		m.ws.logits = make([]float32, need)
+	}
+	res := model.Result{Logits: m.ws.logits[:logitRows*cfg.Vocab]}
+	if len(r.Taps) > 0 {
+		for len(m.ws.taps) < len(r.Taps) {
+			m.ws.taps = append(m.ws.taps, nil)
+		}
+		for i := range r.Taps {
+			if cap(m.ws.taps[i]) < n*cfg.Hidden {
+				m.ws.taps[i] = make([]float32, n*cfg.Hidden)
+			}
+			m.ws.taps[i] = m.ws.taps[i][:n*cfg.Hidden]
+		}
+		res.Taps = m.ws.taps[:len(r.Taps)]
+	}
+	for start := 0; start < n; start += chunkRows {
+		rows := min(chunkRows, n-start)
+		m.chunk(kv, hm, r.Tokens[start:start+rows], pos+start, res.Taps, start)
+		switch {
+		case r.Logits == model.LogitsAll:
+			m.logits(res.Logits[start*cfg.Vocab:], 0, rows)
+		case r.Logits == model.LogitsLast && start+rows == n:
+			m.logits(res.Logits, rows-1, 1)
+		}
+	}
+	if err := kv.Advance(n); err != nil {
+		return model.Result{}, fmt.Errorf("transformer: %w", err) // unreachable: Room was checked
+	}
+	return res, nil
+}
+
+// chunk runs up to chunkRows rows at positions [pos, pos+len(tokens)) through every layer,
+// leaving the last layer's output in ws.X and copying tapped layers' outputs to taps at row tapRow.
+func (m *Model) chunk(kv *cache.KV, hm *headMajorCache, tokens []int, pos int, taps [][]float32, tapRow int) {
+	cfg := &m.cfg
+	ws := &m.ws
+	n := len(tokens)
+	h := cfg.Hidden
+	d := cfg.HeadDim
+	kvw := cfg.KVHeads * d
+	qw := cfg.Heads * d
+	for i, t := range tokens {
+		m.embedding.Row(ws.X[i*h:(i+1)*h], t)
+	}
+	x, xn := ws.X[:n*h], ws.XN[:n*h]
+	for li := range m.layers {
+		l := &m.layers[li]
+		nn.RMSNormRows(xn, x, l.AttnNorm, n, h, cfg.RMSEps)
+		// Keys and values go straight into the cache rows of these positions: rows past the
+		// committed offset are free to overwrite, and Advance commits them only on success.
+		kc := kv.K[li][pos*kvw : (pos+n)*kvw]
+		vc := kv.V[li][pos*kvw : (pos+n)*kvw]
+		l.Q.MatMul(ws.Q, xn, n)
+		l.K.MatMul(kc, xn, n)
+		l.V.MatMul(vc, xn, n)
+		for i := 0; i < n; i++ {
+			qi := ws.Q[i*qw : (i+1)*qw]
+			ki := kc[i*kvw : (i+1)*kvw]
+			if l.QNorm != nil {
+				nn.RMSNormRows(qi, qi, l.QNorm, cfg.Heads, d, cfg.RMSEps)
+				nn.RMSNormRows(ki, ki, l.KNorm, cfg.KVHeads, d, cfg.RMSEps)
+			}
+			m.rope.Apply(qi, cfg.Heads, pos+i)
+			m.rope.Apply(ki, cfg.KVHeads, pos+i)
+		}
+		if hm != nil {
+			hm.layout.Scatter(hm.kt[li], kc, n, pos)
+			hm.layout.Scatter(hm.vt[li], vc, n, pos)
+			m.attn.RowsHeadMajor(ws.Att, ws.Q, n, hm.kt[li], hm.vt[li], hm.layout, pos, nn.Causal, ws.Scores)
+		} else {
+			m.attn.Rows(ws.Att, ws.Q, n, kv.K[li], kv.V[li], pos, nn.Causal, ws.Scores)
+		}
+		l.O.MatMul(ws.Tmp, ws.Att, n)
+		nn.Add(x, ws.Tmp)
+		ws.MLPResidual(x, n, h, l.MLPNorm, cfg.RMSEps, l.Gate, l.Up, l.Down)
+		if ti := ws.tapIdx[li]; ti >= 0 {
+			copy(taps[ti][tapRow*h:], x)
+		}
+	}
+}
+
+// logits writes the head's output for rows [first, first+rows) of the chunk just run.
+func (m *Model) logits(dst []float32, first, rows int) {
+	h := m.cfg.Hidden
+	xn := m.ws.XN[:rows*h]
+	nn.RMSNormRows(xn, m.ws.X[first*h:(first+rows)*h], m.norm, rows, h, m.cfg.RMSEps)
+	m.head.MatMul(dst, xn, rows)
+}
