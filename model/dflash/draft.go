@@ -1,0 +1,430 @@
+package dflash
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/dflash/dflash/cache"
+	"github.com/dflash/dflash/format/hf"
+	"github.com/dflash/dflash/format/safetensors"
+	"github.com/dflash/dflash/kernel"
+	"github.com/dflash/dflash/model"
+	"github.com/dflash/dflash/model/nn"
+	"github.com/dflash/dflash/model/transformer"
+)
+
+// Compute picks the element type weight matrices are kept in; it is the target's option so one
+// flag serves both.
+type Compute = transformer.Compute
+
+const (
+	KeepDType = transformer.KeepDType // F32 and BF16 as stored, F16 widened to F32
+	ForceF32  = transformer.ForceF32
+	ForceBF16 = transformer.ForceBF16
+)
+
+// Options tune loading.
+type Options struct {
+	DType Compute
+}
+
+// chunkRows is the widest batch handed to one kernel product (kernel.MatMul is specified for
+// 1..32 rows). A row's result does not depend on its batch, so chunking changes no bit.
+const chunkRows = 32
+
+type layer struct {
+	inNorm, postNorm []float32 // [Hidden]
+	qNorm, kNorm     []float32 // [HeadDim], applied per head
+	q, k, v, o       *kernel.Matrix
+	gate, up, down   *kernel.Matrix
+	vis              nn.Visibility
+}
+
+// Draft is a loaded DFlash draft bound to its target. It implements model.BlockDraft. It is not
+// safe for concurrent Forward calls (one workspace), nor for NewCache during a Forward (NewCache
+// may grow the rotary tables).
+type Draft struct {
+	cfg        Config
+	target     model.Target // its Embed is the draft's input embedding
+	head       *kernel.Matrix
+	fc         *kernel.Matrix // [Hidden][taps*Hidden]
+	hiddenNorm []float32
+	norm       []float32
+	layers     []layer
+	rope       *nn.RoPE
+	attn       nn.Attention
+	dtype      kernel.DType
+	ws         workspace
+}
+
+// workspace holds every buffer a forward writes; all are sized at construction except scores,
+// which NewCache grows to the longest span a cache allows.
+type workspace struct {
+	feat     []float32 // chunkRows x Hidden: context features hidden_norm(fc(taps))
+	x, xn    []float32 // B x Hidden: block residual stream and its normed copy
+	tmp      []float32 // B x Hidden
+	q, att   []float32 // B x Heads*HeadDim
+	gate, up []float32 // B x Intermediate
+	scores   []float32
+	logits   []float32 // B x Vocab
+}
+
+var _ model.BlockDraft = (*Draft)(nil)
+
+// Config returns the draft's config (its TargetLayers are filled even when the file had none).
+func (d *Draft) Config() Config {
+	c := d.cfg
+	c.TargetLayers = slices.Clone(c.TargetLayers)
+	c.LayerTypes = slices.Clone(c.LayerTypes)
+	return c
+}
+
+// DType is the element type of the draft's own matrices.
+func (d *Draft) DType() kernel.DType { return d.dtype }
+
+func (d *Draft) BlockSize() int { return d.cfg.BlockSize }
+
+func (d *Draft) MaskID() int { return d.cfg.MaskID }
+
+// TargetLayers returns the tapped target layers; the slice is the draft's and must not be
+// modified.
+func (d *Draft) TargetLayers() []int { return d.cfg.TargetLayers }
+
+// WeightBytes is the number of weight bytes one block forward streams: the draft's matrices
+// and the target's head (fc only streams when context rows are written).
+func (d *Draft) WeightBytes() int64 {
+	b := d.head.Bytes()
+	for i := range d.layers {
+		l := &d.layers[i]
+		for _, m := range []*kernel.Matrix{l.q, l.k, l.v, l.o, l.gate, l.up, l.down} {
+			b += m.Bytes()
+		}
+	}
+	return b
+}
+
+// NewCache allocates keys and values for capacity rows (context plus one block) and grows the
+// rotary tables and score buffer so that forwards on it never allocate.
+func (d *Draft) NewCache(capacity int) cache.Cache {
+	capacity = max(capacity, 1)
+	d.grow(capacity)
+	return cache.NewKV(d.cfg.Layers, capacity, d.cfg.KVHeads*d.cfg.HeadDim)
+}
+
+func (d *Draft) grow(positions int) {
+	d.rope.Grow(positions)
+	if len(d.ws.scores) < positions {
+		d.ws.scores = make([]float32, positions)
+	}
+}
+
+// Load reads a draft folder in z-lab's layout and checks it against target: every tensor
+// missing or misshaped is reported at once, and any way the draft does not fit the target is an
+// error naming the config field, its value and what it should be.
+func Load(dir string, target model.Target, opt Options) (*Draft, error) {
+	hc, err := hf.LoadConfig(dir)
+	if err != nil {
+		return nil, fmt.Errorf("load draft %s: %w", dir, err)
+	}
+	tc := target.Config()
+	cfg, err := fromHF(hc, tc.Layers)
+	if err != nil {
+		return nil, fmt.Errorf("load draft %s: config.json: %w", dir, err)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("load draft %s: config.json: %w", dir, err)
+	}
+	if err := cfg.CheckTarget(tc); err != nil {
+		return nil, fmt.Errorf("load draft %s: config.json: %w", dir, err)
+	}
+	st, err := safetensors.OpenModel(dir)
+	if err != nil {
+		return nil, fmt.Errorf("load draft %s: %w", dir, err)
+	}
+	src := &fileSource{st: st, dtype: opt.DType, seen: kernel.F32}
+	d, berr := build(cfg, target, src)
+	// Matrices are repacked and vectors copied, so nothing aliases the mapping any more.
+	if err := st.Close(); err != nil {
+		src.errs = append(src.errs, err)
+	}
+	if len(src.errs) > 0 {
+		return nil, fmt.Errorf("load draft %s: %w", dir, errors.Join(src.errs...))
+	}
+	if berr != nil {
+		return nil, fmt.Errorf("load draft %s: %w", dir, berr)
+	}
+	d.dtype = src.seen
+	return d, nil
+}
+
+// source supplies weights by name; it records its own errors (a nil result means one was
+// recorded), so one load reports every bad tensor.
+type source interface {
+	matrix(name string, n, k int) *kernel.Matrix
+	vector(name string, n int) []float32
+	failed() bool
+}
+
+type fileSource struct {
+	st    *safetensors.Model
+	dtype Compute
+	errs  []error
+	seen  kernel.DType
+}
+
+func (s *fileSource) failed() bool { return len(s.errs) > 0 }
+
+func (s *fileSource) get(name string, shape ...int) *safetensors.Tensor {
+	t, err := s.st.Tensor(name)
+	if err != nil {
+		s.errs = append(s.errs, fmt.Errorf("tensor %s (expected shape %v): %w", name, shape, err))
+		return nil
+	}
+	if err := t.Expect(shape...); err != nil {
+		s.errs = append(s.errs, err)
+		return nil
+	}
+	return t
+}
+
+func (s *fileSource) vector(name string, n int) []float32 {
+	t := s.get(name, n)
+	if t == nil {
+		return nil
+	}
+	v, err := t.F32()
+	if err != nil {
+		s.errs = append(s.errs, err)
+		return nil
+	}
+	return slices.Clone(v) // F32 may be a view of the mapping, closed after loading
+}
+
+func (s *fileSource) matrix(name string, n, k int) *kernel.Matrix {
+	t := s.get(name, n, k)
+	if t == nil {
+		return nil
+	}
+	switch t.DType {
+	case safetensors.F32, safetensors.BF16, safetensors.F16:
+	default:
+		s.errs = append(s.errs, fmt.Errorf("%s: tensor %s: %w %s (want F32, BF16 or F16)", t.File, name, safetensors.ErrUnsupportedDType, t.DType))
+		return nil
+	}
+	if s.dtype == ForceBF16 || (s.dtype == KeepDType && t.DType == safetensors.BF16) {
+		w, err := t.BF16()
+		if err != nil {
+			s.errs = append(s.errs, err)
+			return nil
+		}
+		s.seen = kernel.BF16
+		return kernel.NewBF16(w, n, k)
+	}
+	w, err := t.F32()
+	if err != nil {
+		s.errs = append(s.errs, err)
+		return nil
+	}
+	return kernel.NewF32(w, n, k)
+}
+
+// build assembles a draft from src; cfg has been validated and checked against target.
+func build(cfg Config, target model.Target, src source) (*Draft, error) {
+	tc := target.Config()
+	head := target.Head()
+	if head == nil || head.N != tc.Vocab || head.K != tc.Hidden {
+		return nil, fmt.Errorf("target head is not [%d][%d]", tc.Vocab, tc.Hidden)
+	}
+	h, qw := cfg.Hidden, cfg.Heads*cfg.HeadDim
+	kvw := cfg.KVHeads * cfg.HeadDim
+	d := &Draft{cfg: cfg, target: target, head: head}
+	d.cfg.TargetLayers = slices.Clone(cfg.TargetLayers)
+	d.cfg.LayerTypes = slices.Clone(cfg.LayerTypes)
+	d.fc = src.matrix("fc.weight", h, len(cfg.TargetLayers)*h)
+	d.hiddenNorm = src.vector("hidden_norm.weight", h)
+	d.layers = make([]layer, cfg.Layers)
+	for i := range d.layers {
+		p := fmt.Sprintf("layers.%d.", i)
+		l := &d.layers[i]
+		l.inNorm = src.vector(p+"input_layernorm.weight", h)
+		l.q = src.matrix(p+"self_attn.q_proj.weight", qw, h)
+		l.k = src.matrix(p+"self_attn.k_proj.weight", kvw, h)
+		l.v = src.matrix(p+"self_attn.v_proj.weight", kvw, h)
+		l.o = src.matrix(p+"self_attn.o_proj.weight", h, qw)
+		l.qNorm = src.vector(p+"self_attn.q_norm.weight", cfg.HeadDim)
+		l.kNorm = src.vector(p+"self_attn.k_norm.weight", cfg.HeadDim)
+		l.postNorm = src.vector(p+"post_attention_layernorm.weight", h)
+		l.gate = src.matrix(p+"mlp.gate_proj.weight", cfg.Intermediate, h)
+		l.up = src.matrix(p+"mlp.up_proj.weight", cfg.Intermediate, h)
+		l.down = src.matrix(p+"mlp.down_proj.weight", h, cfg.Intermediate)
+		l.vis = d.cfg.Visibility(i)
+	}
+	d.norm = src.vector("norm.weight", h)
+	if src.failed() {
+		return nil, errors.New("weights incomplete")
+	}
+	inv := (&hf.Config{RopeTheta: cfg.RopeTheta, RopeScaling: cfg.RopeScaling}).RopeInvFreq(cfg.HeadDim)
+	d.rope = nn.NewRoPE(nn.RotateHalf, cfg.HeadDim, inv, 256)
+	d.attn = nn.NewAttention(cfg.Heads, cfg.KVHeads, cfg.HeadDim)
+	b := cfg.BlockSize
+	d.ws = workspace{
+		feat:   make([]float32, chunkRows*h),
+		x:      make([]float32, b*h),
+		xn:     make([]float32, b*h),
+		tmp:    make([]float32, b*h),
+		q:      make([]float32, b*qw),
+		att:    make([]float32, b*qw),
+		gate:   make([]float32, b*cfg.Intermediate),
+		up:     make([]float32, b*cfg.Intermediate),
+		scores: make([]float32, 256),
+		logits: make([]float32, b*cfg.Vocab),
+	}
+	return d, nil
+}
+
+// matmul is m.MatMul over any number of rows, in batches of chunkRows.
+func matmul(m *kernel.Matrix, y, x []float32, rows int) {
+	for s := 0; s < rows; s += chunkRows {
+		r := min(chunkRows, rows-s)
+		m.MatMul(y[s*m.N:(s+r)*m.N], x[s*m.K:(s+r)*m.K], r)
+	}
+}
+
+// Forward writes ctxRows context rows, then the block rows, at slots c.Offset()... and advances c
+// over both (see model.BlockDraft). Context rows only get keys and values: they are never
+// queries, and every layer derives its context keys and values from the same features
+// hidden_norm(fc(taps)), not from a propagated hidden state. logits has one row per block row,
+// row 0 (the anchor's) included; it is nil for a context-only write. Everything is checked
+// before the cache is touched, so on error c is unchanged.
+func (d *Draft) Forward(c cache.Cache, ctx []float32, ctxRows int, block []int) ([]float32, error) {
+	kv, ok := c.(*cache.KV)
+	if !ok {
+		return nil, fmt.Errorf("dflash: forward needs a *cache.KV, got %T", c)
+	}
+	cfg := &d.cfg
+	kvw := cfg.KVHeads * cfg.HeadDim
+	if kv.Layers != cfg.Layers || kv.Width != kvw {
+		return nil, fmt.Errorf("dflash: cache of %d layers x width %d does not fit a draft of %d layers x width %d", kv.Layers, kv.Width, cfg.Layers, kvw)
+	}
+	tapW := len(cfg.TargetLayers) * cfg.Hidden
+	if ctxRows < 0 || len(ctx) < ctxRows*tapW {
+		return nil, fmt.Errorf("dflash: %d context rows need %d floats (%d taps x hidden %d each), have %d", ctxRows, ctxRows*tapW, len(cfg.TargetLayers), cfg.Hidden, len(ctx))
+	}
+	n := len(block)
+	if n > cfg.BlockSize {
+		return nil, fmt.Errorf("dflash: block of %d rows exceeds block_size %d", n, cfg.BlockSize)
+	}
+	for _, t := range block {
+		if t < 0 || t >= cfg.Vocab {
+			return nil, fmt.Errorf("dflash: block token %d outside vocabulary of %d", t, cfg.Vocab)
+		}
+	}
+	if !kv.Room(ctxRows + n) {
+		return nil, fmt.Errorf("dflash: %d context and %d block rows at offset %d exceed cache capacity %d", ctxRows, n, kv.Offset(), kv.Capacity)
+	}
+	// A cache from NewCache is covered already; another one costs one allocation here.
+	d.grow(kv.Capacity)
+	pos := kv.Offset()
+	for s := 0; s < ctxRows; s += chunkRows {
+		r := min(chunkRows, ctxRows-s)
+		feat := d.ws.feat[:r*cfg.Hidden]
+		d.fc.MatMul(feat, ctx[s*tapW:(s+r)*tapW], r)
+		nn.RMSNormRows(feat, feat, d.hiddenNorm, r, cfg.Hidden, float32(cfg.RMSEps))
+		for li := range d.layers {
+			d.keysValues(kv, li, feat, r, pos+s)
+		}
+	}
+	var logits []float32
+	if n > 0 {
+		logits = d.block(kv, block, pos+ctxRows)
+	}
+	if err := kv.Advance(ctxRows + n); err != nil {
+		return nil, fmt.Errorf("dflash: %w", err) // unreachable: Room was checked
+	}
+	return logits, nil
+}
+
+// keysValues writes layer li's keys (k_norm per head, RoPE) and values of rows src at cache
+// slots [pos, pos+rows); slot = position, as context rows sit at their true positions.
+func (d *Draft) keysValues(kv *cache.KV, li int, src []float32, rows, pos int) {
+	cfg := &d.cfg
+	l := &d.layers[li]
+	w := kv.Width
+	kc := kv.K[li][pos*w : (pos+rows)*w]
+	matmul(l.k, kc, src, rows)
+	matmul(l.v, kv.V[li][pos*w:(pos+rows)*w], src, rows)
+	for i := 0; i < rows; i++ {
+		ki := kc[i*w : (i+1)*w]
+		nn.RMSNormRows(ki, ki, l.kNorm, cfg.KVHeads, cfg.HeadDim, float32(cfg.RMSEps))
+		d.rope.Apply(ki, cfg.KVHeads, pos+i)
+	}
+}
+
+// block runs the block rows at positions [pos, pos+len(block)) through every layer and returns
+// their logits.
+func (d *Draft) block(kv *cache.KV, block []int, pos int) []float32 {
+	cfg := &d.cfg
+	ws := &d.ws
+	n := len(block)
+	h := cfg.Hidden
+	qw := cfg.Heads * cfg.HeadDim
+	eps := float32(cfg.RMSEps)
+	x, xn, tmp := ws.x[:n*h], ws.xn[:n*h], ws.tmp[:n*h]
+	for i, t := range block {
+		d.target.Embed(x[i*h:(i+1)*h], t)
+	}
+	if s := float32(cfg.EmbedScale); s != 0 && s != 1 {
+		for i := range x {
+			x[i] *= s
+		}
+	}
+	for li := range d.layers {
+		l := &d.layers[li]
+		nn.RMSNormRows(xn, x, l.inNorm, n, h, eps)
+		q := ws.q[:n*qw]
+		matmul(l.q, q, xn, n)
+		for i := 0; i < n; i++ {
+			qi := q[i*qw : (i+1)*qw]
+			nn.RMSNormRows(qi, qi, l.qNorm, cfg.Heads, cfg.HeadDim, eps)
+			d.rope.Apply(qi, cfg.Heads, pos+i)
+		}
+		// Every block row's key must be in the cache before any block row attends: with
+		// bidirectional attention row 0 sees row n-1.
+		d.keysValues(kv, li, xn, n, pos)
+		d.attn.Rows(ws.att, q, n, kv.K[li], kv.V[li], pos, l.vis, ws.scores)
+		matmul(l.o, tmp, ws.att[:n*qw], n)
+		addTo(x, tmp)
+		nn.RMSNormRows(xn, x, l.postNorm, n, h, eps)
+		g, u := ws.gate[:n*cfg.Intermediate], ws.up[:n*cfg.Intermediate]
+		matmul(l.gate, g, xn, n)
+		matmul(l.up, u, xn, n)
+		for i, v := range g {
+			g[i] = nn.Silu(v) * u[i]
+		}
+		matmul(l.down, tmp, g, n)
+		addTo(x, tmp)
+	}
+	nn.RMSNormRows(xn, x, d.norm, n, h, eps)
+	logits := ws.logits[:n*cfg.Vocab]
+	matmul(d.head, logits, xn, n)
+	if s := float32(cfg.LogitScale); s != 0 && s != 1 {
+		for i := range logits {
+			logits[i] *= s
+		}
+	}
+	if c := cfg.LogitSoftcap; c > 0 {
+		for i, v := range logits {
+			logits[i] = float32(c * math.Tanh(float64(v)/c))
+		}
+	}
+	return logits
+}
+
+func addTo(x, y []float32) {
+	y = y[:len(x)]
+	for i := range x {
+		x[i] += y[i]
+	}
+}
