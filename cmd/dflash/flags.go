@@ -1,0 +1,122 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/dflash/dflash/engine"
+	"github.com/dflash/dflash/kernel"
+	"github.com/dflash/dflash/model/transformer"
+	"github.com/dflash/dflash/sample"
+)
+
+// modelFlags are the flags that say which model to open and how.
+type modelFlags struct {
+	model, synthetic, tokenizer, dtype, kernel string
+	seed                                       uint64
+}
+
+func (m *modelFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&m.model, "model", "", "model: a Hugging Face folder or a llama2.c checkpoint file")
+	fs.StringVar(&m.synthetic, "synthetic", "", "random bf16 weights of a real shape: qwen3-0.6b, qwen3-1.7b or qwen3-4b")
+	fs.StringVar(&m.tokenizer, "tokenizer", "", "tokenizer file or folder (default: found with the model)")
+	fs.StringVar(&m.dtype, "dtype", "", "weight dtype for the kernels: f32 or bf16 (default: as stored)")
+	fs.StringVar(&m.kernel, "kernel", "", "kernel path: "+strings.Join(kernel.Paths(), ", ")+" (default: fastest; env DFLASH_KERNEL)")
+	fs.Uint64Var(&m.seed, "weights-seed", 1, "seed of synthetic weights")
+}
+
+func (m *modelFlags) open() (*engine.Engine, error) {
+	if m.kernel != "" {
+		if err := kernel.SetPath(m.kernel); err != nil {
+			return nil, usagef("--kernel: %v", err)
+		}
+	}
+	if (m.model == "") == (m.synthetic == "") {
+		return nil, usagef("give exactly one of --model PATH or --synthetic NAME")
+	}
+	o := engine.Options{Model: m.model, Synthetic: m.synthetic, Tokenizer: m.tokenizer, Seed: m.seed}
+	switch m.dtype {
+	case "":
+	case "f32":
+		o.Compute = transformer.ForceF32
+	case "bf16":
+		o.Compute = transformer.ForceBF16
+	default:
+		return nil, usagef("--dtype %q: want f32 or bf16", m.dtype)
+	}
+	return engine.Open(o)
+}
+
+// sampleFlags are the sampling options of a request.
+type sampleFlags struct {
+	o sample.Options
+}
+
+func (s *sampleFlags) register(fs *flag.FlagSet) {
+	fs.Var((*f32Value)(&s.o.Temperature), "temp", "temperature; 0 decodes greedily")
+	fs.IntVar(&s.o.TopK, "top-k", 0, "keep the k most probable tokens (0: off)")
+	fs.Var((*f32Value)(&s.o.TopP), "top-p", "nucleus sampling mass (0 or 1: off)")
+	fs.Var((*f32Value)(&s.o.MinP), "min-p", "drop tokens below min-p times the top probability (0: off)")
+	fs.Var((*f32Value)(&s.o.RepeatPenalty), "repeat-penalty", "penalty for tokens in the recent window (1: off)")
+	fs.Var((*f32Value)(&s.o.PresencePenalty), "presence-penalty", "subtracted once from tokens in the window")
+	fs.Var((*f32Value)(&s.o.FrequencyPenalty), "frequency-penalty", "subtracted per occurrence in the window")
+	fs.IntVar(&s.o.PenaltyWindow, "repeat-last-n", 0, "penalty window in tokens (0: 64, -1: all)")
+	fs.Uint64Var(&s.o.Seed, "seed", 0, "sampling seed (the same seed reproduces the same output)")
+}
+
+func (s *sampleFlags) options() (sample.Options, error) {
+	if err := s.o.Validate(); err != nil {
+		return s.o, usagef("%v", err)
+	}
+	return s.o, nil
+}
+
+type f32Value float32
+
+func (f *f32Value) String() string { return strconv.FormatFloat(float64(*f), 'g', -1, 32) }
+func (f *f32Value) Set(s string) error {
+	v, err := strconv.ParseFloat(s, 32)
+	if err != nil {
+		return fmt.Errorf("not a number: %q", s)
+	}
+	*f = f32Value(v)
+	return nil
+}
+
+// parseIDs reads "1,2,3" (spaces allowed) into token ids, each checked against the vocabulary.
+func parseIDs(s string, vocab int) ([]int, error) {
+	var ids []int
+	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\t' }) {
+		v, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, fmt.Errorf("token id %q is not an integer", f)
+		}
+		if v < 0 || v >= vocab {
+			return nil, fmt.Errorf("token id %d outside the vocabulary [0, %d)", v, vocab)
+		}
+		ids = append(ids, v)
+	}
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("no token ids in %q", s)
+	}
+	return ids, nil
+}
+
+func joinIDs(ids []int) string {
+	var b strings.Builder
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(id))
+	}
+	return b.String()
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

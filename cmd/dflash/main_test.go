@@ -1,0 +1,140 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/dflash/dflash/internal/testdata"
+	"github.com/dflash/dflash/kernel/kerneltest"
+)
+
+// runCLI runs dflash in-process and returns its exit code, stdout and stderr.
+func runCLI(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := cli(args, strings.NewReader(stdin), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// run.c's -n N counts positions including BOS and the prompt, and it prints every token after
+// BOS, prompt included. A prompt of p ids (BOS included) therefore leaves N-p+1 generated tokens,
+// which is our -n.
+func TestRunMatchesLlama2cGoldens(t *testing.T) {
+	bin := testdata.Path(t, "stories260K/stories260K.bin")
+	cases := []struct {
+		golden, prompt string
+		promptIDs      int // BOS included
+		steps          int
+	}{
+		{"greedy_once_upon_a_time_n128.txt", "Once upon a time", 5, 128},
+		{"greedy_lily_ben_park_n128.txt", "Lily and Ben went to the park.", 0, 128},
+		{"greedy_noprompt_n256.txt", "", 1, 256},
+	}
+	kerneltest.ForEachPath(t, func(t *testing.T) {
+		for _, c := range cases {
+			want, err := os.ReadFile(testdata.Path(t, "stories260K/golden/"+c.golden))
+			if err != nil {
+				t.Fatal(err)
+			}
+			args := []string{"run", "--model", bin}
+			n := c.promptIDs
+			if c.prompt == "" {
+				args = append(args, "--prompt-ids", "1")
+			} else {
+				args = append(args, "-p", c.prompt)
+				if n == 0 {
+					// Count the prompt's ids with the tokenizer itself.
+					code, ids, errs := runCLI(t, "", "tokenize", "--model", bin, "--bos", c.prompt)
+					if code != 0 {
+						t.Fatalf("tokenize: %s", errs)
+					}
+					n = len(strings.Split(strings.TrimSpace(ids), ","))
+				}
+			}
+			args = append(args, "-n", itoa(c.steps-n+1))
+			code, out, errs := runCLI(t, "", args...)
+			if code != 0 {
+				t.Fatalf("%s: exit %d: %s", c.golden, code, errs)
+			}
+			if out != string(want) {
+				t.Errorf("%s: output differs from run.c's\n got: %q\nwant: %q", c.golden, out, want)
+			}
+		}
+	})
+}
+
+// The ids printed with --print-ids are the independent numpy reference's greedy ids.
+func TestRunPrintIDsMatchesNumpyReference(t *testing.T) {
+	bin := testdata.Path(t, "stories260K/stories260K.bin")
+	raw, err := os.ReadFile(testdata.Path(t, "stories260K/golden/numpy_ref_greedy64.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref struct {
+		GreedyIDs []int `json:"greedy_ids"`
+	}
+	if err := json.Unmarshal(raw, &ref); err != nil {
+		t.Fatal(err)
+	}
+	// greedy_ids starts with BOS; the rest are generated.
+	want := joinIDs(ref.GreedyIDs[1:])
+	for _, draft := range []string{"", "oracle"} {
+		args := []string{"run", "--model", bin, "--prompt-ids", "1", "-n", itoa(len(ref.GreedyIDs) - 1), "--print-ids"}
+		if draft != "" {
+			args = append(args, "--draft", draft)
+		}
+		code, out, errs := runCLI(t, "", args...)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errs)
+		}
+		if strings.TrimSpace(out) != want {
+			t.Errorf("draft %q: ids\n got %s\nwant %s", draft, strings.TrimSpace(out), want)
+		}
+		if draft == "oracle" && !strings.Contains(errs, "tau") {
+			t.Errorf("speculative run printed no tau: %s", errs)
+		}
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	bin := testdata.Path(t, "stories260K/stories260K.bin")
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"nonsense"}, 2, "unknown command"},
+		{[]string{"run"}, 2, "--model"},
+		{[]string{"run", "--model", bin, "--synthetic", "qwen3-0.6b"}, 2, "exactly one"},
+		{[]string{"run", "--model", bin, "--prompt-ids", "1,x"}, 2, `"x" is not an integer`},
+		{[]string{"run", "--model", bin, "--prompt-ids", "1,9999"}, 2, "outside the vocabulary"},
+		{[]string{"run", "--model", bin, "-p", "hi", "--temp", "-1"}, 2, "temperature"},
+		{[]string{"run", "--model", bin, "-p", "hi", "--kernel", "nope"}, 2, "nope"},
+		{[]string{"run", "--model", bin + ".missing", "-p", "hi"}, 1, "missing"},
+		{[]string{"run", "--model", bin, "-p", "hi", "--draft", "oracle", "--temp", "1"}, 2, "greedy"},
+		{[]string{"run", "--model", bin, "-p", strings.Repeat("once upon a time ", 400)}, 1, "does not fit the context"},
+	}
+	for _, c := range cases {
+		code, _, errs := runCLI(t, "", c.args...)
+		if code != c.code || !strings.Contains(errs, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d mentioning %q", c.args, code, errs, c.code, c.want)
+		}
+	}
+}
+
+func TestTokenizeRoundTrip(t *testing.T) {
+	bin := testdata.Path(t, "stories260K/stories260K.bin")
+	code, ids, errs := runCLI(t, "", "tokenize", "--model", bin, "Once upon a time")
+	if code != 0 || strings.TrimSpace(ids) != "403,407,261,378" {
+		t.Fatalf("tokenize: exit %d, %q %s; want 403,407,261,378 (the reference run's first ids)", code, ids, errs)
+	}
+	code, text, errs := runCLI(t, "1,403,407,261,378", "tokenize", "--model", bin, "--decode")
+	if code != 0 || strings.TrimSpace(text) != "Once upon a time" {
+		t.Fatalf("decode: exit %d, %q %s", code, text, errs)
+	}
+}
+
+func itoa(n int) string { return joinIDs([]int{n}) }

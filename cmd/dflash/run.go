@@ -1,0 +1,288 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/dflash/dflash/engine"
+	"github.com/dflash/dflash/runner"
+	"github.com/dflash/dflash/sample"
+	"github.com/dflash/dflash/tokenizer"
+	"github.com/dflash/dflash/tokenizer/chat"
+)
+
+const defaultContext = 4096
+
+func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := newFlags("run", stderr)
+	var mf modelFlags
+	mf.register(fs)
+	var sf sampleFlags
+	sf.register(fs)
+	var df draftFlags
+	df.register(fs)
+	prompt := fs.String("p", "", "prompt text ('-' reads standard input)")
+	promptIDs := fs.String("prompt-ids", "", "prompt as comma-separated token ids (BOS is not added)")
+	n := fs.Int("n", 256, "tokens to generate at most")
+	printIDs := fs.Bool("print-ids", false, "print the generated ids as one comma-separated line instead of text")
+	chatMode := fs.Bool("chat", false, "interactive chat: one user turn per line of input, the KV cache kept between turns")
+	system := fs.String("system", "", "system message for --chat")
+	think := fs.String("think", "", "chat templates' enable_thinking: on or off (default: the template's)")
+	stats := fs.Bool("stats", false, "print detailed decoding and speculation statistics")
+	ctxLen := fs.Int("ctx", 0, fmt.Sprintf("context length in tokens (default: the model's, at most %d)", defaultContext))
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected arguments %q (quote the prompt and pass it with -p)", fs.Args())
+	}
+	if *n < 0 {
+		return usagef("-n %d: must be >= 0", *n)
+	}
+	opts, err := sf.options()
+	if err != nil {
+		return err
+	}
+	e, err := mf.open()
+	if err != nil {
+		return err
+	}
+	capacity := contextLength(e, *ctxLen)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+
+	if *chatMode {
+		return runChat(ctx, e, &df, chatSettings{system: *system, think: *think, n: *n, capacity: capacity, stats: *stats}, opts, stdin, stdout, stderr)
+	}
+
+	var ids []int
+	switch {
+	case *promptIDs != "" && *prompt != "":
+		return usagef("give -p or --prompt-ids, not both")
+	case *promptIDs != "":
+		if ids, err = parseIDs(*promptIDs, e.Target.Config().Vocab); err != nil {
+			return usagef("--prompt-ids: %v", err)
+		}
+	default:
+		text := *prompt
+		if text == "-" || (text == "" && !isTerminalReader(stdin)) {
+			b, err := io.ReadAll(stdin)
+			if err != nil {
+				return fmt.Errorf("read prompt from standard input: %w", err)
+			}
+			text = strings.TrimRight(string(b), "\n")
+		}
+		if ids, err = e.EncodePrompt(text); err != nil {
+			return err
+		}
+		if len(ids) == 0 {
+			return usagef("empty prompt: give -p TEXT or --prompt-ids (a tokenizer without BOS needs at least one token)")
+		}
+	}
+	if len(ids) >= capacity {
+		return fmt.Errorf("prompt of %d tokens does not fit the context of %d tokens (raise --ctx up to the model's %d)", len(ids), capacity, e.Target.Config().MaxSeq)
+	}
+
+	drafter, depth, err := df.open(e, ids, opts, *n, capacity)
+	if err != nil {
+		return err
+	}
+	out := bufio.NewWriter(stdout)
+	defer out.Flush()
+	var generated []int
+	var stream *tokenizer.Stream
+	if !*printIDs && e.Tok != nil {
+		stream = tokenizer.NewStream(e.Tok)
+		for _, id := range ids {
+			out.WriteString(stream.Add(id))
+		}
+		out.Flush()
+	}
+	emit := func(tok int) error {
+		generated = append(generated, tok)
+		if stream != nil {
+			out.WriteString(stream.Add(tok))
+			// Flush per token so the text streams; the buffered writer coalesces the bytes of
+			// one token's text into one write.
+			return out.Flush()
+		}
+		return nil
+	}
+	seq := runner.NewSequence(e.Target, capacity)
+	st, genErr := runner.Generate(ctx, seq, runner.Request{
+		Prompt: ids, Options: opts, MaxTokens: *n, Stop: e.Stop, Drafter: drafter, Depth: depth,
+	}, emit)
+	if stream != nil {
+		out.WriteString(stream.Flush())
+		out.WriteString("\n")
+	} else {
+		out.WriteString(joinIDs(generated) + "\n")
+	}
+	out.Flush()
+	if drafter != nil {
+		if err := drafter.Close(); err != nil && genErr == nil {
+			genErr = err
+		}
+	}
+	printSummary(stderr, st, drafter != nil, *stats)
+	if genErr != nil && !errors.Is(genErr, context.Canceled) {
+		return genErr
+	}
+	return nil
+}
+
+// contextLength picks the cache capacity: the flag, else the model's length capped so a large
+// model does not reserve gigabytes of cache for a short run.
+func contextLength(e *engine.Engine, flagged int) int {
+	max := e.Target.Config().MaxSeq
+	if max <= 0 {
+		max = defaultContext
+	}
+	if flagged > 0 {
+		return min(flagged, max)
+	}
+	return min(max, defaultContext)
+}
+
+func printSummary(w io.Writer, st runner.Stats, speculative, detailed bool) {
+	fmt.Fprintf(w, "prompt: %d tokens (%d reused) in %s, %.1f tok/s | decode: %d tokens in %s, %.1f tok/s",
+		st.PromptTokens, st.Reused, round(st.PromptTime), rate(st.PromptTokens, st.PromptTime),
+		st.DecodeTokens, round(st.DecodeTime), st.DecodeRate())
+	if speculative {
+		fmt.Fprintf(w, " | tau %.2f (%d of %d drafts accepted in %d rounds)", st.Tau(), st.Accepted, st.Drafted, st.Rounds)
+	}
+	fmt.Fprintln(w)
+	if detailed {
+		fmt.Fprintln(w, st.String())
+	}
+}
+
+func rate(n int, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+func round(d time.Duration) time.Duration {
+	switch {
+	case d > time.Second:
+		return d.Round(time.Millisecond)
+	case d > time.Millisecond:
+		return d.Round(time.Microsecond)
+	}
+	return d
+}
+
+func isTerminalReader(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	return ok && isTerminal(f)
+}
+
+type chatSettings struct {
+	system, think string
+	n, capacity   int
+	stats         bool
+}
+
+// runChat holds a multi-turn conversation. The target's cache is kept between turns: each turn's
+// prompt is the whole rendered conversation, and the runner reuses the rows it shares with the
+// previous turn's cache, so only the new turn is read.
+func runChat(ctx context.Context, e *engine.Engine, df *draftFlags, cs chatSettings, opts sample.Options, stdin io.Reader, stdout, stderr io.Writer) error {
+	if e.Tok == nil {
+		return usagef("--chat needs a model with a tokenizer")
+	}
+	tmpl := e.Chat
+	if tmpl == nil {
+		if _, ok := e.Tok.TokenID("<|im_start|>"); !ok {
+			return fmt.Errorf("model %s has no chat template (tokenizer_config.json) and no ChatML tokens; use -p for raw prompts", e.Name)
+		}
+		tmpl = chat.ChatML()
+	}
+	var copt chat.Options
+	copt.AddGenerationPrompt = true
+	switch cs.think {
+	case "":
+	case "on", "off":
+		v := cs.think == "on"
+		copt.EnableThinking = &v
+	default:
+		return usagef("--think %q: want on or off", cs.think)
+	}
+	var msgs []chat.Message
+	if cs.system != "" {
+		msgs = append(msgs, chat.Message{Role: "system", Content: cs.system})
+	}
+	seq := runner.NewSequence(e.Target, cs.capacity)
+	drafter, depth, err := df.open(e, nil, opts, cs.n, cs.capacity)
+	if err != nil {
+		return err
+	}
+	if drafter != nil {
+		defer drafter.Close()
+	}
+	in := bufio.NewScanner(stdin)
+	in.Buffer(make([]byte, 1<<20), 1<<20)
+	interactive := isTerminalReader(stdin)
+	var total runner.Stats
+	for {
+		if interactive {
+			fmt.Fprint(stderr, ">>> ")
+		}
+		if !in.Scan() {
+			break
+		}
+		line := strings.TrimSpace(in.Text())
+		if line == "" {
+			continue
+		}
+		msgs = append(msgs, chat.Message{Role: "user", Content: line})
+		text, err := tmpl.Render(msgs, copt)
+		if err != nil {
+			return fmt.Errorf("chat template: %w", err)
+		}
+		ids, err := e.EncodePrompt(text)
+		if err != nil {
+			return err
+		}
+		if len(ids) >= cs.capacity {
+			return fmt.Errorf("conversation of %d tokens no longer fits the context of %d tokens", len(ids), cs.capacity)
+		}
+		stream := tokenizer.NewStream(e.Tok)
+		var reply strings.Builder
+		st, err := runner.Generate(ctx, seq, runner.Request{
+			Prompt: ids, Options: opts, MaxTokens: cs.n, Stop: e.Stop, Drafter: drafter, Depth: depth,
+		}, func(tok int) error {
+			s := stream.Add(tok)
+			reply.WriteString(s)
+			_, err := io.WriteString(stdout, s)
+			return err
+		})
+		rest := stream.Flush()
+		reply.WriteString(rest)
+		fmt.Fprintln(stdout, rest)
+		total.Add(st)
+		if cs.stats {
+			printSummary(stderr, st, drafter != nil, false)
+		}
+		if err != nil {
+			if errors.Is(err, context.Canceled) {
+				break
+			}
+			return err
+		}
+		msgs = append(msgs, chat.Message{Role: "assistant", Content: reply.String()})
+	}
+	if err := in.Err(); err != nil {
+		return fmt.Errorf("read standard input: %w", err)
+	}
+	printSummary(stderr, total, drafter != nil, cs.stats)
+	return nil
+}
