@@ -138,3 +138,31 @@ func TestTokenizeRoundTrip(t *testing.T) {
 }
 
 func itoa(n int) string { return joinIDs([]int{n}) }
+
+// bench --json reports every figure it promises; with the oracle draft the acceptance length is
+// the depth plus one for every full round, so tau must exceed 1 (the figures' speed is not checked:
+// a test never asserts a wall time).
+func TestBenchJSON(t *testing.T) {
+	bin := testdata.Path(t, "stories260K/stories260K.bin")
+	code, out, errs := runCLI(t, "", "bench", "--model", bin, "-n", "40", "--prefill", "64", "--reps", "1",
+		"--probe=false", "--draft", "oracle", "--depths", "3,6", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var r benchReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("bench --json printed no JSON object: %v\n%s", err, out)
+	}
+	if r.DecodeTokS <= 0 || r.PrefillTokS <= 0 || r.WeightBytes <= 0 || len(r.VerifyCost) != 4 {
+		t.Errorf("missing figures: %+v", r)
+	}
+	if len(r.Speculation) != 2 || r.Speculation[0].Depth != 3 || r.Speculation[1].Depth != 6 {
+		t.Fatalf("speculation rows: %+v", r.Speculation)
+	}
+	for _, s := range r.Speculation {
+		// 40 tokens at depth d: full rounds emit d+1 tokens; only the last round may be cut short.
+		if s.Tau < float64(s.Depth+1)*0.7 || s.Tau > float64(s.Depth+1) {
+			t.Errorf("depth %d: oracle tau %.2f, want close to %d", s.Depth, s.Tau, s.Depth+1)
+		}
+	}
+}
