@@ -134,25 +134,10 @@ func (s *Session) Propose(current, n int, history []int, smp Sampler) ([]int, []
 		return nil, nil, nil
 	}
 	n = min(n, s.draft.BlockSize()-1)
-	if err := s.dropBlock(); err != nil {
+	logits, err := s.forwardBlock(current, n)
+	if err != nil {
 		return nil, nil, err
 	}
-	s.blockTokens = append(s.blockTokens[:0], current)
-	for range n {
-		s.blockTokens = append(s.blockTokens, s.draft.MaskID())
-	}
-	ctxRows := s.frontier - s.written
-	before := s.cache.Offset()
-	logits, err := s.draft.Forward(s.cache, s.pending, ctxRows, s.blockTokens)
-	if err != nil {
-		return nil, nil, fmt.Errorf("dflash session: propose %d at position %d: %w", n, s.frontier, err)
-	}
-	if got := s.cache.Offset(); got != before+ctxRows+n+1 {
-		return nil, nil, fmt.Errorf("dflash session: draft forward of %d context and %d block rows moved the cache from %d to %d", ctxRows, n+1, before, got)
-	}
-	s.written = s.frontier
-	s.pending = s.pending[:0]
-	s.block = n + 1
 	if len(logits)%(n+1) != 0 || len(logits) == 0 {
 		return nil, nil, fmt.Errorf("dflash session: draft returned %d logits for %d block rows", len(logits), n+1)
 	}
@@ -171,6 +156,32 @@ func (s *Session) Propose(current, n int, history []int, smp Sampler) ([]int, []
 		s.hist = append(s.hist, d)
 	}
 	return s.drafts, s.q[:n], nil
+}
+
+// forwardBlock runs the draft forward that writes every pending context row and the block
+// [current, MASK x n] at the frontier, leaving the block's rows on top of the context for the
+// next context write to rewind. It returns what the draft returned.
+func (s *Session) forwardBlock(current, n int) ([]float32, error) {
+	if err := s.dropBlock(); err != nil {
+		return nil, err
+	}
+	s.blockTokens = append(s.blockTokens[:0], current)
+	for range n {
+		s.blockTokens = append(s.blockTokens, s.draft.MaskID())
+	}
+	ctxRows := s.frontier - s.written
+	before := s.cache.Offset()
+	logits, err := s.draft.Forward(s.cache, s.pending, ctxRows, s.blockTokens)
+	if err != nil {
+		return nil, fmt.Errorf("dflash session: propose %d at position %d: %w", n, s.frontier, err)
+	}
+	if got := s.cache.Offset(); got != before+ctxRows+n+1 {
+		return nil, fmt.Errorf("dflash session: draft forward of %d context and %d block rows moved the cache from %d to %d", ctxRows, n+1, before, got)
+	}
+	s.written = s.frontier
+	s.pending = s.pending[:0]
+	s.block = n + 1
+	return logits, nil
 }
 
 // Settle writes every pending context row and drops any block, leaving the draft cache level
