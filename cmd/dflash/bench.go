@@ -234,9 +234,9 @@ func benchSpeculation(e *engine.Engine, rep *benchReport, draft, depthsFlag stri
 	if draft == "oracle" && !opts.Greedy() {
 		return usagef("--draft oracle drafts the greedy continuation: use --temp 0")
 	}
-	var bd model.BlockDraft
+	var dr *engine.Draft
 	if draft != "oracle" {
-		if bd, err = loadDraft(e, draft); err != nil {
+		if dr, err = e.LoadDraft(draft); err != nil {
 			return err
 		}
 	}
@@ -254,7 +254,7 @@ func benchSpeculation(e *engine.Engine, rep *benchReport, draft, depthsFlag stri
 				if draft == "oracle" {
 					drafter = &runner.OracleDrafter{Tokens: append(append([]int(nil), p...), cont...), Depth: d, Vocab: e.Target.Config().Vocab}
 				} else {
-					drafter = runner.NewSession(bd, capacity)
+					drafter = dr.NewSession(capacity)
 				}
 				seq := runner.NewSequence(e.Target, capacity)
 				st, err := runner.Generate(context.Background(), seq, runner.Request{

@@ -6,8 +6,6 @@ import (
 	"fmt"
 
 	"github.com/dflash/dflash/engine"
-	"github.com/dflash/dflash/model"
-	"github.com/dflash/dflash/model/dflash"
 	"github.com/dflash/dflash/runner"
 	"github.com/dflash/dflash/sample"
 )
@@ -50,11 +48,11 @@ func (d *draftFlags) open(e *engine.Engine, prompt []int, opts sample.Options, n
 		}
 		return &runner.OracleDrafter{Tokens: append(append([]int(nil), prompt...), cont...), Depth: limit, Vocab: e.Target.Config().Vocab}, depth, nil
 	}
-	bd, err := loadDraft(e, d.draft)
+	dr, err := e.LoadDraft(d.draft)
 	if err != nil {
 		return nil, nil, err
 	}
-	return runner.NewSession(bd, capacity), depth, nil
+	return dr.NewSession(capacity), depth, nil
 }
 
 func greedyContinuation(e *engine.Engine, prompt []int, n, capacity int) ([]int, error) {
@@ -66,14 +64,4 @@ func greedyContinuation(e *engine.Engine, prompt []int, n, capacity int) ([]int,
 		return nil, fmt.Errorf("oracle: plain greedy pass: %w", err)
 	}
 	return cont, nil
-}
-
-// loadDraft loads a DFlash draft folder attached to the engine's target; the load checks the
-// draft against the target and names any field that does not fit.
-func loadDraft(e *engine.Engine, dir string) (model.BlockDraft, error) {
-	d, err := dflash.Load(dir, e.Target, dflash.Options{})
-	if err != nil {
-		return nil, err
-	}
-	return d, nil
 }

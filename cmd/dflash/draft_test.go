@@ -1,0 +1,62 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/dflash/dflash/internal/testdata"
+	"github.com/dflash/dflash/kernel"
+	"github.com/dflash/dflash/model/dflash"
+	"github.com/dflash/dflash/model/dflash2"
+	"github.com/dflash/dflash/model/transformer"
+)
+
+// A draft folder on the command line, DFlash or DFlash2 (told apart by its config), speculates for
+// the target; whatever a random draft proposes, greedy output is the plain output.
+func TestRunWithDraftFoldersEqualsPlain(t *testing.T) {
+	bin := testdata.Path(t, "stories260K/stories260K.bin")
+	target, err := transformer.LoadLlama2C(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	d1 := filepath.Join(dir, "dflash")
+	if err := dflash.WriteRandom(d1, dflash.ConfigFor(target.Config(), 1, 8), 3, kernel.F32); err != nil {
+		t.Fatal(err)
+	}
+	d2 := filepath.Join(dir, "dflash2")
+	if err := dflash2.WriteRandom(d2, target.Config(), dflash2.ConfigFor(target.Config(), 1, 8), 4, kernel.F32); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"run", "--model", bin, "-p", "Once upon a time", "-n", "80", "--print-ids"}
+	code, want, errs := runCLI(t, "", base...)
+	if code != 0 {
+		t.Fatalf("plain: %s", errs)
+	}
+	for _, d := range []string{d1, d2} {
+		for _, depth := range []string{"0", "5"} {
+			code, got, errs := runCLI(t, "", append(base, "--draft", d, "--depth", depth)...)
+			if code != 0 {
+				t.Fatalf("%s depth %s: exit %d: %s", d, depth, code, errs)
+			}
+			if got != want {
+				t.Errorf("%s depth %s: speculative ids differ from plain\n got %s\nwant %s", filepath.Base(d), depth, got, want)
+			}
+			if !strings.Contains(errs, "tau") {
+				t.Errorf("%s: no speculation summary in %q", d, errs)
+			}
+		}
+	}
+	// A draft built for another target is refused with the field that does not fit.
+	other := dflash.ConfigFor(target.Config(), 1, 8)
+	other.Hidden = 32
+	bad := filepath.Join(dir, "bad")
+	if err := dflash.WriteRandom(bad, other, 1, kernel.F32); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs = runCLI(t, "", append(base, "--draft", bad)...)
+	if code != 1 || !strings.Contains(errs, "hidden") {
+		t.Errorf("mismatched draft: exit %d, %q; want exit 1 naming hidden_size", code, errs)
+	}
+}
