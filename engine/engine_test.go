@@ -1,78 +1,15 @@
 package engine
 
 import (
-	"encoding/json"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/dflash/dflash/format/safetensors"
-	"github.com/dflash/dflash/internal/testdata"
+	"github.com/dflash/dflash/internal/testmodel"
 	"github.com/dflash/dflash/tokenizer/chat"
 )
-
-// writeTinyQwen3 writes a random Qwen3 folder with the real Qwen3 tokenizer files beside it: a
-// model folder as a user would download it, only with a tiny body.
-func writeTinyQwen3(t *testing.T, genConfig string) string {
-	t.Helper()
-	tokDir := testdata.Path(t, "tokenizers/qwen3")
-	dir := t.TempDir()
-	const vocab, hidden, inter, layers, heads, kv, hd = 151936, 16, 32, 2, 2, 1, 8
-	cfg := map[string]any{
-		"architectures": []string{"Qwen3ForCausalLM"}, "model_type": "qwen3",
-		"hidden_size": hidden, "intermediate_size": inter, "num_hidden_layers": layers,
-		"num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": hd, "vocab_size": vocab,
-		"max_position_embeddings": 256, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
-		"tie_word_embeddings": true, "torch_dtype": "float32", "eos_token_id": 151645,
-	}
-	b, _ := json.Marshal(cfg)
-	must(t, os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644))
-	if genConfig != "" {
-		must(t, os.WriteFile(filepath.Join(dir, "generation_config.json"), []byte(genConfig), 0o644))
-	}
-	for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {
-		data, err := os.ReadFile(filepath.Join(tokDir, f))
-		must(t, err)
-		must(t, os.WriteFile(filepath.Join(dir, f), data, 0o644))
-	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	var ts []safetensors.WriteTensor
-	add := func(name string, shape ...int) {
-		n := 1
-		for _, d := range shape {
-			n *= d
-		}
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(rng.NormFloat64() * 0.05)
-			if strings.HasSuffix(name, "norm.weight") {
-				v[i] = 1
-			}
-		}
-		ts = append(ts, safetensors.WriteTensor{Name: name, DType: safetensors.F32, Shape: shape, Data: safetensors.F32Bytes(v)})
-	}
-	add("model.embed_tokens.weight", vocab, hidden)
-	add("model.norm.weight", hidden)
-	for l := 0; l < layers; l++ {
-		p := "model.layers." + string(rune('0'+l)) + "."
-		add(p+"input_layernorm.weight", hidden)
-		add(p+"post_attention_layernorm.weight", hidden)
-		add(p+"self_attn.q_proj.weight", heads*hd, hidden)
-		add(p+"self_attn.k_proj.weight", kv*hd, hidden)
-		add(p+"self_attn.v_proj.weight", kv*hd, hidden)
-		add(p+"self_attn.o_proj.weight", hidden, heads*hd)
-		add(p+"self_attn.q_norm.weight", hd)
-		add(p+"self_attn.k_norm.weight", hd)
-		add(p+"mlp.gate_proj.weight", inter, hidden)
-		add(p+"mlp.up_proj.weight", inter, hidden)
-		add(p+"mlp.down_proj.weight", hidden, inter)
-	}
-	must(t, safetensors.Write(filepath.Join(dir, "model.safetensors"), ts, map[string]string{"format": "pt"}))
-	return dir
-}
 
 func must(t *testing.T, err error) {
 	t.Helper()
@@ -83,7 +20,7 @@ func must(t *testing.T, err error) {
 
 func TestOpenQwen3Folder(t *testing.T) {
 	// generation_config.json lists an extra end id (151643, <|endoftext|>) besides config.json's.
-	dir := writeTinyQwen3(t, `{"eos_token_id": [151645, 151643], "temperature": 0.6}`)
+	dir := testmodel.Qwen3(t, `{"eos_token_id": [151645, 151643], "temperature": 0.6}`)
 	e, err := Open(Options{Model: dir})
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +46,7 @@ func TestOpenQwen3Folder(t *testing.T) {
 }
 
 func TestOpenErrorsNameTheCause(t *testing.T) {
-	dir := writeTinyQwen3(t, "")
+	dir := testmodel.Qwen3(t, "")
 	// A config.json whose vocabulary disagrees with the weights beside it (a mismatched download).
 	small := t.TempDir()
 	cfg, err := os.ReadFile(filepath.Join(dir, "config.json"))

@@ -166,3 +166,5 @@ func TestBenchJSON(t *testing.T) {
 		}
 	}
 }
+
+func storiesPath(t *testing.T) string { return testdata.Path(t, "stories260K/stories260K.bin") }
