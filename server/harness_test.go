@@ -13,7 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dflash/dflash/engine"
+	"github.com/dflash/dflash/internal/testdata"
+	"github.com/dflash/dflash/kernel"
+	"github.com/dflash/dflash/model/dflash"
 	"github.com/dflash/dflash/server"
+	"github.com/dflash/dflash/server/backend"
 	"github.com/dflash/dflash/server/fake"
 )
 
@@ -30,6 +35,14 @@ type backendCase struct {
 	text string
 	// words is the exact token texts in order, or nil when unknown.
 	words []string
+	// runsLong says the model may fill its context before choosing to stop (a sampled real
+	// model): an unconstrained answer may then end with "length" instead of "stop".
+	runsLong bool
+}
+
+// ended reports whether reason is how an unconstrained answer of this backend may end.
+func (bc backendCase) ended(reason any) bool {
+	return reason == "stop" || (bc.runsLong && reason == "length")
 }
 
 var backendCases = []backendCase{{
@@ -39,6 +52,30 @@ var backendCases = []backendCase{{
 	draftModel: "fake-draft:latest",
 	text:       fake.Text,
 	words:      fake.Words,
+}, {
+	// stories260K through the real engine, plain and with a random DFlash draft (its proposals
+	// are mostly rejected, so the answers are the target's own); skipped when the data is absent.
+	name: "stories260K",
+	new: func(t *testing.T) server.Backend {
+		bin := testdata.Path(t, "stories260K/stories260K.bin")
+		e, err := engine.Open(engine.Options{Model: bin})
+		if err != nil {
+			t.Fatal(err)
+		}
+		draft := t.TempDir()
+		if err := dflash.WriteRandom(draft, dflash.ConfigFor(e.Target.Config(), 1, 8), 7, kernel.F32); err != nil {
+			t.Fatal(err)
+		}
+		b, err := backend.New(backend.Options{Models: []backend.Spec{
+			{Name: "stories260K", Path: bin}, {Name: "stories260K-dflash", Path: bin, Draft: draft}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	},
+	model:      "stories260K:latest",
+	draftModel: "stories260K-dflash:latest",
+	runsLong:   true,
 }}
 
 // eachBackend runs f once per backend case.

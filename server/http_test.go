@@ -118,7 +118,7 @@ func TestOllamaGenerate(t *testing.T) {
 		// Non-streaming: one object with the whole answer and the counters.
 		r := post(t, url+"/api/generate", fmt.Sprintf(`{"model":%q,"prompt":"Why is the sky blue?","stream":false}`, bc.model))
 		g := decode[server.OllamaGenerateResponse](t, r.body)
-		if r.status != 200 || !g.Done || g.DoneReason != "stop" {
+		if r.status != 200 || !g.Done || !bc.ended(g.DoneReason) {
 			t.Fatalf("non-stream: %d %s", r.status, r.body)
 		}
 		if bc.text != "" && g.Response != bc.text {
@@ -145,7 +145,7 @@ func TestOllamaGenerate(t *testing.T) {
 			}
 		}
 		last := lines[len(lines)-1]
-		if last["response"] != "" || last["done_reason"] != "stop" || last["eval_count"] == nil {
+		if last["response"] != "" || !bc.ended(last["done_reason"]) || last["eval_count"] == nil {
 			t.Errorf("final line %v", last)
 		}
 		if bc.words != nil && len(lines) != len(bc.words)+1 {
@@ -208,7 +208,7 @@ func TestOllamaChat(t *testing.T) {
 		msgs := `[{"role":"system","content":"be brief"},{"role":"user","content":"hello"}]`
 		r := post(t, url+"/api/chat", fmt.Sprintf(`{"model":%q,"messages":%s,"stream":false}`, bc.model, msgs))
 		c := decode[server.OllamaChatResponse](t, r.body)
-		if r.status != 200 || !c.Done || c.Message.Role != "assistant" || c.DoneReason != "stop" {
+		if r.status != 200 || !c.Done || c.Message.Role != "assistant" || !bc.ended(c.DoneReason) {
 			t.Fatalf("non-stream: %d %s", r.status, r.body)
 		}
 		if bc.text != "" && c.Message.Content != bc.text {
@@ -261,7 +261,7 @@ func TestOpenAIChat(t *testing.T) {
 			t.Fatalf("non-stream: %d %s", r.status, r.body)
 		}
 		ch := c.Choices[0]
-		if ch.Message.Role != "assistant" || ch.FinishReason != "stop" || (bc.text != "" && ch.Message.Content != bc.text) {
+		if ch.Message.Role != "assistant" || !bc.ended(ch.FinishReason) || (bc.text != "" && ch.Message.Content != bc.text) {
 			t.Errorf("choice %+v", ch)
 		}
 		if u := c.Usage; u.CompletionTokens <= 0 || u.PromptTokens <= 0 || u.TotalTokens != u.PromptTokens+u.CompletionTokens {

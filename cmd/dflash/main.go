@@ -25,6 +25,7 @@ func commands() []command {
 	return []command{
 		{"run", "generate text (or ids) from a model, optionally with a DFlash draft", cmdRun},
 		{"bench", "measure decode/prefill speed, bandwidth and speculation against plain decoding", cmdBench},
+		{"serve", "serve models over ollama- and OpenAI-compatible HTTP APIs", cmdServe},
 		{"tokenize", "print the token ids of text, or decode ids back to text", cmdTokenize},
 		{"version", "print the version", func(_ []string, _ io.Reader, stdout, _ io.Writer) error {
 			fmt.Fprintln(stdout, "dflash", version)

@@ -16,6 +16,13 @@ const expected = process.env.DFLASH_EXPECT_TEXT;
 const ollama = new Ollama({ host: url });
 const openai = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 });
 
+// An unconstrained answer ends with 'stop'; a sampled real model may instead fill its context
+// first, so without an expected text 'length' is accepted too.
+function checkEnded(reason) {
+  if (expected !== undefined) assert.equal(reason, 'stop');
+  else assert.ok(reason === 'stop' || reason === 'length', `finish reason ${reason}`);
+}
+
 function checkText(text) {
   assert.equal(typeof text, 'string');
   if (expected !== undefined) assert.equal(text, expected);
@@ -41,7 +48,7 @@ test('ollama: generate, not streamed', async () => {
   const r = await ollama.generate({ model, prompt: 'Why is the sky blue?', stream: false });
   checkText(r.response);
   assert.equal(r.done, true);
-  assert.equal(r.done_reason, 'stop');
+  checkEnded(r.done_reason);
   assert.ok(r.eval_count > 0 && r.prompt_eval_count > 0 && r.total_duration > 0);
 });
 
@@ -96,7 +103,7 @@ test('openai: chat completion, not streamed', async () => {
   assert.equal(c.object, 'chat.completion');
   assert.equal(c.choices.length, 1);
   assert.equal(c.choices[0].message.role, 'assistant');
-  assert.equal(c.choices[0].finish_reason, 'stop');
+  checkEnded(c.choices[0].finish_reason);
   checkText(c.choices[0].message.content);
   assert.equal(c.usage.total_tokens, c.usage.prompt_tokens + c.usage.completion_tokens);
 });
@@ -116,7 +123,7 @@ test('openai: chat completion, streamed with usage', async () => {
     }
   }
   checkText(text);
-  assert.equal(finish, 'stop');
+  checkEnded(finish);
   assert.ok(usage && usage.completion_tokens > 0);
 });
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs the JS client compatibility tests against the fake backend (server/cmd/fakeserve) on a
-# free 127.0.0.1 port, or against an already running server when DFLASH_URL is set
-# (then set DFLASH_MODEL, and leave DFLASH_EXPECT_TEXT unset for a real model).
+# free 127.0.0.1 port; against `dflash serve` (built from ./cmd/dflash) serving the model at
+# DFLASH_REAL_MODEL (a llama2.c checkpoint or Hugging Face folder) when that is set; or against an
+# already running server when DFLASH_URL is set (then set DFLASH_MODEL, and leave
+# DFLASH_EXPECT_TEXT unset for a real model).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -17,19 +19,29 @@ cleanup() {
 trap cleanup EXIT
 
 if [[ -z "${DFLASH_URL:-}" ]]; then
-  (cd "$root" && go build -o "$tmp/fakeserve" ./server/cmd/fakeserve)
-  # Port 0: the kernel picks a free port; fakeserve writes the bound address to a file.
-  "$tmp/fakeserve" -addr 127.0.0.1:0 -addr-file "$tmp/addr" -token-delay 2ms 2>"$tmp/log" &
+  # Port 0: the kernel picks a free port; the server writes the bound address to a file.
+  if [[ -n "${DFLASH_REAL_MODEL:-}" ]]; then
+    (cd "$root" && go build -o "$tmp/dflash" ./cmd/dflash)
+    "$tmp/dflash" serve --host 127.0.0.1:0 --addr-file "$tmp/addr" --model "$DFLASH_REAL_MODEL" --name real >"$tmp/out" 2>"$tmp/log" &
+  else
+    (cd "$root" && go build -o "$tmp/fakeserve" ./server/cmd/fakeserve)
+    "$tmp/fakeserve" -addr 127.0.0.1:0 -addr-file "$tmp/addr" -token-delay 2ms 2>"$tmp/log" &
+  fi
   pid=$!
   for _ in $(seq 1 100); do
     [[ -s "$tmp/addr" ]] && break
     kill -0 "$pid" 2>/dev/null || { cat "$tmp/log" >&2; exit 1; }
     sleep 0.05
   done
-  [[ -s "$tmp/addr" ]] || { echo "fakeserve did not start" >&2; cat "$tmp/log" >&2; exit 1; }
+  [[ -s "$tmp/addr" ]] || { echo "the server did not start" >&2; cat "$tmp/log" >&2; exit 1; }
   export DFLASH_URL="http://$(cat "$tmp/addr")"
-  export DFLASH_MODEL="fake:latest"
-  export DFLASH_EXPECT_TEXT="The quick brown fox jumps over the lazy dog."
+  if [[ -n "${DFLASH_REAL_MODEL:-}" ]]; then
+    export DFLASH_MODEL="real:latest"
+    unset DFLASH_EXPECT_TEXT
+  else
+    export DFLASH_MODEL="fake:latest"
+    export DFLASH_EXPECT_TEXT="The quick brown fox jumps over the lazy dog."
+  fi
 fi
 
 echo "testing $DFLASH_URL with model ${DFLASH_MODEL:-fake:latest}"

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/dflash/dflash/kernel"
+	"github.com/dflash/dflash/server"
+	"github.com/dflash/dflash/server/backend"
+)
+
+// modelSpecs collects repeated --model/--draft/--name flags in order: each --model starts a
+// model, and --draft and --name apply to the latest one.
+type modelSpecs struct{ specs []backend.Spec }
+
+func (m *modelSpecs) register(fs *flag.FlagSet) {
+	fs.Func("model", "model to serve: a Hugging Face folder or a llama2.c checkpoint (repeatable)", func(s string) error {
+		m.specs = append(m.specs, backend.Spec{Path: s})
+		return nil
+	})
+	fs.Func("draft", "DFlash draft folder for the preceding --model", func(s string) error {
+		if len(m.specs) == 0 {
+			return fmt.Errorf("--draft %s comes before any --model", s)
+		}
+		m.specs[len(m.specs)-1].Draft = s
+		return nil
+	})
+	fs.Func("name", "request name of the preceding --model (default: its file or folder name, tag :latest)", func(s string) error {
+		if len(m.specs) == 0 {
+			return fmt.Errorf("--name %s comes before any --model", s)
+		}
+		m.specs[len(m.specs)-1].Name = s
+		return nil
+	})
+}
+
+func cmdServe(args []string, _ io.Reader, stdout, stderr io.Writer) error {
+	fs := newFlags("serve", stderr)
+	var ms modelSpecs
+	ms.register(fs)
+	host := fs.String("host", server.AddrFromEnv(), "listen address (env DFLASH_HOST; 127.0.0.1:0 picks a free port)")
+	modelsFile := fs.String("models", "", "models file: one \"name path [draft]\" per line (instead of --model)")
+	parallel := fs.Int("parallel", 1, "requests admitted at once (generations on one model still run one at a time)")
+	maxQueue := fs.Int("max-queue", 64, "requests waiting for a slot before 503 (< 0: unlimited)")
+	queueTimeout := fs.Duration("queue-timeout", 2*time.Minute, "longest wait for a slot before 503 (< 0: unlimited)")
+	keepAlive := fs.Duration("keep-alive", 5*time.Minute, "idle time before a model unloads (< 0: never)")
+	maxLoaded := fs.Int("max-loaded", 1, "idle models kept loaded at once (< 0: unlimited)")
+	ctxLen := fs.Int("ctx", backend.DefaultContext, "context length cap in tokens (the model's own maximum if lower)")
+	logFormat := fs.String("log", "text", "log format on standard error: text or json")
+	kernelPath := fs.String("kernel", "", "kernel path (default: fastest; env DFLASH_KERNEL)")
+	addrFile := fs.String("addr-file", "", "write the bound address to this file once listening (for scripts and tests)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected arguments %q", fs.Args())
+	}
+	var log *slog.Logger
+	switch *logFormat {
+	case "text":
+		log = slog.New(slog.NewTextHandler(stderr, nil))
+	case "json":
+		log = slog.New(slog.NewJSONHandler(stderr, nil))
+	default:
+		return usagef("--log %q: want text or json", *logFormat)
+	}
+	if *kernelPath != "" {
+		if err := kernel.SetPath(*kernelPath); err != nil {
+			return usagef("--kernel: %v", err)
+		}
+	}
+	specs := ms.specs
+	switch {
+	case *modelsFile != "" && len(specs) > 0:
+		return usagef("give --model or --models, not both")
+	case *modelsFile != "":
+		var err error
+		if specs, err = backend.ParseModelsFile(*modelsFile); err != nil {
+			return err
+		}
+	case len(specs) == 0:
+		return usagef("no models: give --model PATH [--draft DIR] [--name NAME] (repeatable) or --models FILE")
+	}
+	if *parallel < 1 {
+		return usagef("--parallel %d: must be >= 1", *parallel)
+	}
+	b, err := backend.New(backend.Options{Models: specs, Context: *ctxLen})
+	if err != nil {
+		return err
+	}
+	// The server's zero values mean "default"; the flags' negative values mean "unlimited".
+	cfg := server.Config{Addr: *host, Parallel: *parallel, MaxQueue: *maxQueue, QueueTimeout: *queueTimeout,
+		KeepAlive: *keepAlive, MaxLoaded: *maxLoaded, Version: version}
+	srv := server.New(cfg, b, log)
+	ln, err := net.Listen("tcp", server.ParseHost(*host))
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", *host, err)
+	}
+	addr := ln.Addr().String()
+	if *addrFile != "" {
+		if err := os.WriteFile(*addrFile, []byte(addr), 0o644); err != nil {
+			ln.Close()
+			return fmt.Errorf("--addr-file: %w", err)
+		}
+	}
+	for _, m := range b.Models() {
+		log.Info("model", "name", m.Name, "family", m.Family, "parameters", m.ParameterSize, "draft", m.Draft)
+	}
+	fmt.Fprintf(stdout, "dflash %s listening on http://%s\n", version, addr)
+	ctx, stop := serveContext()
+	defer stop()
+	return srv.Serve(ctx, ln)
+}
+
+// serveContext ends on SIGINT or SIGTERM. Tests replace it to stop the server in-process.
+var serveContext = func() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}

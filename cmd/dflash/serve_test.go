@@ -1,0 +1,155 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dflash/dflash/internal/testdata"
+)
+
+// syncBuffer is a bytes.Buffer safe to write from the server while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startServe runs `dflash serve args...` in-process on a free loopback port and returns its URL;
+// the returned function stops it (as SIGTERM would) and returns the exit code and logs.
+func startServe(t *testing.T, args ...string) (string, func() (int, string)) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	old := serveContext
+	serveContext = func() (context.Context, context.CancelFunc) { return ctx, cancel }
+	t.Cleanup(func() { serveContext = old })
+	addrFile := filepath.Join(t.TempDir(), "addr")
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- cli(append([]string{"serve", "--host", "127.0.0.1:0", "--addr-file", addrFile}, args...), strings.NewReader(""), &stdout, &stderr)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if b, err := os.ReadFile(addrFile); err == nil && len(b) > 0 {
+			stop := func() (int, string) {
+				cancel()
+				return <-done, stdout.String() + stderr.String()
+			}
+			t.Cleanup(func() { cancel() })
+			return "http://" + string(b), stop
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("serve exited with %d before listening: %s", code, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("serve did not write its address: %s", stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func postJSON(t *testing.T, url, body string) (int, []byte) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, b
+}
+
+func TestServe(t *testing.T) {
+	bin := testdata.Path(t, "stories260K/stories260K.bin")
+	url, stop := startServe(t, "--model", bin, "--name", "stories", "--log", "json")
+
+	// Raw (no template), greedy, fixed length: the golden's first words after the prompt.
+	code, body := postJSON(t, url+"/api/generate", `{"model":"stories","prompt":"Once upon a time","raw":true,"stream":false,"options":{"temperature":0,"num_predict":8}}`)
+	var g struct {
+		Response        string `json:"response"`
+		Done            bool   `json:"done"`
+		DoneReason      string `json:"done_reason"`
+		PromptEvalCount int    `json:"prompt_eval_count"`
+		EvalCount       int    `json:"eval_count"`
+	}
+	if err := json.Unmarshal(body, &g); err != nil || code != 200 {
+		t.Fatalf("/api/generate: %d %s (%v)", code, body, err)
+	}
+	if want := ", there was a little girl named Lily"; !strings.HasPrefix(want, g.Response) || len(g.Response) < 20 {
+		t.Errorf("response %q, want a prefix of %q", g.Response, want)
+	}
+	if !g.Done || g.DoneReason != "length" || g.EvalCount != 8 || g.PromptEvalCount != 5 {
+		t.Errorf("counters %+v: want done, length, 8 generated, 5 prompt tokens", g)
+	}
+
+	code, body = postJSON(t, url+"/v1/chat/completions", `{"model":"stories","messages":[{"role":"user","content":"Tell me a story."}],"max_tokens":16,"temperature":0}`)
+	var c struct {
+		Choices []struct {
+			Message struct{ Role, Content string } `json:"message"`
+		} `json:"choices"`
+		Usage struct {
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(body, &c); err != nil || code != 200 || len(c.Choices) != 1 {
+		t.Fatalf("/v1/chat/completions: %d %s (%v)", code, body, err)
+	}
+	if c.Choices[0].Message.Role != "assistant" || c.Choices[0].Message.Content == "" || c.Usage.CompletionTokens == 0 {
+		t.Errorf("chat completion %s", body)
+	}
+
+	exit, logs := stop()
+	if exit != 0 {
+		t.Fatalf("serve exited with %d: %s", exit, logs)
+	}
+	if !strings.Contains(logs, "listening on http://127.0.0.1:") || !strings.Contains(logs, `"msg":"listening"`) {
+		t.Errorf("logs lack the listening address: %s", logs)
+	}
+}
+
+func TestServeUsage(t *testing.T) {
+	// Exit code 2 for usage errors; a flag the flag package refuses exits with 1 (cli's
+	// convention for parse errors), so only a non-zero code is required there.
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{nil, "no models"},
+		{[]string{"--draft", "d"}, "before any --model"},
+		{[]string{"--model", "m", "--models", "f"}, "not both"},
+		{[]string{"--model", "m", "--log", "xml"}, "--log"},
+		{[]string{"--model", "m", "--parallel", "0"}, "--parallel"},
+	}
+	for _, c := range cases {
+		code, _, errs := runCLI(t, "", append([]string{"serve"}, c.args...)...)
+		if code == 0 || (code != 2 && (len(c.args) == 0 || c.args[0] != "--draft")) || !strings.Contains(errs, c.want) {
+			t.Errorf("serve %q: exit %d, stderr %q; want 2 and %q", c.args, code, errs, c.want)
+		}
+	}
+}

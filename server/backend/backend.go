@@ -1,0 +1,177 @@
+// Package backend implements server.Backend over the real engine: it opens the models named on
+// the command line (engine.Open, model/dflash.Load for drafts), keeps one runner.Sequence per
+// loaded model so a conversation that continues reuses its cached prefix, and maps the server's
+// sampling options, streaming and counters onto the runner.
+//
+// It owns the bridge only: no HTTP (the server's), no decoding logic (the runner's), no weights
+// (the models'). It must never panic on a request, and never let two forwards run on one target
+// at once (a target's workspace is shared by its forwards).
+//
+// Models file format (ParseModelsFile): one model per line, "name path [draft]", fields separated
+// by spaces or tabs; blank lines and lines starting with '#' are ignored; a relative path is
+// relative to the file's folder. A name without a tag gets ":latest".
+package backend
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/dflash/dflash/server"
+)
+
+// DefaultContext caps a model's context length unless Options.Context says otherwise, so a large
+// model does not reserve gigabytes of cache for conversations that never get that long.
+const DefaultContext = 4096
+
+// Spec names one model to serve.
+type Spec struct {
+	Name  string // request name; default the file or folder name with ":latest"
+	Path  string // a Hugging Face folder or a llama2.c checkpoint file
+	Draft string // a DFlash draft folder, "" for plain decoding
+}
+
+// Options configure a Backend.
+type Options struct {
+	Models []Spec
+	// Context caps every model's context length (default DefaultContext; the model's own
+	// maximum if lower).
+	Context int
+}
+
+// Backend serves the configured models. It is safe for concurrent use.
+type Backend struct {
+	ctx   int
+	specs []Spec
+
+	mu    sync.Mutex
+	infos []server.ModelInfo // by spec; refined from the loaded model on first load
+}
+
+// New checks the specs (unique names, paths that exist) and reads each model's description from
+// its files without loading weights.
+func New(o Options) (*Backend, error) {
+	if len(o.Models) == 0 {
+		return nil, errors.New("backend: no models configured")
+	}
+	b := &Backend{ctx: o.Context}
+	if b.ctx <= 0 {
+		b.ctx = DefaultContext
+	}
+	seen := map[string]bool{}
+	for _, s := range o.Models {
+		if s.Path == "" {
+			return nil, fmt.Errorf("backend: model %q has no path", s.Name)
+		}
+		if s.Name == "" {
+			s.Name = defaultName(s.Path)
+		}
+		if !strings.Contains(s.Name, ":") {
+			s.Name += ":latest"
+		}
+		if seen[s.Name] {
+			return nil, fmt.Errorf("backend: model name %q configured twice", s.Name)
+		}
+		seen[s.Name] = true
+		info, err := describe(s, b.ctx)
+		if err != nil {
+			return nil, fmt.Errorf("backend: model %s: %w", s.Name, err)
+		}
+		if s.Draft != "" {
+			if st, err := os.Stat(s.Draft); err != nil || !st.IsDir() {
+				return nil, fmt.Errorf("backend: model %s: draft %s is not a folder", s.Name, s.Draft)
+			}
+		}
+		b.specs = append(b.specs, s)
+		b.infos = append(b.infos, info)
+	}
+	return b, nil
+}
+
+func defaultName(path string) string {
+	base := filepath.Base(strings.TrimSuffix(path, "/"))
+	if ext := filepath.Ext(base); ext == ".bin" {
+		base = strings.TrimSuffix(base, ext)
+	}
+	return base
+}
+
+// Models implements server.Backend.
+func (b *Backend) Models() []server.ModelInfo {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]server.ModelInfo(nil), b.infos...)
+}
+
+// Load implements server.Backend: it opens the model (and its draft). It is slow; ctx is checked
+// before the work starts, since a load in progress cannot be interrupted.
+func (b *Backend) Load(ctx context.Context, name string) (server.Model, error) {
+	i := -1
+	for j, s := range b.specs {
+		if s.Name == name {
+			i = j
+		}
+	}
+	if i < 0 {
+		return nil, fmt.Errorf("backend: %q: %w", name, server.ErrModelNotFound)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	info := b.infos[i]
+	b.mu.Unlock()
+	m, err := open(b.specs[i], info, b.ctx)
+	if err != nil {
+		return nil, fmt.Errorf("backend: load %s: %w", name, err)
+	}
+	b.mu.Lock()
+	b.infos[i] = m.info
+	b.mu.Unlock()
+	return m, nil
+}
+
+// ParseModelsFile reads a models file (see the package comment).
+func ParseModelsFile(path string) ([]Spec, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("models file: %w", err)
+	}
+	defer f.Close()
+	dir := filepath.Dir(path)
+	rel := func(p string) string {
+		if p == "" || filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(dir, p)
+	}
+	var specs []Spec
+	sc := bufio.NewScanner(f)
+	for line := 1; sc.Scan(); line++ {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		fields := strings.Fields(text)
+		if len(fields) < 2 || len(fields) > 3 {
+			return nil, fmt.Errorf("models file %s:%d: want \"name path [draft]\", got %d fields", path, line, len(fields))
+		}
+		s := Spec{Name: fields[0], Path: rel(fields[1])}
+		if len(fields) == 3 {
+			s.Draft = rel(fields[2])
+		}
+		specs = append(specs, s)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("models file %s: %w", path, err)
+	}
+	if len(specs) == 0 {
+		return nil, fmt.Errorf("models file %s: no models", path)
+	}
+	return specs, nil
+}

@@ -1,0 +1,239 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+
+	"github.com/dflash/dflash/engine"
+	"github.com/dflash/dflash/model"
+	"github.com/dflash/dflash/model/dflash"
+	"github.com/dflash/dflash/runner"
+	"github.com/dflash/dflash/sample"
+	"github.com/dflash/dflash/server"
+	"github.com/dflash/dflash/tokenizer"
+	"github.com/dflash/dflash/tokenizer/chat"
+)
+
+// PlainTemplate describes the chat fallback for models with neither a chat template nor ChatML
+// tokens (tiny story models): each message as "System: ...", "User: ..." or "Assistant: ...",
+// separated by blank lines, and "Assistant:" to prompt the reply.
+const PlainTemplate = "System: {system}\n\nUser: {user}\n\nAssistant: {assistant}\n\n...Assistant:"
+
+// Model is a loaded model. Generations run one at a time (the target's forwards share one
+// workspace); a generation that waits for another honours its context while waiting.
+//
+// Invariant: between generations the drafting session holds context rows for exactly the
+// sequence's cached tokens (runner.Generate closes, that is settles, the session before it
+// returns), so the next request's Restore keeps the same prefix in both.
+type Model struct {
+	info   server.ModelInfo
+	e      *engine.Engine
+	tmpl   *chat.Template // nil: the plain fallback
+	ctxLen int
+	draft  model.BlockDraft // nil: plain decoding
+
+	turn    chan struct{} // holds one token while a generation runs
+	seq     *runner.Sequence
+	session *runner.Session
+	depth   *runner.Depth
+	last    runner.Stats
+	closed  bool
+}
+
+func open(s Spec, info server.ModelInfo, ctxCap int) (*Model, error) {
+	e, err := engine.Open(engine.Options{Model: s.Path})
+	if err != nil {
+		return nil, err
+	}
+	if e.Tok == nil {
+		return nil, fmt.Errorf("model %s has no tokenizer beside it: the server needs text", s.Path)
+	}
+	m := &Model{e: e, turn: make(chan struct{}, 1)}
+	m.ctxLen = e.Target.Config().MaxSeq
+	if m.ctxLen <= 0 || m.ctxLen > ctxCap {
+		m.ctxLen = ctxCap
+	}
+	m.info = refine(info, e.Target.Config(), m.ctxLen)
+	switch {
+	case e.Chat != nil:
+		m.tmpl = e.Chat
+		m.info.Template = "(the model's chat template, tokenizer_config.json)"
+	case hasToken(e, "<|im_start|>"):
+		m.tmpl = chat.ChatML()
+		m.info.Template = "(ChatML)"
+	default:
+		m.info.Template = PlainTemplate
+	}
+	if s.Draft != "" {
+		d, err := dflash.Load(s.Draft, e.Target, dflash.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("draft: %w", err)
+		}
+		m.draft = d
+	}
+	m.reset()
+	return m, nil
+}
+
+func hasToken(e *engine.Engine, s string) bool {
+	_, ok := e.Tok.TokenID(s)
+	return ok
+}
+
+// reset starts from empty caches: after a failure that may have left the sequence and the
+// session out of step, reusing nothing is the safe choice.
+func (m *Model) reset() {
+	m.seq = runner.NewSequence(m.e.Target, m.ctxLen)
+	m.session = nil
+	if m.draft != nil {
+		m.session = runner.NewSession(m.draft, m.ctxLen)
+	}
+	m.depth = &runner.Depth{}
+}
+
+// Info implements server.Model.
+func (m *Model) Info() server.ModelInfo { return m.info }
+
+// ContextLength implements server.Model.
+func (m *Model) ContextLength() int { return m.ctxLen }
+
+// Tokenize implements server.Model: BOS is added when the tokenizer asks for it.
+func (m *Model) Tokenize(text string) ([]int, error) { return m.e.EncodePrompt(text) }
+
+// RenderChat implements server.Model with the model's template, ChatML, or PlainTemplate.
+func (m *Model) RenderChat(msgs []server.ChatMessage, opts server.ChatOptions) (string, error) {
+	if m.tmpl == nil {
+		return renderPlain(msgs, opts), nil
+	}
+	cm := make([]chat.Message, len(msgs))
+	for i, msg := range msgs {
+		cm[i] = chat.Message{Role: msg.Role, Content: msg.Content}
+	}
+	return m.tmpl.Render(cm, chat.Options{AddGenerationPrompt: opts.AddGenerationPrompt})
+}
+
+func renderPlain(msgs []server.ChatMessage, opts server.ChatOptions) string {
+	var b strings.Builder
+	for i, msg := range msgs {
+		if i > 0 {
+			b.WriteString("\n\n")
+		}
+		role := msg.Role
+		if role != "" {
+			role = strings.ToUpper(role[:1]) + role[1:]
+		}
+		b.WriteString(role + ": " + msg.Content)
+	}
+	if opts.AddGenerationPrompt {
+		if len(msgs) > 0 {
+			b.WriteString("\n\n")
+		}
+		b.WriteString("Assistant:")
+	}
+	return b.String()
+}
+
+// sampleOptions maps the server's options onto the sampler's. ollama's repeat_last_n 0 means a
+// window of no tokens (penalties off), where the sampler's 0 means its default window.
+func sampleOptions(o server.SampleOptions) sample.Options {
+	s := sample.Options{
+		Temperature: float32(o.Temperature), TopK: o.TopK, TopP: float32(o.TopP), MinP: float32(o.MinP),
+		RepeatPenalty: float32(o.RepeatPenalty), PresencePenalty: float32(o.PresencePenalty),
+		FrequencyPenalty: float32(o.FrequencyPenalty), PenaltyWindow: o.RepeatLastN,
+		Seed: uint64(o.Seed),
+	}
+	if !o.HasSeed {
+		s.Seed = rand.Uint64()
+	}
+	if o.RepeatLastN == 0 {
+		s.RepeatPenalty, s.PresencePenalty, s.FrequencyPenalty = 1, 0, 0
+	}
+	if o.RepeatLastN < 0 {
+		s.PenaltyWindow = -1
+	}
+	return s
+}
+
+// Generate implements server.Model. The text of each token comes from a tokenizer.Stream that
+// first sees the prompt's last token (so a SentencePiece space after BOS is treated as in
+// running text); a character left incomplete at the end is emitted as a final piece with ID -1.
+func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(server.Token) error) (server.GenResult, error) {
+	select {
+	case m.turn <- struct{}{}:
+	case <-ctx.Done():
+		return server.GenResult{}, ctx.Err()
+	}
+	defer func() { <-m.turn }()
+	if m.closed {
+		return server.GenResult{}, errors.New("backend: generate on a closed model")
+	}
+	if len(req.Prompt) == 0 {
+		return server.GenResult{}, errors.New("backend: empty prompt")
+	}
+	stream := tokenizer.NewStream(m.e.Tok)
+	stream.Add(req.Prompt[len(req.Prompt)-1])
+	stream.Flush()
+	rr := runner.Request{
+		Prompt: req.Prompt, Options: sampleOptions(req.Options), MaxTokens: req.MaxTokens,
+		Stop: m.e.Stop, Depth: m.depth,
+	}
+	if m.session != nil {
+		rr.Drafter = m.session
+	}
+	var emitErr error
+	st, err := runner.Generate(ctx, m.seq, rr, func(id int) error {
+		emitErr = emit(server.Token{ID: id, Text: stream.Add(id)})
+		return emitErr
+	})
+	m.last = st
+	if err != nil && ctx.Err() == nil && (emitErr == nil || !errors.Is(err, emitErr)) {
+		// The runner failed (not a cancellation, not the server stopping us through emit): the
+		// caches may be out of step, so the next request starts afresh.
+		m.reset()
+	}
+	if err == nil && st.DecodeTokens > 0 {
+		if rest := stream.Flush(); rest != "" {
+			err = emit(server.Token{ID: -1, Text: rest})
+		}
+	}
+	return result(st, len(req.Prompt), m.session != nil), err
+}
+
+// result maps the runner's statistics. prompt_eval_count is the prompt's whole length, reused
+// rows included, as ollama reports it for a cached prefix; PromptDuration covers only the rows
+// actually processed.
+func result(st runner.Stats, prompt int, drafted bool) server.GenResult {
+	r := server.GenResult{
+		PromptTokens:   prompt,
+		PromptDuration: st.PromptTime,
+		EvalTokens:     st.DecodeTokens,
+		EvalDuration:   st.DecodeTime,
+		DoneReason:     "stop",
+	}
+	if st.Reason == runner.StopLength || st.Reason == runner.StopCapacity {
+		r.DoneReason = "length"
+	}
+	if drafted {
+		r.Speculation = &server.SpecStats{Tau: st.Tau(), Drafted: st.Drafted, Accepted: st.Accepted, Rounds: st.Rounds}
+	}
+	return r
+}
+
+// LastStats are the runner's statistics of the latest generation (Reused shows prefix reuse).
+// Tests and diagnostics only; it is not synchronised with a running generation.
+func (m *Model) LastStats() runner.Stats { return m.last }
+
+// Close implements server.Model: it drops the engine, caches and draft for the GC to free.
+func (m *Model) Close() error {
+	m.turn <- struct{}{}
+	defer func() { <-m.turn }()
+	if m.closed {
+		return errors.New("backend: model closed twice")
+	}
+	m.closed = true
+	m.e, m.seq, m.session, m.draft, m.tmpl = nil, nil, nil, nil, nil
+	return nil
+}

@@ -1,0 +1,117 @@
+package backend
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/dflash/dflash/sample"
+	"github.com/dflash/dflash/server"
+)
+
+func TestSampleOptions(t *testing.T) {
+	cases := []struct {
+		name string
+		in   server.SampleOptions
+		want sample.Options
+	}{
+		{"ollama defaults", server.SampleOptions{Temperature: 0.8, TopK: 40, TopP: 0.9, RepeatPenalty: 1.1, RepeatLastN: 64, Seed: 5, HasSeed: true},
+			sample.Options{Temperature: 0.8, TopK: 40, TopP: 0.9, RepeatPenalty: 1.1, PenaltyWindow: 64, Seed: 5}},
+		// repeat_last_n 0 is a window of no tokens: every penalty is off.
+		{"window 0", server.SampleOptions{RepeatPenalty: 1.3, PresencePenalty: 0.5, FrequencyPenalty: 0.2, HasSeed: true},
+			sample.Options{RepeatPenalty: 1, PenaltyWindow: 0}},
+		// -1 means the whole context in ollama: the sampler's "all".
+		{"window all", server.SampleOptions{RepeatPenalty: 1.2, RepeatLastN: -1, HasSeed: true},
+			sample.Options{RepeatPenalty: 1.2, PenaltyWindow: -1}},
+		{"openai penalties", server.SampleOptions{Temperature: 1, TopP: 1, RepeatPenalty: 1, RepeatLastN: 64, PresencePenalty: 0.5, FrequencyPenalty: 0.25, Seed: -1, HasSeed: true},
+			sample.Options{Temperature: 1, TopP: 1, RepeatPenalty: 1, PenaltyWindow: 64, PresencePenalty: 0.5, FrequencyPenalty: 0.25, Seed: 1<<64 - 1}},
+	}
+	for _, c := range cases {
+		if got := sampleOptions(c.in); got != c.want {
+			t.Errorf("%s: got %+v, want %+v", c.name, got, c.want)
+		}
+	}
+	// Without a seed, two requests draw different seeds (a collision has probability 2^-64).
+	a, b := sampleOptions(server.SampleOptions{}), sampleOptions(server.SampleOptions{})
+	if a.Seed == b.Seed {
+		t.Errorf("random seeds collide: %d", a.Seed)
+	}
+}
+
+func TestRenderPlain(t *testing.T) {
+	msgs := []server.ChatMessage{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Hi"}, {Role: "assistant", Content: "Hello."}, {Role: "user", Content: "Story?"}}
+	want := "System: Be brief.\n\nUser: Hi\n\nAssistant: Hello.\n\nUser: Story?\n\nAssistant:"
+	if got := renderPlain(msgs, server.ChatOptions{AddGenerationPrompt: true}); got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if got := renderPlain(msgs[:1], server.ChatOptions{}); got != "System: Be brief." {
+		t.Errorf("without generation prompt: got %q", got)
+	}
+}
+
+func TestParseModelsFile(t *testing.T) {
+	dir := t.TempDir()
+	cases := []struct {
+		name, text string
+		want       []Spec
+		err        string
+	}{
+		{"lines", "# models\nqwen3:0.6b /m/qwen3 /m/draft\n\n  stories\tstories260K.bin\n",
+			[]Spec{{Name: "qwen3:0.6b", Path: "/m/qwen3", Draft: "/m/draft"}, {Name: "stories", Path: filepath.Join(dir, "stories260K.bin")}}, ""},
+		{"one field", "stories\n", nil, ":1: want"},
+		{"four fields", "a b c d\n", nil, ":1: want"},
+		{"empty", "# nothing\n", nil, "no models"},
+	}
+	for _, c := range cases {
+		p := filepath.Join(dir, c.name)
+		if err := os.WriteFile(p, []byte(c.text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		got, err := ParseModelsFile(p)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%s: err %v, want one containing %q", c.name, err, c.err)
+			}
+			continue
+		}
+		if err != nil || !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s: got %+v, %v; want %+v", c.name, got, err, c.want)
+		}
+	}
+}
+
+func TestFormatParams(t *testing.T) {
+	cases := []struct {
+		n    int64
+		want string
+	}{{260032, "260K"}, {15_200_000, "15.2M"}, {596_049_920, "596M"}, {1_720_574_976, "1.7B"}, {999, "999"}}
+	for _, c := range cases {
+		if got := formatParams(c.n); got != c.want {
+			t.Errorf("formatParams(%d) = %q, want %q", c.n, got, c.want)
+		}
+	}
+}
+
+func TestNewRejects(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "m.bin")
+	os.WriteFile(file, make([]byte, 64), 0o644)
+	cases := []struct {
+		name string
+		o    Options
+		err  string
+	}{
+		{"none", Options{}, "no models"},
+		{"no path", Options{Models: []Spec{{Name: "a"}}}, "no path"},
+		{"missing", Options{Models: []Spec{{Path: filepath.Join(dir, "absent")}}}, "model path"},
+		{"duplicate", Options{Models: []Spec{{Path: file}, {Name: "m", Path: file}}}, "configured twice"},
+		{"draft not a folder", Options{Models: []Spec{{Path: file, Draft: file}}}, "not a folder"},
+	}
+	for _, c := range cases {
+		if _, err := New(c.o); err == nil || !strings.Contains(err.Error(), c.err) {
+			t.Errorf("%s: err %v, want one containing %q", c.name, err, c.err)
+		}
+	}
+}
