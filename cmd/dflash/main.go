@@ -27,6 +27,7 @@ func commands() []command {
 		{"bench", "measure decode/prefill speed, bandwidth and speculation against plain decoding", cmdBench},
 		{"serve", "serve models over ollama- and OpenAI-compatible HTTP APIs", cmdServe},
 		{"tokenize", "print the token ids of text, or decode ids back to text", cmdTokenize},
+		{"train", "train a tokenizer or a DFlash draft", cmdTrain},
 		{"version", "print the version", func(_ []string, _ io.Reader, stdout, _ io.Writer) error {
 			fmt.Fprintln(stdout, "dflash", version)
 			return nil
