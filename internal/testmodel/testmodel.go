@@ -14,7 +14,25 @@ import (
 
 	"github.com/dflash/dflash/format/safetensors"
 	"github.com/dflash/dflash/internal/testdata"
+	"github.com/dflash/dflash/model"
+	"github.com/dflash/dflash/model/transformer"
 )
+
+// TinyQwen3 is a random Qwen3-shaped target held in memory: 6 layers of width 32, 4 heads of 8
+// over 2 KV heads, an untied head (so a draft that used the embedding as head would be caught),
+// vocabulary 97, seed 7. Draft tests build their drafts against it; the same seed gives the same
+// weights, so expected values computed from it stay valid.
+func TinyQwen3(tb testing.TB) *transformer.Model {
+	tb.Helper()
+	m, err := transformer.Synthetic(model.Config{
+		Arch: transformer.ArchQwen3, Layers: 6, Hidden: 32, Intermediate: 64, Heads: 4, KVHeads: 2,
+		HeadDim: 8, Vocab: 97, MaxSeq: 512, RMSEps: 1e-6, RopeTheta: 10000, BOS: -1,
+	}, 7)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return m
+}
 
 // Qwen3 writes a random two-layer Qwen3 folder (hidden 16, f32) with the real Qwen3 tokenizer and
 // chat template from the shared test data, skipping the test when that data is absent.

@@ -109,8 +109,9 @@ func (c *Config) Visibility(l int) nn.Visibility {
 	return v
 }
 
-// validate checks the config on its own (the target checks are in CheckTarget).
-func (c *Config) validate() error {
+// Validate checks the config on its own (the target checks are in CheckTarget). DFlash2 runs it
+// on its embedded Config before checking its own fields.
+func (c *Config) Validate() error {
 	pos := []struct {
 		name string
 		v    int
@@ -210,69 +211,42 @@ func (c *Config) CheckTarget(t model.Config) error {
 	return nil
 }
 
-// fromHF reads a draft config from a parsed config.json. Keys DFlash adds are looked up in
-// dflash_config first and at the top level second, as the reference does. targetLayers fills
-// num_target_layers when the file omits it.
+// fromHF reads a DFlash draft config from a parsed config.json whose architectures name Arch.
 func fromHF(hc *hf.Config, targetLayers int) (Config, error) {
 	if !slices.Contains(hc.Architectures, Arch) {
 		return Config{}, fmt.Errorf("architectures %v, want [%q]", hc.Architectures, Arch)
 	}
+	return ParseConfig(hc, targetLayers)
+}
+
+// ParseConfig reads the DFlash fields of a draft config from a parsed config.json (see Keys for
+// where DFlash's own keys are looked up). targetLayers fills num_target_layers when the file
+// omits it. It does not look at architectures: a caller loading a variant (DFlash2) decides
+// which names it accepts, and reads the variant's extra keys through NewKeys.
+func ParseConfig(hc *hf.Config, targetLayers int) (Config, error) {
 	c := Config{
 		Hidden: hc.HiddenSize, Intermediate: hc.IntermediateSize, Layers: hc.NumHiddenLayers,
 		Heads: hc.NumAttentionHeads, KVHeads: hc.NumKeyValueHeads, HeadDim: hc.HeadDim,
 		Vocab: hc.VocabSize, RMSEps: hc.RMSNormEps, RopeTheta: hc.RopeTheta,
 		RopeScaling: hc.RopeScaling, MaxPositions: hc.MaxPositionEmbeddings,
 	}
-	var dc map[string]any
-	if v, ok := hc.Raw["dflash_config"]; ok && v != nil {
-		if dc, ok = v.(map[string]any); !ok {
-			return Config{}, fmt.Errorf("dflash_config is %T, want an object", v)
-		}
-	}
-	lookup := func(name string) (any, string) {
-		if v, ok := dc[name]; ok && v != nil {
-			return v, "dflash_config." + name
-		}
-		if v, ok := hc.Raw[name]; ok && v != nil {
-			return v, name
-		}
-		return nil, name
-	}
-	intKey := func(name string, def int, required bool) (int, error) {
-		v, field := lookup(name)
-		if v == nil {
-			if required {
-				return 0, fmt.Errorf("%s is missing", field)
-			}
-			return def, nil
-		}
-		return asInt(field, v)
-	}
-	floatKey := func(name string) (float64, error) {
-		v, field := lookup(name)
-		if v == nil {
-			return 0, nil
-		}
-		f, ok := v.(float64)
-		if !ok {
-			return 0, fmt.Errorf("%s is %v, want a number", field, v)
-		}
-		return f, nil
-	}
-	var err error
-	if c.BlockSize, err = intKey("block_size", 16, false); err != nil {
+	keys, err := NewKeys(hc)
+	if err != nil {
 		return Config{}, err
 	}
-	if c.MaskID, err = intKey("mask_token_id", 0, true); err != nil {
+	if c.BlockSize, err = keys.Int("block_size", 16, false); err != nil {
 		return Config{}, err
 	}
-	if c.TargetLayerCount, err = intKey("num_target_layers", targetLayers, false); err != nil {
+	if c.MaskID, err = keys.Int("mask_token_id", 0, true); err != nil {
 		return Config{}, err
 	}
-	if c.SlidingWindow, err = intKey("sliding_window", 0, false); err != nil {
+	if c.TargetLayerCount, err = keys.Int("num_target_layers", targetLayers, false); err != nil {
 		return Config{}, err
 	}
-	if v, field := lookup("target_layer_ids"); v != nil {
+	if c.SlidingWindow, err = keys.Int("sliding_window", 0, false); err != nil {
+		return Config{}, err
+	}
+	if v, field := keys.Lookup("target_layer_ids"); v != nil {
 		list, ok := v.([]any)
 		if !ok {
 			return Config{}, fmt.Errorf("%s is %v, want a list of layer ids", field, v)
@@ -289,7 +263,7 @@ func fromHF(hc *hf.Config, targetLayers int) (Config, error) {
 	// The causal switch has three spellings: DFLASH.md's dflash_config.causal, a top-level
 	// causal, and the reference's top-level is_causal. They must agree when several are given.
 	for _, name := range []string{"causal", "is_causal"} {
-		v, field := lookup(name)
+		v, field := keys.Lookup(name)
 		if v == nil {
 			continue
 		}
@@ -302,7 +276,7 @@ func fromHF(hc *hf.Config, targetLayers int) (Config, error) {
 		}
 		c.Causal = &b
 	}
-	if v, _ := lookup("layer_types"); v != nil {
+	if v, _ := keys.Lookup("layer_types"); v != nil {
 		list, ok := v.([]any)
 		if !ok {
 			return Config{}, fmt.Errorf("layer_types is %v, want a list", v)
@@ -314,16 +288,72 @@ func fromHF(hc *hf.Config, targetLayers int) (Config, error) {
 			}
 		}
 	}
-	if c.EmbedScale, err = floatKey("input_embedding_scale"); err != nil {
+	if c.EmbedScale, err = keys.Float("input_embedding_scale"); err != nil {
 		return Config{}, err
 	}
-	if c.LogitScale, err = floatKey("output_multiplier"); err != nil {
+	if c.LogitScale, err = keys.Float("output_multiplier"); err != nil {
 		return Config{}, err
 	}
-	if c.LogitSoftcap, err = floatKey("final_logit_softcapping"); err != nil {
+	if c.LogitSoftcap, err = keys.Float("final_logit_softcapping"); err != nil {
 		return Config{}, err
 	}
 	return c, nil
+}
+
+// Keys reads the keys DFlash and its variants add to config.json: each is looked up in
+// dflash_config first and at the top level second, as the reference does. A null value counts
+// as absent.
+type Keys struct {
+	dc, top map[string]any
+}
+
+// NewKeys returns the key reader of hc; dflash_config, when present, must be an object.
+func NewKeys(hc *hf.Config) (Keys, error) {
+	k := Keys{top: hc.Raw}
+	if v, ok := hc.Raw["dflash_config"]; ok && v != nil {
+		if k.dc, ok = v.(map[string]any); !ok {
+			return Keys{}, fmt.Errorf("dflash_config is %T, want an object", v)
+		}
+	}
+	return k, nil
+}
+
+// Lookup returns the value of name (nil when absent) and the field it came from, for errors:
+// dflash_config.name, or name when only the top level has it.
+func (k Keys) Lookup(name string) (v any, field string) {
+	if v, ok := k.dc[name]; ok && v != nil {
+		return v, "dflash_config." + name
+	}
+	if v, ok := k.top[name]; ok && v != nil {
+		return v, name
+	}
+	return nil, "dflash_config." + name
+}
+
+// Int returns the integer name, def when it is absent, or an error when it is absent and
+// required or present and not an integer.
+func (k Keys) Int(name string, def int, required bool) (int, error) {
+	v, field := k.Lookup(name)
+	if v == nil {
+		if required {
+			return 0, fmt.Errorf("%s is missing", field)
+		}
+		return def, nil
+	}
+	return asInt(field, v)
+}
+
+// Float returns the number name, 0 when it is absent (the optional multipliers' "absent").
+func (k Keys) Float(name string) (float64, error) {
+	v, field := k.Lookup(name)
+	if v == nil {
+		return 0, nil
+	}
+	f, ok := v.(float64)
+	if !ok {
+		return 0, fmt.Errorf("%s is %v, want a number", field, v)
+	}
+	return f, nil
 }
 
 func asInt(field string, v any) (int, error) {

@@ -30,14 +30,12 @@ type Options struct {
 	DType Compute
 }
 
-// chunkRows is the widest batch handed to one kernel product (kernel.MatMul is specified for
-// 1..32 rows). A row's result does not depend on its batch, so chunking changes no bit.
+// chunkRows is the widest batch handed to one kernel product (see MatMul).
 const chunkRows = 32
 
 type layer struct {
 	inNorm, postNorm []float32 // [Hidden]
-	qNorm, kNorm     []float32 // [HeadDim], applied per head
-	q, k, v, o       *kernel.Matrix
+	attn             Attn
 	gate, up, down   *kernel.Matrix
 	vis              nn.Visibility
 }
@@ -53,7 +51,7 @@ type Draft struct {
 	hiddenNorm []float32
 	norm       []float32
 	layers     []layer
-	rope       *nn.RoPE
+	heads      Heads // its Rope grows with the caches (see grow)
 	attn       nn.Attention
 	dtype      kernel.DType
 	ws         workspace
@@ -98,7 +96,7 @@ func (d *Draft) WeightBytes() int64 {
 	b := d.head.Bytes()
 	for i := range d.layers {
 		l := &d.layers[i]
-		for _, m := range []*kernel.Matrix{l.q, l.k, l.v, l.o, l.gate, l.up, l.down} {
+		for _, m := range []*kernel.Matrix{l.attn.Q, l.attn.K, l.attn.V, l.attn.O, l.gate, l.up, l.down} {
 			b += m.Bytes()
 		}
 	}
@@ -114,7 +112,7 @@ func (d *Draft) NewCache(capacity int) cache.Cache {
 }
 
 func (d *Draft) grow(positions int) {
-	d.rope.Grow(positions)
+	d.heads.Rope.Grow(positions)
 	if len(d.ws.scores) < positions {
 		d.ws.scores = make([]float32, positions)
 	}
@@ -133,7 +131,7 @@ func Load(dir string, target model.Target, opt Options) (*Draft, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load draft %s: config.json: %w", dir, err)
 	}
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("load draft %s: config.json: %w", dir, err)
 	}
 	if err := cfg.CheckTarget(tc); err != nil {
@@ -249,12 +247,12 @@ func build(cfg Config, target model.Target, src source) (*Draft, error) {
 		p := fmt.Sprintf("layers.%d.", i)
 		l := &d.layers[i]
 		l.inNorm = src.vector(p+"input_layernorm.weight", h)
-		l.q = src.matrix(p+"self_attn.q_proj.weight", qw, h)
-		l.k = src.matrix(p+"self_attn.k_proj.weight", kvw, h)
-		l.v = src.matrix(p+"self_attn.v_proj.weight", kvw, h)
-		l.o = src.matrix(p+"self_attn.o_proj.weight", h, qw)
-		l.qNorm = src.vector(p+"self_attn.q_norm.weight", cfg.HeadDim)
-		l.kNorm = src.vector(p+"self_attn.k_norm.weight", cfg.HeadDim)
+		l.attn.Q = src.matrix(p+"self_attn.q_proj.weight", qw, h)
+		l.attn.K = src.matrix(p+"self_attn.k_proj.weight", kvw, h)
+		l.attn.V = src.matrix(p+"self_attn.v_proj.weight", kvw, h)
+		l.attn.O = src.matrix(p+"self_attn.o_proj.weight", h, qw)
+		l.attn.QNorm = src.vector(p+"self_attn.q_norm.weight", cfg.HeadDim)
+		l.attn.KNorm = src.vector(p+"self_attn.k_norm.weight", cfg.HeadDim)
 		l.postNorm = src.vector(p+"post_attention_layernorm.weight", h)
 		l.gate = src.matrix(p+"mlp.gate_proj.weight", cfg.Intermediate, h)
 		l.up = src.matrix(p+"mlp.up_proj.weight", cfg.Intermediate, h)
@@ -266,7 +264,8 @@ func build(cfg Config, target model.Target, src source) (*Draft, error) {
 		return nil, errors.New("weights incomplete")
 	}
 	inv := (&hf.Config{RopeTheta: cfg.RopeTheta, RopeScaling: cfg.RopeScaling}).RopeInvFreq(cfg.HeadDim)
-	d.rope = nn.NewRoPE(nn.RotateHalf, cfg.HeadDim, inv, 256)
+	d.heads = Heads{Heads: cfg.Heads, KVHeads: cfg.KVHeads, HeadDim: cfg.HeadDim, Eps: float32(cfg.RMSEps),
+		Rope: nn.NewRoPE(nn.RotateHalf, cfg.HeadDim, inv, 256)}
 	d.attn = nn.NewAttention(cfg.Heads, cfg.KVHeads, cfg.HeadDim)
 	b := cfg.BlockSize
 	d.ws = workspace{
@@ -282,14 +281,6 @@ func build(cfg Config, target model.Target, src source) (*Draft, error) {
 		logits: make([]float32, b*cfg.Vocab),
 	}
 	return d, nil
-}
-
-// matmul is m.MatMul over any number of rows, in batches of chunkRows.
-func matmul(m *kernel.Matrix, y, x []float32, rows int) {
-	for s := 0; s < rows; s += chunkRows {
-		r := min(chunkRows, rows-s)
-		m.MatMul(y[s*m.N:(s+r)*m.N], x[s*m.K:(s+r)*m.K], r)
-	}
 }
 
 // Forward writes ctxRows context rows, then the block rows, at slots c.Offset()... and advances c
@@ -333,7 +324,7 @@ func (d *Draft) Forward(c cache.Cache, ctx []float32, ctxRows int, block []int) 
 		d.fc.MatMul(feat, ctx[s*tapW:(s+r)*tapW], r)
 		nn.RMSNormRows(feat, feat, d.hiddenNorm, r, cfg.Hidden, float32(cfg.RMSEps))
 		for li := range d.layers {
-			d.keysValues(kv, li, feat, r, pos+s)
+			d.heads.KeysValues(kv, li, &d.layers[li].attn, feat, r, pos+s)
 		}
 	}
 	var logits []float32
@@ -344,22 +335,6 @@ func (d *Draft) Forward(c cache.Cache, ctx []float32, ctxRows int, block []int) 
 		return nil, fmt.Errorf("dflash: %w", err) // unreachable: Room was checked
 	}
 	return logits, nil
-}
-
-// keysValues writes layer li's keys (k_norm per head, RoPE) and values of rows src at cache
-// slots [pos, pos+rows); slot = position, as context rows sit at their true positions.
-func (d *Draft) keysValues(kv *cache.KV, li int, src []float32, rows, pos int) {
-	cfg := &d.cfg
-	l := &d.layers[li]
-	w := kv.Width
-	kc := kv.K[li][pos*w : (pos+rows)*w]
-	matmul(l.k, kc, src, rows)
-	matmul(l.v, kv.V[li][pos*w:(pos+rows)*w], src, rows)
-	for i := 0; i < rows; i++ {
-		ki := kc[i*w : (i+1)*w]
-		nn.RMSNormRows(ki, ki, l.kNorm, cfg.KVHeads, cfg.HeadDim, float32(cfg.RMSEps))
-		d.rope.Apply(ki, cfg.KVHeads, pos+i)
-	}
 }
 
 // block runs the block rows at positions [pos, pos+len(block)) through every layer and returns
@@ -384,31 +359,26 @@ func (d *Draft) block(kv *cache.KV, block []int, pos int) []float32 {
 		l := &d.layers[li]
 		nn.RMSNormRows(xn, x, l.inNorm, n, h, eps)
 		q := ws.q[:n*qw]
-		matmul(l.q, q, xn, n)
-		for i := 0; i < n; i++ {
-			qi := q[i*qw : (i+1)*qw]
-			nn.RMSNormRows(qi, qi, l.qNorm, cfg.Heads, cfg.HeadDim, eps)
-			d.rope.Apply(qi, cfg.Heads, pos+i)
-		}
+		d.heads.Queries(q, &l.attn, xn, n, pos)
 		// Every block row's key must be in the cache before any block row attends: with
 		// bidirectional attention row 0 sees row n-1.
-		d.keysValues(kv, li, xn, n, pos)
+		d.heads.KeysValues(kv, li, &l.attn, xn, n, pos)
 		d.attn.Rows(ws.att, q, n, kv.K[li], kv.V[li], pos, l.vis, ws.scores)
-		matmul(l.o, tmp, ws.att[:n*qw], n)
+		MatMul(l.attn.O, tmp, ws.att[:n*qw], n)
 		addTo(x, tmp)
 		nn.RMSNormRows(xn, x, l.postNorm, n, h, eps)
 		g, u := ws.gate[:n*cfg.Intermediate], ws.up[:n*cfg.Intermediate]
-		matmul(l.gate, g, xn, n)
-		matmul(l.up, u, xn, n)
+		MatMul(l.gate, g, xn, n)
+		MatMul(l.up, u, xn, n)
 		for i, v := range g {
 			g[i] = nn.Silu(v) * u[i]
 		}
-		matmul(l.down, tmp, g, n)
+		MatMul(l.down, tmp, g, n)
 		addTo(x, tmp)
 	}
 	nn.RMSNormRows(xn, x, d.norm, n, h, eps)
 	logits := ws.logits[:n*cfg.Vocab]
-	matmul(d.head, logits, xn, n)
+	MatMul(d.head, logits, xn, n)
 	if s := float32(cfg.LogitScale); s != 0 && s != 1 {
 		for i := range logits {
 			logits[i] *= s

@@ -12,27 +12,13 @@ import (
 	"github.com/dflash/dflash/cache"
 	"github.com/dflash/dflash/format/hf"
 	"github.com/dflash/dflash/format/safetensors"
+	"github.com/dflash/dflash/internal/testmodel"
 	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/kernel/kerneltest"
 	"github.com/dflash/dflash/model"
-	"github.com/dflash/dflash/model/transformer"
 )
 
-// tinyTarget is a random Qwen3-shaped target: 6 layers of width 32, an untied head (so a draft
-// that used the embedding as head would be caught), vocabulary 97.
-func tinyTarget(t testing.TB) *transformer.Model {
-	t.Helper()
-	m, err := transformer.Synthetic(model.Config{
-		Arch: transformer.ArchQwen3, Layers: 6, Hidden: 32, Intermediate: 64, Heads: 4, KVHeads: 2,
-		HeadDim: 8, Vocab: 97, MaxSeq: 512, RMSEps: 1e-6, RopeTheta: 10000, BOS: -1,
-	}, 7)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
-// tinyConfig is a 2-layer draft for tinyTarget whose attention shape differs from the target's
+// tinyConfig is a 2-layer draft for testmodel.TinyQwen3 whose attention shape differs from the target's
 // (head dim 16, q width 64 != hidden 32) so shape mix-ups fail loudly.
 func tinyConfig() Config {
 	return Config{
@@ -96,7 +82,7 @@ func relErr(got []float32, want []float64) float64 {
 // bf16 weights are exact in both computations, so only float32 accumulation separates them:
 // 1e-4 of the largest logit leaves a wide margin over the errors observed (below 1e-6).
 func TestForwardMatchesReference(t *testing.T) {
-	target := tinyTarget(t)
+	target := testmodel.TinyQwen3(t)
 	sliding := tinyConfig()
 	sliding.LayerTypes = []string{SlidingAttention, FullAttention}
 	sliding.SlidingWindow = 5
@@ -142,7 +128,7 @@ func TestForwardMatchesReference(t *testing.T) {
 // logits. With LogitScale alone the logits are exactly half; EmbedScale 2 on a draft whose first
 // sublayer starts with an RMSNorm changes the residual stream, so logits must differ.
 func TestScales(t *testing.T) {
-	target := tinyTarget(t)
+	target := testmodel.TinyQwen3(t)
 	cfg := tinyConfig()
 	base := writeAndLoad(t, target, cfg, kernel.BF16, Options{})
 	cfg.LogitScale = 0.5
@@ -173,7 +159,7 @@ func TestScales(t *testing.T) {
 // the last row's token changes the first rows' logits; with causal true earlier rows must stay
 // bitwise identical (they never see the later row).
 func TestBlockNonCausal(t *testing.T) {
-	target := tinyTarget(t)
+	target := testmodel.TinyQwen3(t)
 	for _, causal := range []bool{false, true} {
 		cfg := tinyConfig()
 		cfg.Causal = boolp(causal)
@@ -204,7 +190,7 @@ func TestBlockNonCausal(t *testing.T) {
 // above the 32-row chunk), and a block rewound out before more context comes, gives bitwise the
 // logits of one combined forward: context rows land at their true slots whatever the batching.
 func TestContextBatches(t *testing.T) {
-	target := tinyTarget(t)
+	target := testmodel.TinyQwen3(t)
 	cfg := tinyConfig()
 	d := writeAndLoad(t, target, cfg, kernel.BF16, Options{})
 	const n = 45
@@ -265,7 +251,7 @@ func relErr32(got, want []float32) float64 {
 // features (no propagation through earlier layers), so context rows 0..6 can change without any
 // effect, while row 9 is seen by every block row. A full-attention draft sees row 0.
 func TestSlidingWindow(t *testing.T) {
-	target := tinyTarget(t)
+	target := testmodel.TinyQwen3(t)
 	cfg := tinyConfig()
 	cfg.BlockSize = 4
 	cfg.LayerTypes = []string{SlidingAttention, SlidingAttention}
@@ -303,7 +289,7 @@ func TestSlidingWindow(t *testing.T) {
 // TestLoadDTypes: Options convert either way, and the converted draft agrees with the stored one
 // (exactly for bf16 -> f32, since widening is exact; f32 -> bf16 rounds so it only stays close).
 func TestLoadDTypes(t *testing.T) {
-	target := tinyTarget(t)
+	target := testmodel.TinyQwen3(t)
 	cfg := tinyConfig()
 	dir := t.TempDir()
 	if err := WriteRandom(dir, cfg, 11, kernel.BF16); err != nil {
@@ -336,7 +322,7 @@ func TestLoadDTypes(t *testing.T) {
 
 // TestRandomMatchesFolder: Random builds the draft WriteRandom+Load gives.
 func TestRandomMatchesFolder(t *testing.T) {
-	target := tinyTarget(t)
+	target := testmodel.TinyQwen3(t)
 	cfg := tinyConfig()
 	fromFile := writeAndLoad(t, target, cfg, kernel.BF16, Options{})
 	mem, err := Random(target, cfg, 11, kernel.BF16)
@@ -359,7 +345,7 @@ func TestRandomMatchesFolder(t *testing.T) {
 
 // TestForwardErrors: bad calls fail without touching the cache.
 func TestForwardErrors(t *testing.T) {
-	target := tinyTarget(t)
+	target := testmodel.TinyQwen3(t)
 	cfg := tinyConfig()
 	d := writeAndLoad(t, target, cfg, kernel.BF16, Options{})
 	c := d.NewCache(8)
@@ -395,7 +381,7 @@ func TestForwardErrors(t *testing.T) {
 // TestForwardAllocs: a context write plus a block forward on a cache from NewCache allocates
 // nothing.
 func TestForwardAllocs(t *testing.T) {
-	target := tinyTarget(t)
+	target := testmodel.TinyQwen3(t)
 	cfg := tinyConfig()
 	d := writeAndLoad(t, target, cfg, kernel.BF16, Options{})
 	c := d.NewCache(128)
@@ -463,7 +449,7 @@ func TestConfigRoundTrip(t *testing.T) {
 // TestLoadChecks: each way a draft can fail to fit its target is reported with the field, its
 // value and what it should be. Each case edits a valid folder in one place.
 func TestLoadChecks(t *testing.T) {
-	target := tinyTarget(t)
+	target := testmodel.TinyQwen3(t)
 	cfg := tinyConfig()
 	edit := func(f func(m, dc map[string]any)) func(t *testing.T, dir string) {
 		return func(t *testing.T, dir string) {
@@ -563,7 +549,7 @@ func TestLoadChecks(t *testing.T) {
 // TestLoadDefaults: without target_layer_ids the default rule applies (6 target layers, 2 draft
 // layers: [1 3]), without num_target_layers the target's count, without block_size 16.
 func TestLoadDefaults(t *testing.T) {
-	target := tinyTarget(t)
+	target := testmodel.TinyQwen3(t)
 	cfg := tinyConfig()
 	cfg.TargetLayers = []int{1, 3}
 	dir := t.TempDir()

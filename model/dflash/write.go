@@ -18,7 +18,7 @@ import (
 // stored as dtype. Norm weights are always stored as given in dtype too (the reference keeps one
 // dtype per file). A missing, extra or wrongly sized weight is an error and nothing is written.
 func Write(dir string, cfg Config, weights map[string][]float32, dtype kernel.DType) error {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("write draft %s: config: %w", dir, err)
 	}
 	specs := cfg.Tensors()
@@ -128,7 +128,7 @@ func WriteRandom(dir string, cfg Config, seed uint64, dtype kernel.DType) error 
 // Random builds in memory the same draft that WriteRandom followed by Load would give, without
 // the round trip through a file (for benchmarks of real shapes).
 func Random(target model.Target, cfg Config, seed uint64, dtype kernel.DType) (*Draft, error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("random draft: %w", err)
 	}
 	if err := cfg.CheckTarget(target.Config()); err != nil {

@@ -8,26 +8,13 @@ import (
 	"testing"
 
 	"github.com/dflash/dflash/cache"
+	"github.com/dflash/dflash/internal/testmodel"
 	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/model"
 	"github.com/dflash/dflash/model/dflash"
-	"github.com/dflash/dflash/model/transformer"
 )
 
-// tinyTarget is a random Qwen3-shaped target: 6 layers of width 32, vocabulary 97.
-func tinyTarget(t testing.TB) *transformer.Model {
-	t.Helper()
-	m, err := transformer.Synthetic(model.Config{
-		Arch: transformer.ArchQwen3, Layers: 6, Hidden: 32, Intermediate: 64, Heads: 4, KVHeads: 2,
-		HeadDim: 8, Vocab: 97, MaxSeq: 512, RMSEps: 1e-6, RopeTheta: 10000, BOS: -1,
-	}, 7)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
-// tinyConfig is a 2-layer DFlash2 draft for tinyTarget: 3 taps, groups of 8 channels (4 groups),
+// tinyConfig is a 2-layer DFlash2 draft for testmodel.TinyQwen3: 3 taps, groups of 8 channels (4 groups),
 // rank 8, 5 candidates, blocks of 6.
 func tinyConfig() Config {
 	return Config{
@@ -118,7 +105,7 @@ func writeAndLoad(t *testing.T, target model.Target, cfg Config, w map[string][]
 // the unary logit. This checks the backbone, the head and the top-K against an independent
 // implementation. Random base kernels must then change the scores (the convolution is live).
 func TestIdentityConvMatchesDFlash(t *testing.T) {
-	target := tinyTarget(t)
+	target := testmodel.TinyQwen3(t)
 	cfg := tinyConfig()
 	w := RandomWeights(cfg, 5)
 	for name, v := range w {
@@ -189,7 +176,7 @@ func TestIdentityConvMatchesDFlash(t *testing.T) {
 // factors, that the score depends on prev (the selector is a transition model), and that the
 // candidates are sorted by unary value.
 func TestWalkScores(t *testing.T) {
-	target := tinyTarget(t)
+	target := testmodel.TinyQwen3(t)
 	cfg := tinyConfig()
 	w := RandomWeights(cfg, 3)
 	d := writeAndLoad(t, target, cfg, w)
@@ -234,7 +221,7 @@ func TestWalkScores(t *testing.T) {
 // TestContextSplit: writing context in one forward or in several gives the same scores (context
 // rows are independent of each other and of how they are batched).
 func TestContextSplit(t *testing.T) {
-	target := tinyTarget(t)
+	target := testmodel.TinyQwen3(t)
 	cfg := tinyConfig()
 	d := writeAndLoad(t, target, cfg, RandomWeights(cfg, 8))
 	width := len(cfg.TargetLayers) * cfg.Hidden
@@ -275,7 +262,7 @@ func TestContextSplit(t *testing.T) {
 // TestLoadMismatch: each selector/convolution field that does not fit the tensors or the target
 // is refused, naming the field or the tensor.
 func TestLoadMismatch(t *testing.T) {
-	target := tinyTarget(t)
+	target := testmodel.TinyQwen3(t)
 	base := tinyConfig()
 	dir := t.TempDir()
 	if err := Write(dir, base, RandomWeights(base, 1), kernel.F32); err != nil {
@@ -357,7 +344,7 @@ func TestLoadMismatch(t *testing.T) {
 // TestForwardAllocs: once the cache is sized by NewCache and a first block has grown the logit
 // buffer, a context-plus-block forward and a full walk allocate nothing.
 func TestForwardAllocs(t *testing.T) {
-	target := tinyTarget(t)
+	target := testmodel.TinyQwen3(t)
 	cfg := tinyConfig()
 	d := writeAndLoad(t, target, cfg, RandomWeights(cfg, 2))
 	c := d.NewCache(128)

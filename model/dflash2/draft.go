@@ -10,6 +10,7 @@ import (
 	"github.com/dflash/dflash/format/safetensors"
 	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/model"
+	"github.com/dflash/dflash/model/dflash"
 	"github.com/dflash/dflash/model/nn"
 )
 
@@ -28,9 +29,10 @@ type convWeights struct {
 }
 
 type layer struct {
-	attnNorm, mlpNorm, qNorm, kNorm []float32
-	q, k, v, o, gate, up, down      *kernel.Matrix
-	attnConv, mlpConv               convWeights
+	attnNorm, mlpNorm []float32
+	attn              dflash.Attn
+	gate, up, down    *kernel.Matrix
+	attnConv, mlpConv convWeights
 }
 
 // table is a [rows][width] codebook kept as f32 or bf16.
@@ -75,7 +77,7 @@ type Draft struct {
 	layers             []layer
 	selProj            *kernel.Matrix // W_h [rank][hidden]
 	selPred, selSucc   table          // A, B: [vocab][rank]
-	rope               *nn.RoPE
+	heads              dflash.Heads   // its Rope grows with the caches
 	attn               nn.Attention
 	eps                float32
 	logitScale, softcp float32
@@ -106,8 +108,8 @@ func (d *Draft) TargetLayers() []int { return d.cfg.TargetLayers }
 // attention scratch for them, so forwards on it never allocate.
 func (d *Draft) NewCache(capacity int) cache.Cache {
 	capacity = max(capacity, 1)
-	if d.rope.MaxPos() < capacity {
-		d.rope.Grow(capacity)
+	if d.heads.Rope.MaxPos() < capacity {
+		d.heads.Rope.Grow(capacity)
 	}
 	if len(d.ws.scores) < capacity {
 		d.ws.scores = make([]float32, capacity)
@@ -126,9 +128,6 @@ func Load(dir string, target model.Target, opt Options) (*Draft, error) {
 	}
 	cfg, err := fromHF(hc, tc.Layers)
 	if err != nil {
-		return nil, fmt.Errorf("load dflash2 %s: config: %w", dir, err)
-	}
-	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("load dflash2 %s: config: %w", dir, err)
 	}
 	if err := cfg.CheckTarget(tc); err != nil {
@@ -202,12 +201,12 @@ func Load(dir string, target model.Target, opt Options) (*Draft, error) {
 		l := &d.layers[i]
 		l.attnNorm = vec(p + "input_layernorm.weight")
 		l.mlpNorm = vec(p + "post_attention_layernorm.weight")
-		l.qNorm = vec(p + "self_attn.q_norm.weight")
-		l.kNorm = vec(p + "self_attn.k_norm.weight")
-		l.q = mat(p + "self_attn.q_proj.weight")
-		l.k = mat(p + "self_attn.k_proj.weight")
-		l.v = mat(p + "self_attn.v_proj.weight")
-		l.o = mat(p + "self_attn.o_proj.weight")
+		l.attn.QNorm = vec(p + "self_attn.q_norm.weight")
+		l.attn.KNorm = vec(p + "self_attn.k_norm.weight")
+		l.attn.Q = mat(p + "self_attn.q_proj.weight")
+		l.attn.K = mat(p + "self_attn.k_proj.weight")
+		l.attn.V = mat(p + "self_attn.v_proj.weight")
+		l.attn.O = mat(p + "self_attn.o_proj.weight")
 		l.gate = mat(p + "mlp.gate_proj.weight")
 		l.up = mat(p + "mlp.up_proj.weight")
 		l.down = mat(p + "mlp.down_proj.weight")
@@ -227,7 +226,8 @@ func Load(dir string, target model.Target, opt Options) (*Draft, error) {
 // init sizes the rope tables and the workspace.
 func (d *Draft) init(inv []float64) {
 	c := &d.cfg
-	d.rope = nn.NewRoPE(nn.RotateHalf, c.HeadDim, inv, max(c.BlockSize, 256))
+	d.heads = dflash.Heads{Heads: c.Heads, KVHeads: c.KVHeads, HeadDim: c.HeadDim, Eps: d.eps,
+		Rope: nn.NewRoPE(nn.RotateHalf, c.HeadDim, inv, max(c.BlockSize, 256))}
 	d.attn = nn.NewAttention(c.Heads, c.KVHeads, c.HeadDim)
 	d.logitScale = 1
 	if c.LogitScale > 0 {
@@ -285,8 +285,8 @@ func (d *Draft) Forward(cc cache.Cache, ctx []float32, ctxRows int, block []int)
 	if !kv.Room(total) {
 		return nil, fmt.Errorf("dflash2 forward: %d rows at offset %d exceed the cache capacity %d", total, pos, kv.Capacity)
 	}
-	if d.rope.MaxPos() < pos+total {
-		d.rope.Grow(pos + total)
+	if d.heads.Rope.MaxPos() < pos+total {
+		d.heads.Rope.Grow(pos + total)
 	}
 	if len(d.ws.scores) < pos+total {
 		d.ws.scores = make([]float32, pos+total)
@@ -309,22 +309,12 @@ func (d *Draft) Forward(cc cache.Cache, ctx []float32, ctxRows int, block []int)
 // context writes the K/V of rows context rows at positions [pos, pos+rows) in every layer:
 // ctx_j = hidden_norm(fc(taps_j)), k = k_norm(k_proj(ctx_j)) with RoPE at j, v = v_proj(ctx_j).
 func (d *Draft) context(kv *cache.KV, taps []float32, rows, pos int) {
-	cfg := &d.cfg
-	h, kvw := cfg.Hidden, cfg.KVHeads*cfg.HeadDim
+	h := d.cfg.Hidden
 	x := d.ws.ctx[:rows*h]
 	d.fc.MatMul(x, taps, rows)
 	nn.RMSNormRows(x, x, d.hiddenNorm, rows, h, d.eps)
 	for li := range d.layers {
-		l := &d.layers[li]
-		kc := kv.K[li][pos*kvw : (pos+rows)*kvw]
-		vc := kv.V[li][pos*kvw : (pos+rows)*kvw]
-		l.k.MatMul(kc, x, rows)
-		l.v.MatMul(vc, x, rows)
-		for i := 0; i < rows; i++ {
-			ki := kc[i*kvw : (i+1)*kvw]
-			nn.RMSNormRows(ki, ki, l.kNorm, cfg.KVHeads, cfg.HeadDim, d.eps)
-			d.rope.Apply(ki, cfg.KVHeads, pos+i)
-		}
+		d.heads.KeysValues(kv, li, &d.layers[li].attn, x, rows, pos)
 	}
 }
 
@@ -334,8 +324,7 @@ func (d *Draft) block(kv *cache.KV, block []int, pos int) {
 	cfg := &d.cfg
 	ws := &d.ws
 	n := len(block)
-	h, hd := cfg.Hidden, cfg.HeadDim
-	kvw, qw := cfg.KVHeads*hd, cfg.Heads*hd
+	h := cfg.Hidden
 	taps, group := cfg.ConvKernel, cfg.ConvGroup
 	stride := 2 * taps * cfg.Groups()
 	side1 := taps * cfg.Groups()
@@ -356,21 +345,11 @@ func (d *Draft) block(kv *cache.KV, block []int, pos int) {
 		nn.RMSNormRows(xn, x, l.attnNorm, n, h, d.eps)
 		l.attnConv.proj.MatMul(delta, xn, n)
 		GroupedConv(xc, xn, delta, l.attnConv.base[:taps*h], n, n, h, taps, group, stride)
-		kc := kv.K[li][pos*kvw : (pos+n)*kvw]
-		vc := kv.V[li][pos*kvw : (pos+n)*kvw]
-		l.q.MatMul(ws.q, xc, n)
-		l.k.MatMul(kc, xc, n)
-		l.v.MatMul(vc, xc, n)
-		for i := 0; i < n; i++ {
-			qi := ws.q[i*qw : (i+1)*qw]
-			ki := kc[i*kvw : (i+1)*kvw]
-			nn.RMSNormRows(qi, qi, l.qNorm, cfg.Heads, hd, d.eps)
-			nn.RMSNormRows(ki, ki, l.kNorm, cfg.KVHeads, hd, d.eps)
-			d.rope.Apply(qi, cfg.Heads, pos+i)
-			d.rope.Apply(ki, cfg.KVHeads, pos+i)
-		}
+		d.heads.Queries(ws.q, &l.attn, xc, n, pos)
+		// Every block row's key is in the cache before any block row attends (DFlash's order).
+		d.heads.KeysValues(kv, li, &l.attn, xc, n, pos)
 		d.attn.Rows(ws.att, ws.q, n, kv.K[li], kv.V[li], pos, cfg.Visibility(li), ws.scores)
-		l.o.MatMul(tmp, ws.att, n)
+		l.attn.O.MatMul(tmp, ws.att, n)
 		GroupedConv(xc, tmp, delta[side1:], l.attnConv.base[taps*h:], n, n, h, taps, group, stride)
 		nn.Add(x, xc)
 

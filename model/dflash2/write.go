@@ -17,7 +17,7 @@ import (
 // as dtype (kernel.F32 or kernel.BF16; one dtype per file, norms included, as the reference
 // does). A missing, extra or misshaped weight is an error, and nothing is written then.
 func Write(dir string, cfg Config, weights map[string][]float32, dtype kernel.DType) error {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("write dflash2 %s: config: %w", dir, err)
 	}
 	if dtype != kernel.F32 && dtype != kernel.BF16 {
