@@ -32,7 +32,7 @@ type BPE struct {
 	special    map[int]bool
 
 	normalize    func(string) string
-	pre          []splitter
+	pre          []Splitter
 	prefixSpace  bool // ByteLevel add_prefix_space
 	ignoreMerges bool
 
@@ -266,7 +266,7 @@ func parseNormalizer(raw json.RawMessage) (func(string) string, error) {
 }
 
 // parsePreTokenizer returns the splitters in order and whether a ByteLevel step is present.
-func (t *BPE) parsePreTokenizer(raw json.RawMessage) ([]splitter, bool, error) {
+func (t *BPE) parsePreTokenizer(raw json.RawMessage) ([]Splitter, bool, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, false, nil
 	}
@@ -276,7 +276,7 @@ func (t *BPE) parsePreTokenizer(raw json.RawMessage) ([]splitter, bool, error) {
 	}
 	switch c.Type {
 	case "Sequence":
-		var all []splitter
+		var all []Splitter
 		byteLevel := false
 		for _, sub := range c.Pretokenizers {
 			s, bl, err := t.parsePreTokenizer(sub)
@@ -300,19 +300,16 @@ func (t *BPE) parsePreTokenizer(raw json.RawMessage) ([]splitter, bool, error) {
 		default:
 			return nil, false, fmt.Errorf("Split without pattern: %w", ErrUnsupported)
 		}
-		if s := knownSplitter(pattern); s != nil {
-			return []splitter{s}, false, nil
-		}
-		s, err := regexSplitter(pattern)
+		s, err := NewSplitter(pattern)
 		if err != nil {
 			return nil, false, err
 		}
-		return []splitter{s}, false, nil
+		return []Splitter{s}, false, nil
 	case "ByteLevel":
 		t.prefixSpace = c.AddPrefixSpace
 		// use_regex defaults to true in HF: ByteLevel then splits with GPT-2's pattern itself.
 		if c.UseRegex == nil || *c.UseRegex {
-			return []splitter{knownSplitter(patternGPT2)}, true, nil
+			return []Splitter{knownSplitter(patternGPT2)}, true, nil
 		}
 		return nil, true, nil
 	}

@@ -164,7 +164,7 @@ func TestSplitKnownMatchesRegexp2(t *testing.T) {
 		"Ελληνικά 中文字 🦙🦙 emoji",
 		"tab\tsep\vvert\ffeed",
 	}
-	for _, pattern := range []string{patternQwen2, patternLlama3, patternGPT2} {
+	for _, pattern := range []string{PatternQwen2, patternLlama3, patternGPT2} {
 		fast := knownSplitter(pattern)
 		slow, err := regexSplitter(pattern)
 		if err != nil {

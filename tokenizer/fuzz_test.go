@@ -60,9 +60,9 @@ func FuzzSplitMatchesRegexp2(f *testing.F) {
 	for _, s := range []string{"Hello world's 123", " \n\n  x\t\r\n", "\xff\xe4 'LL ½①"} {
 		f.Add([]byte(s))
 	}
-	type pair struct{ fast, slow splitter }
+	type pair struct{ fast, slow Splitter }
 	var pairs []pair
-	for _, p := range []string{patternQwen2, patternLlama3, patternGPT2} {
+	for _, p := range []string{PatternQwen2, patternLlama3, patternGPT2} {
 		slow, err := regexSplitter(p)
 		if err != nil {
 			f.Fatal(err)

@@ -13,19 +13,32 @@ import (
 // any other pattern goes to regexp2, which is slower but, unlike Go's regexp, has the lookahead
 // `(?!\S)` these patterns rely on.
 const (
-	patternQwen2  = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+	// PatternQwen2 is the split pattern of Qwen2/Qwen3's tokenizer.json: contractions, a word
+	// with at most one leading non-letter (usually its space), single digits, punctuation runs
+	// with their trailing newlines, and whitespace runs.
+	PatternQwen2  = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 	patternLlama3 = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 	patternGPT2   = `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
 )
 
-// splitter cuts text into pieces that cover it exactly, in order, calling emit for each non-empty
-// piece.
-type splitter func(s string, emit func(string))
+// Splitter cuts text into pieces that cover it exactly, in order, calling emit for each non-empty
+// piece. It keeps no state between calls.
+type Splitter func(s string, emit func(piece string))
+
+// NewSplitter returns the Splitter of a pre-tokenizer split pattern: the hand-written matcher
+// when pattern is one of the known families' (PatternQwen2 among them), else regexp2 running
+// pattern with HF's Isolated behaviour. Both give the same pieces; the matcher is much faster.
+func NewSplitter(pattern string) (Splitter, error) {
+	if s := knownSplitter(pattern); s != nil {
+		return s, nil
+	}
+	return regexSplitter(pattern)
+}
 
 // knownSplitter returns the hand-written matcher for a known pattern, or nil.
-func knownSplitter(pattern string) splitter {
+func knownSplitter(pattern string) Splitter {
 	switch pattern {
-	case patternQwen2:
+	case PatternQwen2:
 		return func(s string, emit func(string)) { splitLlama3Style(s, 1, emit) }
 	case patternLlama3:
 		return func(s string, emit func(string)) { splitLlama3Style(s, 3, emit) }
@@ -37,7 +50,7 @@ func knownSplitter(pattern string) splitter {
 
 // regexSplitter runs an arbitrary pattern with regexp2 and isolates each match; text between
 // matches becomes a piece of its own (HF's Split behavior Isolated, invert false).
-func regexSplitter(pattern string) (splitter, error) {
+func regexSplitter(pattern string) (Splitter, error) {
 	re, err := regexp2.Compile(pattern, regexp2.Unicode)
 	if err != nil {
 		return nil, fmt.Errorf("split pattern %q: %w", pattern, err)

@@ -22,6 +22,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/dflash/dflash/tokenizer"
+
 	"golang.org/x/text/unicode/norm"
 )
 
@@ -129,7 +131,7 @@ func Train(r io.Reader, cfg Config, progress io.Writer) (*Result, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, fmt.Errorf("train tokenizer: %w", err)
 	}
-	split, err := newSplitter(cfg.Pattern)
+	split, err := tokenizer.NewSplitter(cfg.Pattern)
 	if err != nil {
 		return nil, fmt.Errorf("train tokenizer: %w", err)
 	}
@@ -166,7 +168,7 @@ func Train(r io.Reader, cfg Config, progress io.Writer) (*Result, error) {
 // Text is cut into chunks only after a newline that a letter follows: every known pattern ends a
 // piece there (no alternative runs from a newline into a letter), so chunking does not change
 // the pieces. Chunks are also cut around special tokens, which are not learned.
-func countWords(text []byte, cfg *Config, split splitFunc) map[string]int64 {
+func countWords(text []byte, cfg *Config, split tokenizer.Splitter) map[string]int64 {
 	var segs [][]byte
 	for len(text) > 0 {
 		cut, skip := nextSpecial(text, cfg.Special)
