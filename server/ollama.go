@@ -110,14 +110,8 @@ func (s *Server) ollamaRun(w http.ResponseWriter, r *http.Request, j *job,
 }
 
 func (s *Server) handleOllamaGenerate(w http.ResponseWriter, r *http.Request) {
-	body, rerr := readBody(r)
-	var j *job
-	if rerr == nil {
-		j, rerr = parseOllamaGenerate(body)
-	}
-	if rerr != nil {
-		info(r).err = rerr.Msg
-		writeOllamaError(w, rerr)
+	j, ok := parseBody(w, r, parseOllamaGenerate, writeOllamaError)
+	if !ok {
 		return
 	}
 	s.ollamaRun(w, r, j,
@@ -131,14 +125,8 @@ func (s *Server) handleOllamaGenerate(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {
-	body, rerr := readBody(r)
-	var j *job
-	if rerr == nil {
-		j, rerr = parseOllamaChat(body)
-	}
-	if rerr != nil {
-		info(r).err = rerr.Msg
-		writeOllamaError(w, rerr)
+	j, ok := parseBody(w, r, parseOllamaChat, writeOllamaError)
+	if !ok {
 		return
 	}
 	s.ollamaRun(w, r, j,

@@ -141,9 +141,10 @@ func (s *sse) event(v any) error {
 }
 
 // openAIRun executes j with OpenAI framing. chunk builds a streamed chunk from a text piece
-// (first marks the first one); final builds the last chunk (stream) or the whole response.
+// (first marks the first one), which j.wrap frames; final builds the last chunk (stream) or the
+// whole response.
 func (s *Server) openAIRun(w http.ResponseWriter, r *http.Request, j *openAIJob, base OpenAIResponse,
-	chunk func(text string, first bool) any, final func(full string, o *outcome) OpenAIResponse) {
+	chunk func(text string, first bool) OpenAIResponse, final func(full string, o *outcome) OpenAIResponse) {
 	ev := &sse{w: w}
 	var full strings.Builder
 	first := true
@@ -152,7 +153,7 @@ func (s *Server) openAIRun(w http.ResponseWriter, r *http.Request, j *openAIJob,
 			full.WriteString(text)
 			return nil
 		}
-		c := chunk(text, first)
+		c := j.wrap(chunk(text, first))
 		first = false
 		return ev.event(c)
 	}
@@ -207,34 +208,37 @@ func finishReason(o *outcome) *string {
 	return &fr
 }
 
-func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
-	body, rerr := readBody(r)
-	var j *openAIJob
-	if rerr == nil {
-		j, rerr = parseOpenAIChat(body)
+// openAIBase is the response every chunk of j copies: a fresh id with idPrefix, the object name,
+// the creation time and the model.
+func openAIBase(j *openAIJob, idPrefix, object string) OpenAIResponse {
+	return OpenAIResponse{ID: newID(idPrefix), Object: object, Created: time.Now().Unix(),
+		Model: j.Model, SystemFingerprint: "fp_dflash"}
+}
+
+// wrap frames a streamed chunk of j: with include_usage every chunk before the usage one carries
+// "usage": null, as OpenAI's do.
+func (j *openAIJob) wrap(resp OpenAIResponse) any {
+	if j.IncludeUsage {
+		return chunkWithNullUsage{OpenAIResponse: resp}
 	}
-	if rerr != nil {
-		info(r).err = rerr.Msg
-		writeOpenAIError(w, rerr)
+	return resp
+}
+
+func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
+	j, ok := parseBody(w, r, parseOpenAIChat, writeOpenAIError)
+	if !ok {
 		return
 	}
-	base := OpenAIResponse{ID: newID("chatcmpl-"), Object: "chat.completion.chunk", Created: time.Now().Unix(),
-		Model: j.Model, SystemFingerprint: "fp_dflash"}
-	wrap := func(resp OpenAIResponse) any {
-		if j.IncludeUsage {
-			return chunkWithNullUsage{OpenAIResponse: resp}
-		}
-		return resp
-	}
+	base := openAIBase(j, "chatcmpl-", "chat.completion.chunk")
 	s.openAIRun(w, r, j, base,
-		func(text string, first bool) any {
+		func(text string, first bool) OpenAIResponse {
 			c := base
 			d := &OpenAIChatMessage{Content: &text}
 			if first {
 				d.Role = "assistant"
 			}
 			c.Choices = []OpenAIChatChoice{{Delta: d}}
-			return wrap(c)
+			return c
 		},
 		func(full string, o *outcome) OpenAIResponse {
 			resp := base
@@ -250,29 +254,16 @@ func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleOpenAICompletion(w http.ResponseWriter, r *http.Request) {
-	body, rerr := readBody(r)
-	var j *openAIJob
-	if rerr == nil {
-		j, rerr = parseOpenAICompletion(body)
-	}
-	if rerr != nil {
-		info(r).err = rerr.Msg
-		writeOpenAIError(w, rerr)
+	j, ok := parseBody(w, r, parseOpenAICompletion, writeOpenAIError)
+	if !ok {
 		return
 	}
-	base := OpenAIResponse{ID: newID("cmpl-"), Object: "text_completion", Created: time.Now().Unix(),
-		Model: j.Model, SystemFingerprint: "fp_dflash"}
-	wrap := func(resp OpenAIResponse) any {
-		if j.IncludeUsage {
-			return chunkWithNullUsage{OpenAIResponse: resp}
-		}
-		return resp
-	}
+	base := openAIBase(j, "cmpl-", "text_completion")
 	s.openAIRun(w, r, j, base,
-		func(text string, first bool) any {
+		func(text string, first bool) OpenAIResponse {
 			c := base
 			c.Choices = []OpenAICompletionChoice{{Text: text}}
-			return wrap(c)
+			return c
 		},
 		func(full string, o *outcome) OpenAIResponse {
 			resp := base

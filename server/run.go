@@ -225,6 +225,25 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
+// parseBody reads r's body and parses it with parse. On failure it records the message for the
+// access log, writes the error in the API's own framing with writeErr and reports false; the
+// caller then has nothing left to do.
+func parseBody[J any](w http.ResponseWriter, r *http.Request, parse func([]byte) (J, *RequestError),
+	writeErr func(http.ResponseWriter, *RequestError)) (J, bool) {
+	body, rerr := readBody(r)
+	var j J
+	if rerr == nil {
+		j, rerr = parse(body)
+	}
+	if rerr != nil {
+		info(r).err = rerr.Msg
+		writeErr(w, rerr)
+		var zero J
+		return zero, false
+	}
+	return j, true
+}
+
 // readBody reads a request body under the size limit set by the middleware.
 func readBody(r *http.Request) ([]byte, *RequestError) {
 	body, err := io.ReadAll(r.Body)
