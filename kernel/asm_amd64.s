@@ -4,6 +4,284 @@
 
 #include "textflag.h"
 
+DATA expconsts<>+0(SB)/4, $0xc2d20000
+DATA expconsts<>+4(SB)/4, $0xc2d20000
+DATA expconsts<>+8(SB)/4, $0xc2d20000
+DATA expconsts<>+12(SB)/4, $0xc2d20000
+DATA expconsts<>+16(SB)/4, $0xc2d20000
+DATA expconsts<>+20(SB)/4, $0xc2d20000
+DATA expconsts<>+24(SB)/4, $0xc2d20000
+DATA expconsts<>+28(SB)/4, $0xc2d20000
+DATA expconsts<>+32(SB)/4, $0xc2d20000
+DATA expconsts<>+36(SB)/4, $0xc2d20000
+DATA expconsts<>+40(SB)/4, $0xc2d20000
+DATA expconsts<>+44(SB)/4, $0xc2d20000
+DATA expconsts<>+48(SB)/4, $0xc2d20000
+DATA expconsts<>+52(SB)/4, $0xc2d20000
+DATA expconsts<>+56(SB)/4, $0xc2d20000
+DATA expconsts<>+60(SB)/4, $0xc2d20000
+DATA expconsts<>+64(SB)/4, $0x42b20000
+DATA expconsts<>+68(SB)/4, $0x42b20000
+DATA expconsts<>+72(SB)/4, $0x42b20000
+DATA expconsts<>+76(SB)/4, $0x42b20000
+DATA expconsts<>+80(SB)/4, $0x42b20000
+DATA expconsts<>+84(SB)/4, $0x42b20000
+DATA expconsts<>+88(SB)/4, $0x42b20000
+DATA expconsts<>+92(SB)/4, $0x42b20000
+DATA expconsts<>+96(SB)/4, $0x42b20000
+DATA expconsts<>+100(SB)/4, $0x42b20000
+DATA expconsts<>+104(SB)/4, $0x42b20000
+DATA expconsts<>+108(SB)/4, $0x42b20000
+DATA expconsts<>+112(SB)/4, $0x42b20000
+DATA expconsts<>+116(SB)/4, $0x42b20000
+DATA expconsts<>+120(SB)/4, $0x42b20000
+DATA expconsts<>+124(SB)/4, $0x42b20000
+DATA expconsts<>+128(SB)/4, $0x3fb8aa3b
+DATA expconsts<>+132(SB)/4, $0x3fb8aa3b
+DATA expconsts<>+136(SB)/4, $0x3fb8aa3b
+DATA expconsts<>+140(SB)/4, $0x3fb8aa3b
+DATA expconsts<>+144(SB)/4, $0x3fb8aa3b
+DATA expconsts<>+148(SB)/4, $0x3fb8aa3b
+DATA expconsts<>+152(SB)/4, $0x3fb8aa3b
+DATA expconsts<>+156(SB)/4, $0x3fb8aa3b
+DATA expconsts<>+160(SB)/4, $0x3fb8aa3b
+DATA expconsts<>+164(SB)/4, $0x3fb8aa3b
+DATA expconsts<>+168(SB)/4, $0x3fb8aa3b
+DATA expconsts<>+172(SB)/4, $0x3fb8aa3b
+DATA expconsts<>+176(SB)/4, $0x3fb8aa3b
+DATA expconsts<>+180(SB)/4, $0x3fb8aa3b
+DATA expconsts<>+184(SB)/4, $0x3fb8aa3b
+DATA expconsts<>+188(SB)/4, $0x3fb8aa3b
+DATA expconsts<>+192(SB)/4, $0x3f318000
+DATA expconsts<>+196(SB)/4, $0x3f318000
+DATA expconsts<>+200(SB)/4, $0x3f318000
+DATA expconsts<>+204(SB)/4, $0x3f318000
+DATA expconsts<>+208(SB)/4, $0x3f318000
+DATA expconsts<>+212(SB)/4, $0x3f318000
+DATA expconsts<>+216(SB)/4, $0x3f318000
+DATA expconsts<>+220(SB)/4, $0x3f318000
+DATA expconsts<>+224(SB)/4, $0x3f318000
+DATA expconsts<>+228(SB)/4, $0x3f318000
+DATA expconsts<>+232(SB)/4, $0x3f318000
+DATA expconsts<>+236(SB)/4, $0x3f318000
+DATA expconsts<>+240(SB)/4, $0x3f318000
+DATA expconsts<>+244(SB)/4, $0x3f318000
+DATA expconsts<>+248(SB)/4, $0x3f318000
+DATA expconsts<>+252(SB)/4, $0x3f318000
+DATA expconsts<>+256(SB)/4, $0xb95e8083
+DATA expconsts<>+260(SB)/4, $0xb95e8083
+DATA expconsts<>+264(SB)/4, $0xb95e8083
+DATA expconsts<>+268(SB)/4, $0xb95e8083
+DATA expconsts<>+272(SB)/4, $0xb95e8083
+DATA expconsts<>+276(SB)/4, $0xb95e8083
+DATA expconsts<>+280(SB)/4, $0xb95e8083
+DATA expconsts<>+284(SB)/4, $0xb95e8083
+DATA expconsts<>+288(SB)/4, $0xb95e8083
+DATA expconsts<>+292(SB)/4, $0xb95e8083
+DATA expconsts<>+296(SB)/4, $0xb95e8083
+DATA expconsts<>+300(SB)/4, $0xb95e8083
+DATA expconsts<>+304(SB)/4, $0xb95e8083
+DATA expconsts<>+308(SB)/4, $0xb95e8083
+DATA expconsts<>+312(SB)/4, $0xb95e8083
+DATA expconsts<>+316(SB)/4, $0xb95e8083
+DATA expconsts<>+320(SB)/4, $0x39500d01
+DATA expconsts<>+324(SB)/4, $0x39500d01
+DATA expconsts<>+328(SB)/4, $0x39500d01
+DATA expconsts<>+332(SB)/4, $0x39500d01
+DATA expconsts<>+336(SB)/4, $0x39500d01
+DATA expconsts<>+340(SB)/4, $0x39500d01
+DATA expconsts<>+344(SB)/4, $0x39500d01
+DATA expconsts<>+348(SB)/4, $0x39500d01
+DATA expconsts<>+352(SB)/4, $0x39500d01
+DATA expconsts<>+356(SB)/4, $0x39500d01
+DATA expconsts<>+360(SB)/4, $0x39500d01
+DATA expconsts<>+364(SB)/4, $0x39500d01
+DATA expconsts<>+368(SB)/4, $0x39500d01
+DATA expconsts<>+372(SB)/4, $0x39500d01
+DATA expconsts<>+376(SB)/4, $0x39500d01
+DATA expconsts<>+380(SB)/4, $0x39500d01
+DATA expconsts<>+384(SB)/4, $0x3ab60b61
+DATA expconsts<>+388(SB)/4, $0x3ab60b61
+DATA expconsts<>+392(SB)/4, $0x3ab60b61
+DATA expconsts<>+396(SB)/4, $0x3ab60b61
+DATA expconsts<>+400(SB)/4, $0x3ab60b61
+DATA expconsts<>+404(SB)/4, $0x3ab60b61
+DATA expconsts<>+408(SB)/4, $0x3ab60b61
+DATA expconsts<>+412(SB)/4, $0x3ab60b61
+DATA expconsts<>+416(SB)/4, $0x3ab60b61
+DATA expconsts<>+420(SB)/4, $0x3ab60b61
+DATA expconsts<>+424(SB)/4, $0x3ab60b61
+DATA expconsts<>+428(SB)/4, $0x3ab60b61
+DATA expconsts<>+432(SB)/4, $0x3ab60b61
+DATA expconsts<>+436(SB)/4, $0x3ab60b61
+DATA expconsts<>+440(SB)/4, $0x3ab60b61
+DATA expconsts<>+444(SB)/4, $0x3ab60b61
+DATA expconsts<>+448(SB)/4, $0x3c088889
+DATA expconsts<>+452(SB)/4, $0x3c088889
+DATA expconsts<>+456(SB)/4, $0x3c088889
+DATA expconsts<>+460(SB)/4, $0x3c088889
+DATA expconsts<>+464(SB)/4, $0x3c088889
+DATA expconsts<>+468(SB)/4, $0x3c088889
+DATA expconsts<>+472(SB)/4, $0x3c088889
+DATA expconsts<>+476(SB)/4, $0x3c088889
+DATA expconsts<>+480(SB)/4, $0x3c088889
+DATA expconsts<>+484(SB)/4, $0x3c088889
+DATA expconsts<>+488(SB)/4, $0x3c088889
+DATA expconsts<>+492(SB)/4, $0x3c088889
+DATA expconsts<>+496(SB)/4, $0x3c088889
+DATA expconsts<>+500(SB)/4, $0x3c088889
+DATA expconsts<>+504(SB)/4, $0x3c088889
+DATA expconsts<>+508(SB)/4, $0x3c088889
+DATA expconsts<>+512(SB)/4, $0x3d2aaaab
+DATA expconsts<>+516(SB)/4, $0x3d2aaaab
+DATA expconsts<>+520(SB)/4, $0x3d2aaaab
+DATA expconsts<>+524(SB)/4, $0x3d2aaaab
+DATA expconsts<>+528(SB)/4, $0x3d2aaaab
+DATA expconsts<>+532(SB)/4, $0x3d2aaaab
+DATA expconsts<>+536(SB)/4, $0x3d2aaaab
+DATA expconsts<>+540(SB)/4, $0x3d2aaaab
+DATA expconsts<>+544(SB)/4, $0x3d2aaaab
+DATA expconsts<>+548(SB)/4, $0x3d2aaaab
+DATA expconsts<>+552(SB)/4, $0x3d2aaaab
+DATA expconsts<>+556(SB)/4, $0x3d2aaaab
+DATA expconsts<>+560(SB)/4, $0x3d2aaaab
+DATA expconsts<>+564(SB)/4, $0x3d2aaaab
+DATA expconsts<>+568(SB)/4, $0x3d2aaaab
+DATA expconsts<>+572(SB)/4, $0x3d2aaaab
+DATA expconsts<>+576(SB)/4, $0x3e2aaaab
+DATA expconsts<>+580(SB)/4, $0x3e2aaaab
+DATA expconsts<>+584(SB)/4, $0x3e2aaaab
+DATA expconsts<>+588(SB)/4, $0x3e2aaaab
+DATA expconsts<>+592(SB)/4, $0x3e2aaaab
+DATA expconsts<>+596(SB)/4, $0x3e2aaaab
+DATA expconsts<>+600(SB)/4, $0x3e2aaaab
+DATA expconsts<>+604(SB)/4, $0x3e2aaaab
+DATA expconsts<>+608(SB)/4, $0x3e2aaaab
+DATA expconsts<>+612(SB)/4, $0x3e2aaaab
+DATA expconsts<>+616(SB)/4, $0x3e2aaaab
+DATA expconsts<>+620(SB)/4, $0x3e2aaaab
+DATA expconsts<>+624(SB)/4, $0x3e2aaaab
+DATA expconsts<>+628(SB)/4, $0x3e2aaaab
+DATA expconsts<>+632(SB)/4, $0x3e2aaaab
+DATA expconsts<>+636(SB)/4, $0x3e2aaaab
+DATA expconsts<>+640(SB)/4, $0x3f000000
+DATA expconsts<>+644(SB)/4, $0x3f000000
+DATA expconsts<>+648(SB)/4, $0x3f000000
+DATA expconsts<>+652(SB)/4, $0x3f000000
+DATA expconsts<>+656(SB)/4, $0x3f000000
+DATA expconsts<>+660(SB)/4, $0x3f000000
+DATA expconsts<>+664(SB)/4, $0x3f000000
+DATA expconsts<>+668(SB)/4, $0x3f000000
+DATA expconsts<>+672(SB)/4, $0x3f000000
+DATA expconsts<>+676(SB)/4, $0x3f000000
+DATA expconsts<>+680(SB)/4, $0x3f000000
+DATA expconsts<>+684(SB)/4, $0x3f000000
+DATA expconsts<>+688(SB)/4, $0x3f000000
+DATA expconsts<>+692(SB)/4, $0x3f000000
+DATA expconsts<>+696(SB)/4, $0x3f000000
+DATA expconsts<>+700(SB)/4, $0x3f000000
+DATA expconsts<>+704(SB)/4, $0x3f800000
+DATA expconsts<>+708(SB)/4, $0x3f800000
+DATA expconsts<>+712(SB)/4, $0x3f800000
+DATA expconsts<>+716(SB)/4, $0x3f800000
+DATA expconsts<>+720(SB)/4, $0x3f800000
+DATA expconsts<>+724(SB)/4, $0x3f800000
+DATA expconsts<>+728(SB)/4, $0x3f800000
+DATA expconsts<>+732(SB)/4, $0x3f800000
+DATA expconsts<>+736(SB)/4, $0x3f800000
+DATA expconsts<>+740(SB)/4, $0x3f800000
+DATA expconsts<>+744(SB)/4, $0x3f800000
+DATA expconsts<>+748(SB)/4, $0x3f800000
+DATA expconsts<>+752(SB)/4, $0x3f800000
+DATA expconsts<>+756(SB)/4, $0x3f800000
+DATA expconsts<>+760(SB)/4, $0x3f800000
+DATA expconsts<>+764(SB)/4, $0x3f800000
+DATA expconsts<>+768(SB)/4, $0x3f800000
+DATA expconsts<>+772(SB)/4, $0x3f800000
+DATA expconsts<>+776(SB)/4, $0x3f800000
+DATA expconsts<>+780(SB)/4, $0x3f800000
+DATA expconsts<>+784(SB)/4, $0x3f800000
+DATA expconsts<>+788(SB)/4, $0x3f800000
+DATA expconsts<>+792(SB)/4, $0x3f800000
+DATA expconsts<>+796(SB)/4, $0x3f800000
+DATA expconsts<>+800(SB)/4, $0x3f800000
+DATA expconsts<>+804(SB)/4, $0x3f800000
+DATA expconsts<>+808(SB)/4, $0x3f800000
+DATA expconsts<>+812(SB)/4, $0x3f800000
+DATA expconsts<>+816(SB)/4, $0x3f800000
+DATA expconsts<>+820(SB)/4, $0x3f800000
+DATA expconsts<>+824(SB)/4, $0x3f800000
+DATA expconsts<>+828(SB)/4, $0x3f800000
+DATA expconsts<>+832(SB)/4, $0x0000007f
+DATA expconsts<>+836(SB)/4, $0x0000007f
+DATA expconsts<>+840(SB)/4, $0x0000007f
+DATA expconsts<>+844(SB)/4, $0x0000007f
+DATA expconsts<>+848(SB)/4, $0x0000007f
+DATA expconsts<>+852(SB)/4, $0x0000007f
+DATA expconsts<>+856(SB)/4, $0x0000007f
+DATA expconsts<>+860(SB)/4, $0x0000007f
+DATA expconsts<>+864(SB)/4, $0x0000007f
+DATA expconsts<>+868(SB)/4, $0x0000007f
+DATA expconsts<>+872(SB)/4, $0x0000007f
+DATA expconsts<>+876(SB)/4, $0x0000007f
+DATA expconsts<>+880(SB)/4, $0x0000007f
+DATA expconsts<>+884(SB)/4, $0x0000007f
+DATA expconsts<>+888(SB)/4, $0x0000007f
+DATA expconsts<>+892(SB)/4, $0x0000007f
+DATA expconsts<>+896(SB)/4, $0xff800000
+DATA expconsts<>+900(SB)/4, $0xff800000
+DATA expconsts<>+904(SB)/4, $0xff800000
+DATA expconsts<>+908(SB)/4, $0xff800000
+DATA expconsts<>+912(SB)/4, $0xff800000
+DATA expconsts<>+916(SB)/4, $0xff800000
+DATA expconsts<>+920(SB)/4, $0xff800000
+DATA expconsts<>+924(SB)/4, $0xff800000
+DATA expconsts<>+928(SB)/4, $0xff800000
+DATA expconsts<>+932(SB)/4, $0xff800000
+DATA expconsts<>+936(SB)/4, $0xff800000
+DATA expconsts<>+940(SB)/4, $0xff800000
+DATA expconsts<>+944(SB)/4, $0xff800000
+DATA expconsts<>+948(SB)/4, $0xff800000
+DATA expconsts<>+952(SB)/4, $0xff800000
+DATA expconsts<>+956(SB)/4, $0xff800000
+GLOBL expconsts<>(SB), RODATA|NOPTR, $960
+
+DATA expmask256<>+0(SB)/4, $0xffffffff
+DATA expmask256<>+4(SB)/4, $0xffffffff
+DATA expmask256<>+8(SB)/4, $0xffffffff
+DATA expmask256<>+12(SB)/4, $0xffffffff
+DATA expmask256<>+16(SB)/4, $0xffffffff
+DATA expmask256<>+20(SB)/4, $0xffffffff
+DATA expmask256<>+24(SB)/4, $0xffffffff
+DATA expmask256<>+28(SB)/4, $0xffffffff
+DATA expmask256<>+32(SB)/4, $0x00000000
+DATA expmask256<>+36(SB)/4, $0x00000000
+DATA expmask256<>+40(SB)/4, $0x00000000
+DATA expmask256<>+44(SB)/4, $0x00000000
+DATA expmask256<>+48(SB)/4, $0x00000000
+DATA expmask256<>+52(SB)/4, $0x00000000
+DATA expmask256<>+56(SB)/4, $0x00000000
+DATA expmask256<>+60(SB)/4, $0x00000000
+GLOBL expmask256<>(SB), RODATA|NOPTR, $64
+
+DATA expmask512<>+0(SB)/2, $0x0000
+DATA expmask512<>+2(SB)/2, $0x0001
+DATA expmask512<>+4(SB)/2, $0x0003
+DATA expmask512<>+6(SB)/2, $0x0007
+DATA expmask512<>+8(SB)/2, $0x000f
+DATA expmask512<>+10(SB)/2, $0x001f
+DATA expmask512<>+12(SB)/2, $0x003f
+DATA expmask512<>+14(SB)/2, $0x007f
+DATA expmask512<>+16(SB)/2, $0x00ff
+DATA expmask512<>+18(SB)/2, $0x01ff
+DATA expmask512<>+20(SB)/2, $0x03ff
+DATA expmask512<>+22(SB)/2, $0x07ff
+DATA expmask512<>+24(SB)/2, $0x0fff
+DATA expmask512<>+26(SB)/2, $0x1fff
+DATA expmask512<>+28(SB)/2, $0x3fff
+DATA expmask512<>+30(SB)/2, $0x7fff
+GLOBL expmask512<>(SB), RODATA|NOPTR, $32
+
 // func panelsBF16R1x512(w *uint16, x *float32, y *float32, k int, np int, ldx int, ldy int)
 // Requires: AVX, AVX512F, MMX+
 TEXT ·panelsBF16R1x512(SB), NOSPLIT, $0-56
@@ -26,240 +304,13 @@ TEXT ·panelsBF16R1x512(SB), NOSPLIT, $0-56
 	VPTERNLOGD $0xff, Z0, Z0, Z0
 	VPSLLD     $0x10, Z0, Z0
 
-panelsBF16R1x512P8:
-	CMPQ   SI, $0x08
-	JL     panelsBF16R1x512P8end
+panelsBF16R1x512P4:
+	CMPQ   SI, $0x04
+	JL     panelsBF16R1x512P4end
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
 	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	VPXORD Z8, Z8, Z8
-	MOVQ   AX, R9
-	LEAQ   (R9)(DI*4), R10
-	MOVQ   CX, R11
-	MOVQ   BX, R12
-
-panelsBF16R1x512P8big:
-	CMPQ         R12, $0x04
-	JL           panelsBF16R1x512P8one
-	PREFETCHT0   1024(R9)
-	PREFETCHT0   1024(R9)(DI*1)
-	PREFETCHT0   1024(R9)(DI*2)
-	PREFETCHT0   1024(R9)(R8*1)
-	PREFETCHT0   1024(R10)
-	PREFETCHT0   1024(R10)(DI*1)
-	PREFETCHT0   1024(R10)(DI*2)
-	PREFETCHT0   1024(R10)(R8*1)
-	VMOVUPS      (R9), Z9
-	VPANDD       Z0, Z9, Z10
-	VPSLLD       $0x10, Z9, Z9
-	VMOVUPS      (R9)(DI*1), Z11
-	VPANDD       Z0, Z11, Z12
-	VPSLLD       $0x10, Z11, Z11
-	VMOVUPS      (R9)(DI*2), Z13
-	VPANDD       Z0, Z13, Z14
-	VPSLLD       $0x10, Z13, Z13
-	VMOVUPS      (R9)(R8*1), Z15
-	VPANDD       Z0, Z15, Z16
-	VPSLLD       $0x10, Z15, Z15
-	VMOVUPS      (R10), Z17
-	VPANDD       Z0, Z17, Z18
-	VPSLLD       $0x10, Z17, Z17
-	VMOVUPS      (R10)(DI*1), Z19
-	VPANDD       Z0, Z19, Z20
-	VPSLLD       $0x10, Z19, Z19
-	VMOVUPS      (R10)(DI*2), Z21
-	VPANDD       Z0, Z21, Z22
-	VPSLLD       $0x10, Z21, Z21
-	VMOVUPS      (R10)(R8*1), Z23
-	VPANDD       Z0, Z23, Z24
-	VPSLLD       $0x10, Z23, Z23
-	VBROADCASTSS (R11), Z25
-	VFMADD231PS  Z9, Z25, Z1
-	VFMADD231PS  Z11, Z25, Z2
-	VFMADD231PS  Z13, Z25, Z3
-	VFMADD231PS  Z15, Z25, Z4
-	VFMADD231PS  Z17, Z25, Z5
-	VFMADD231PS  Z19, Z25, Z6
-	VFMADD231PS  Z21, Z25, Z7
-	VFMADD231PS  Z23, Z25, Z8
-	VBROADCASTSS 4(R11), Z9
-	VFMADD231PS  Z10, Z9, Z1
-	VFMADD231PS  Z12, Z9, Z2
-	VFMADD231PS  Z14, Z9, Z3
-	VFMADD231PS  Z16, Z9, Z4
-	VFMADD231PS  Z18, Z9, Z5
-	VFMADD231PS  Z20, Z9, Z6
-	VFMADD231PS  Z22, Z9, Z7
-	VFMADD231PS  Z24, Z9, Z8
-	PREFETCHT0   1088(R9)
-	PREFETCHT0   1088(R9)(DI*1)
-	PREFETCHT0   1088(R9)(DI*2)
-	PREFETCHT0   1088(R9)(R8*1)
-	PREFETCHT0   1088(R10)
-	PREFETCHT0   1088(R10)(DI*1)
-	PREFETCHT0   1088(R10)(DI*2)
-	PREFETCHT0   1088(R10)(R8*1)
-	VMOVUPS      64(R9), Z9
-	VPANDD       Z0, Z9, Z10
-	VPSLLD       $0x10, Z9, Z9
-	VMOVUPS      64(R9)(DI*1), Z11
-	VPANDD       Z0, Z11, Z12
-	VPSLLD       $0x10, Z11, Z11
-	VMOVUPS      64(R9)(DI*2), Z13
-	VPANDD       Z0, Z13, Z14
-	VPSLLD       $0x10, Z13, Z13
-	VMOVUPS      64(R9)(R8*1), Z15
-	VPANDD       Z0, Z15, Z16
-	VPSLLD       $0x10, Z15, Z15
-	VMOVUPS      64(R10), Z17
-	VPANDD       Z0, Z17, Z18
-	VPSLLD       $0x10, Z17, Z17
-	VMOVUPS      64(R10)(DI*1), Z19
-	VPANDD       Z0, Z19, Z20
-	VPSLLD       $0x10, Z19, Z19
-	VMOVUPS      64(R10)(DI*2), Z21
-	VPANDD       Z0, Z21, Z22
-	VPSLLD       $0x10, Z21, Z21
-	VMOVUPS      64(R10)(R8*1), Z23
-	VPANDD       Z0, Z23, Z24
-	VPSLLD       $0x10, Z23, Z23
-	VBROADCASTSS 8(R11), Z25
-	VFMADD231PS  Z9, Z25, Z1
-	VFMADD231PS  Z11, Z25, Z2
-	VFMADD231PS  Z13, Z25, Z3
-	VFMADD231PS  Z15, Z25, Z4
-	VFMADD231PS  Z17, Z25, Z5
-	VFMADD231PS  Z19, Z25, Z6
-	VFMADD231PS  Z21, Z25, Z7
-	VFMADD231PS  Z23, Z25, Z8
-	VBROADCASTSS 12(R11), Z9
-	VFMADD231PS  Z10, Z9, Z1
-	VFMADD231PS  Z12, Z9, Z2
-	VFMADD231PS  Z14, Z9, Z3
-	VFMADD231PS  Z16, Z9, Z4
-	VFMADD231PS  Z18, Z9, Z5
-	VFMADD231PS  Z20, Z9, Z6
-	VFMADD231PS  Z22, Z9, Z7
-	VFMADD231PS  Z24, Z9, Z8
-	ADDQ         $0x00000080, R9
-	ADDQ         $0x00000080, R10
-	ADDQ         $0x10, R11
-	SUBQ         $0x04, R12
-	JMP          panelsBF16R1x512P8big
-
-panelsBF16R1x512P8one:
-	CMPQ         R12, $0x02
-	JL           panelsBF16R1x512P8last
-	VMOVUPS      (R9), Z9
-	VPANDD       Z0, Z9, Z10
-	VPSLLD       $0x10, Z9, Z9
-	VMOVUPS      (R9)(DI*1), Z11
-	VPANDD       Z0, Z11, Z12
-	VPSLLD       $0x10, Z11, Z11
-	VMOVUPS      (R9)(DI*2), Z13
-	VPANDD       Z0, Z13, Z14
-	VPSLLD       $0x10, Z13, Z13
-	VMOVUPS      (R9)(R8*1), Z15
-	VPANDD       Z0, Z15, Z16
-	VPSLLD       $0x10, Z15, Z15
-	VMOVUPS      (R10), Z17
-	VPANDD       Z0, Z17, Z18
-	VPSLLD       $0x10, Z17, Z17
-	VMOVUPS      (R10)(DI*1), Z19
-	VPANDD       Z0, Z19, Z20
-	VPSLLD       $0x10, Z19, Z19
-	VMOVUPS      (R10)(DI*2), Z21
-	VPANDD       Z0, Z21, Z22
-	VPSLLD       $0x10, Z21, Z21
-	VMOVUPS      (R10)(R8*1), Z23
-	VPANDD       Z0, Z23, Z24
-	VPSLLD       $0x10, Z23, Z23
-	VBROADCASTSS (R11), Z25
-	VFMADD231PS  Z9, Z25, Z1
-	VFMADD231PS  Z11, Z25, Z2
-	VFMADD231PS  Z13, Z25, Z3
-	VFMADD231PS  Z15, Z25, Z4
-	VFMADD231PS  Z17, Z25, Z5
-	VFMADD231PS  Z19, Z25, Z6
-	VFMADD231PS  Z21, Z25, Z7
-	VFMADD231PS  Z23, Z25, Z8
-	VBROADCASTSS 4(R11), Z9
-	VFMADD231PS  Z10, Z9, Z1
-	VFMADD231PS  Z12, Z9, Z2
-	VFMADD231PS  Z14, Z9, Z3
-	VFMADD231PS  Z16, Z9, Z4
-	VFMADD231PS  Z18, Z9, Z5
-	VFMADD231PS  Z20, Z9, Z6
-	VFMADD231PS  Z22, Z9, Z7
-	VFMADD231PS  Z24, Z9, Z8
-	ADDQ         $0x00000040, R9
-	ADDQ         $0x00000040, R10
-	ADDQ         $0x08, R11
-	SUBQ         $0x02, R12
-	JMP          panelsBF16R1x512P8one
-
-panelsBF16R1x512P8last:
-	TESTQ        R12, R12
-	JE           panelsBF16R1x512P8store
-	VMOVUPS      (R9), Z9
-	VPSLLD       $0x10, Z9, Z9
-	VMOVUPS      (R9)(DI*1), Z10
-	VPSLLD       $0x10, Z10, Z10
-	VMOVUPS      (R9)(DI*2), Z11
-	VPSLLD       $0x10, Z11, Z11
-	VMOVUPS      (R9)(R8*1), Z12
-	VPSLLD       $0x10, Z12, Z12
-	VMOVUPS      (R10), Z13
-	VPSLLD       $0x10, Z13, Z13
-	VMOVUPS      (R10)(DI*1), Z14
-	VPSLLD       $0x10, Z14, Z14
-	VMOVUPS      (R10)(DI*2), Z15
-	VPSLLD       $0x10, Z15, Z15
-	VMOVUPS      (R10)(R8*1), Z16
-	VPSLLD       $0x10, Z16, Z16
-	VBROADCASTSS (R11), Z17
-	VFMADD231PS  Z9, Z17, Z1
-	VFMADD231PS  Z10, Z17, Z2
-	VFMADD231PS  Z11, Z17, Z3
-	VFMADD231PS  Z12, Z17, Z4
-	VFMADD231PS  Z13, Z17, Z5
-	VFMADD231PS  Z14, Z17, Z6
-	VFMADD231PS  Z15, Z17, Z7
-	VFMADD231PS  Z16, Z17, Z8
-
-panelsBF16R1x512P8store:
-	VMOVUPS Z1, (DX)
-	VMOVUPS Z2, 64(DX)
-	VMOVUPS Z3, 128(DX)
-	VMOVUPS Z4, 192(DX)
-	VMOVUPS Z5, 256(DX)
-	VMOVUPS Z6, 320(DX)
-	VMOVUPS Z7, 384(DX)
-	VMOVUPS Z8, 448(DX)
-	ADDQ    DI, AX
-	ADDQ    DI, AX
-	ADDQ    DI, AX
-	ADDQ    DI, AX
-	ADDQ    DI, AX
-	ADDQ    DI, AX
-	ADDQ    DI, AX
-	ADDQ    DI, AX
-	ADDQ    $0x00000200, DX
-	SUBQ    $0x08, SI
-	JMP     panelsBF16R1x512P8
-
-panelsBF16R1x512P8end:
-panelsBF16R1x512P4:
-	CMPQ   SI, $0x04
-	JL     panelsBF16R1x512P4end
-	VPXORD Z26, Z26, Z26
-	VPXORD Z27, Z27, Z27
-	VPXORD Z28, Z28, Z28
-	VPXORD Z29, Z29, Z29
 	MOVQ   AX, R9
 	MOVQ   CX, R10
 	MOVQ   BX, R11
@@ -271,54 +322,54 @@ panelsBF16R1x512P4big:
 	PREFETCHT0   1024(R9)(DI*1)
 	PREFETCHT0   1024(R9)(DI*2)
 	PREFETCHT0   1024(R9)(R8*1)
-	VMOVUPS      (R9), Z1
-	VPANDD       Z0, Z1, Z2
-	VPSLLD       $0x10, Z1, Z1
-	VMOVUPS      (R9)(DI*1), Z3
-	VPANDD       Z0, Z3, Z4
-	VPSLLD       $0x10, Z3, Z3
-	VMOVUPS      (R9)(DI*2), Z5
+	VMOVUPS      (R9), Z5
 	VPANDD       Z0, Z5, Z6
 	VPSLLD       $0x10, Z5, Z5
-	VMOVUPS      (R9)(R8*1), Z7
+	VMOVUPS      (R9)(DI*1), Z7
 	VPANDD       Z0, Z7, Z8
 	VPSLLD       $0x10, Z7, Z7
-	VBROADCASTSS (R10), Z9
-	VFMADD231PS  Z1, Z9, Z26
-	VFMADD231PS  Z3, Z9, Z27
-	VFMADD231PS  Z5, Z9, Z28
-	VFMADD231PS  Z7, Z9, Z29
-	VBROADCASTSS 4(R10), Z1
-	VFMADD231PS  Z2, Z1, Z26
-	VFMADD231PS  Z4, Z1, Z27
-	VFMADD231PS  Z6, Z1, Z28
-	VFMADD231PS  Z8, Z1, Z29
+	VMOVUPS      (R9)(DI*2), Z9
+	VPANDD       Z0, Z9, Z10
+	VPSLLD       $0x10, Z9, Z9
+	VMOVUPS      (R9)(R8*1), Z11
+	VPANDD       Z0, Z11, Z12
+	VPSLLD       $0x10, Z11, Z11
+	VBROADCASTSS (R10), Z13
+	VFMADD231PS  Z5, Z13, Z1
+	VFMADD231PS  Z7, Z13, Z2
+	VFMADD231PS  Z9, Z13, Z3
+	VFMADD231PS  Z11, Z13, Z4
+	VBROADCASTSS 4(R10), Z5
+	VFMADD231PS  Z6, Z5, Z1
+	VFMADD231PS  Z8, Z5, Z2
+	VFMADD231PS  Z10, Z5, Z3
+	VFMADD231PS  Z12, Z5, Z4
 	PREFETCHT0   1088(R9)
 	PREFETCHT0   1088(R9)(DI*1)
 	PREFETCHT0   1088(R9)(DI*2)
 	PREFETCHT0   1088(R9)(R8*1)
-	VMOVUPS      64(R9), Z1
-	VPANDD       Z0, Z1, Z2
-	VPSLLD       $0x10, Z1, Z1
-	VMOVUPS      64(R9)(DI*1), Z3
-	VPANDD       Z0, Z3, Z4
-	VPSLLD       $0x10, Z3, Z3
-	VMOVUPS      64(R9)(DI*2), Z5
+	VMOVUPS      64(R9), Z5
 	VPANDD       Z0, Z5, Z6
 	VPSLLD       $0x10, Z5, Z5
-	VMOVUPS      64(R9)(R8*1), Z7
+	VMOVUPS      64(R9)(DI*1), Z7
 	VPANDD       Z0, Z7, Z8
 	VPSLLD       $0x10, Z7, Z7
-	VBROADCASTSS 8(R10), Z9
-	VFMADD231PS  Z1, Z9, Z26
-	VFMADD231PS  Z3, Z9, Z27
-	VFMADD231PS  Z5, Z9, Z28
-	VFMADD231PS  Z7, Z9, Z29
-	VBROADCASTSS 12(R10), Z1
-	VFMADD231PS  Z2, Z1, Z26
-	VFMADD231PS  Z4, Z1, Z27
-	VFMADD231PS  Z6, Z1, Z28
-	VFMADD231PS  Z8, Z1, Z29
+	VMOVUPS      64(R9)(DI*2), Z9
+	VPANDD       Z0, Z9, Z10
+	VPSLLD       $0x10, Z9, Z9
+	VMOVUPS      64(R9)(R8*1), Z11
+	VPANDD       Z0, Z11, Z12
+	VPSLLD       $0x10, Z11, Z11
+	VBROADCASTSS 8(R10), Z13
+	VFMADD231PS  Z5, Z13, Z1
+	VFMADD231PS  Z7, Z13, Z2
+	VFMADD231PS  Z9, Z13, Z3
+	VFMADD231PS  Z11, Z13, Z4
+	VBROADCASTSS 12(R10), Z5
+	VFMADD231PS  Z6, Z5, Z1
+	VFMADD231PS  Z8, Z5, Z2
+	VFMADD231PS  Z10, Z5, Z3
+	VFMADD231PS  Z12, Z5, Z4
 	ADDQ         $0x00000080, R9
 	ADDQ         $0x10, R10
 	SUBQ         $0x04, R11
@@ -327,28 +378,28 @@ panelsBF16R1x512P4big:
 panelsBF16R1x512P4one:
 	CMPQ         R11, $0x02
 	JL           panelsBF16R1x512P4last
-	VMOVUPS      (R9), Z1
-	VPANDD       Z0, Z1, Z2
-	VPSLLD       $0x10, Z1, Z1
-	VMOVUPS      (R9)(DI*1), Z3
-	VPANDD       Z0, Z3, Z4
-	VPSLLD       $0x10, Z3, Z3
-	VMOVUPS      (R9)(DI*2), Z5
+	VMOVUPS      (R9), Z5
 	VPANDD       Z0, Z5, Z6
 	VPSLLD       $0x10, Z5, Z5
-	VMOVUPS      (R9)(R8*1), Z7
+	VMOVUPS      (R9)(DI*1), Z7
 	VPANDD       Z0, Z7, Z8
 	VPSLLD       $0x10, Z7, Z7
-	VBROADCASTSS (R10), Z9
-	VFMADD231PS  Z1, Z9, Z26
-	VFMADD231PS  Z3, Z9, Z27
-	VFMADD231PS  Z5, Z9, Z28
-	VFMADD231PS  Z7, Z9, Z29
-	VBROADCASTSS 4(R10), Z1
-	VFMADD231PS  Z2, Z1, Z26
-	VFMADD231PS  Z4, Z1, Z27
-	VFMADD231PS  Z6, Z1, Z28
-	VFMADD231PS  Z8, Z1, Z29
+	VMOVUPS      (R9)(DI*2), Z9
+	VPANDD       Z0, Z9, Z10
+	VPSLLD       $0x10, Z9, Z9
+	VMOVUPS      (R9)(R8*1), Z11
+	VPANDD       Z0, Z11, Z12
+	VPSLLD       $0x10, Z11, Z11
+	VBROADCASTSS (R10), Z13
+	VFMADD231PS  Z5, Z13, Z1
+	VFMADD231PS  Z7, Z13, Z2
+	VFMADD231PS  Z9, Z13, Z3
+	VFMADD231PS  Z11, Z13, Z4
+	VBROADCASTSS 4(R10), Z5
+	VFMADD231PS  Z6, Z5, Z1
+	VFMADD231PS  Z8, Z5, Z2
+	VFMADD231PS  Z10, Z5, Z3
+	VFMADD231PS  Z12, Z5, Z4
 	ADDQ         $0x00000040, R9
 	ADDQ         $0x08, R10
 	SUBQ         $0x02, R11
@@ -357,25 +408,25 @@ panelsBF16R1x512P4one:
 panelsBF16R1x512P4last:
 	TESTQ        R11, R11
 	JE           panelsBF16R1x512P4store
-	VMOVUPS      (R9), Z1
-	VPSLLD       $0x10, Z1, Z1
-	VMOVUPS      (R9)(DI*1), Z2
-	VPSLLD       $0x10, Z2, Z2
-	VMOVUPS      (R9)(DI*2), Z3
-	VPSLLD       $0x10, Z3, Z3
-	VMOVUPS      (R9)(R8*1), Z4
-	VPSLLD       $0x10, Z4, Z4
-	VBROADCASTSS (R10), Z5
-	VFMADD231PS  Z1, Z5, Z26
-	VFMADD231PS  Z2, Z5, Z27
-	VFMADD231PS  Z3, Z5, Z28
-	VFMADD231PS  Z4, Z5, Z29
+	VMOVUPS      (R9), Z5
+	VPSLLD       $0x10, Z5, Z5
+	VMOVUPS      (R9)(DI*1), Z6
+	VPSLLD       $0x10, Z6, Z6
+	VMOVUPS      (R9)(DI*2), Z7
+	VPSLLD       $0x10, Z7, Z7
+	VMOVUPS      (R9)(R8*1), Z8
+	VPSLLD       $0x10, Z8, Z8
+	VBROADCASTSS (R10), Z9
+	VFMADD231PS  Z5, Z9, Z1
+	VFMADD231PS  Z6, Z9, Z2
+	VFMADD231PS  Z7, Z9, Z3
+	VFMADD231PS  Z8, Z9, Z4
 
 panelsBF16R1x512P4store:
-	VMOVUPS Z26, (DX)
-	VMOVUPS Z27, 64(DX)
-	VMOVUPS Z28, 128(DX)
-	VMOVUPS Z29, 192(DX)
+	VMOVUPS Z1, (DX)
+	VMOVUPS Z2, 64(DX)
+	VMOVUPS Z3, 128(DX)
+	VMOVUPS Z4, 192(DX)
 	ADDQ    DI, AX
 	ADDQ    DI, AX
 	ADDQ    DI, AX
@@ -388,7 +439,7 @@ panelsBF16R1x512P4end:
 panelsBF16R1x512P1:
 	CMPQ   SI, $0x01
 	JL     panelsBF16R1x512P1end
-	VPXORD Z30, Z30, Z30
+	VPXORD Z14, Z14, Z14
 	MOVQ   AX, R8
 	MOVQ   CX, R9
 	MOVQ   BX, R10
@@ -401,17 +452,17 @@ panelsBF16R1x512P1big:
 	VPANDD       Z0, Z1, Z2
 	VPSLLD       $0x10, Z1, Z1
 	VBROADCASTSS (R9), Z3
-	VFMADD231PS  Z1, Z3, Z30
+	VFMADD231PS  Z1, Z3, Z14
 	VBROADCASTSS 4(R9), Z1
-	VFMADD231PS  Z2, Z1, Z30
+	VFMADD231PS  Z2, Z1, Z14
 	PREFETCHT0   1088(R8)
 	VMOVUPS      64(R8), Z1
 	VPANDD       Z0, Z1, Z2
 	VPSLLD       $0x10, Z1, Z1
 	VBROADCASTSS 8(R9), Z3
-	VFMADD231PS  Z1, Z3, Z30
+	VFMADD231PS  Z1, Z3, Z14
 	VBROADCASTSS 12(R9), Z1
-	VFMADD231PS  Z2, Z1, Z30
+	VFMADD231PS  Z2, Z1, Z14
 	ADDQ         $0x00000080, R8
 	ADDQ         $0x10, R9
 	SUBQ         $0x04, R10
@@ -424,9 +475,9 @@ panelsBF16R1x512P1one:
 	VPANDD       Z0, Z1, Z2
 	VPSLLD       $0x10, Z1, Z1
 	VBROADCASTSS (R9), Z3
-	VFMADD231PS  Z1, Z3, Z30
+	VFMADD231PS  Z1, Z3, Z14
 	VBROADCASTSS 4(R9), Z1
-	VFMADD231PS  Z2, Z1, Z30
+	VFMADD231PS  Z2, Z1, Z14
 	ADDQ         $0x00000040, R8
 	ADDQ         $0x08, R9
 	SUBQ         $0x02, R10
@@ -438,10 +489,10 @@ panelsBF16R1x512P1last:
 	VMOVUPS      (R8), Z1
 	VPSLLD       $0x10, Z1, Z1
 	VBROADCASTSS (R9), Z2
-	VFMADD231PS  Z1, Z2, Z30
+	VFMADD231PS  Z1, Z2, Z14
 
 panelsBF16R1x512P1store:
-	VMOVUPS Z30, (DX)
+	VMOVUPS Z14, (DX)
 	ADDQ    DI, AX
 	ADDQ    $0x00000040, DX
 	SUBQ    $0x01, SI
@@ -2394,6 +2445,369 @@ axpyF32x512done:
 	VZEROUPPER
 	RET
 
+// func expShiftF32x512(dst []float32, src []float32, shift float32, scale float32) float32
+// Requires: AVX, AVX512F, SSE
+TEXT ·expShiftF32x512(SB), NOSPLIT, $0-60
+	MOVQ         dst_base+0(FP), AX
+	MOVQ         src_base+24(FP), CX
+	MOVQ         dst_len+8(FP), DX
+	MOVSS        shift+48(FP), X0
+	VBROADCASTSS X0, Z0
+	MOVSS        scale+52(FP), X1
+	VBROADCASTSS X1, Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+
+expShiftF32x512block:
+	CMPQ         DX, $0x00000040
+	JL           expShiftF32x512vec
+	VMOVUPS      (CX), Z6
+	VSUBPS       Z0, Z6, Z6
+	VMULPS       Z1, Z6, Z6
+	VMAXPS       expconsts<>+0(SB), Z6, Z6
+	VMINPS       expconsts<>+64(SB), Z6, Z6
+	VMULPS       expconsts<>+128(SB), Z6, Z7
+	VRNDSCALEPS  $0x00, Z7, Z7
+	VFNMADD231PS expconsts<>+192(SB), Z7, Z6
+	VFNMADD231PS expconsts<>+256(SB), Z7, Z6
+	VMOVUPS      expconsts<>+320(SB), Z8
+	VFMADD213PS  expconsts<>+384(SB), Z6, Z8
+	VFMADD213PS  expconsts<>+448(SB), Z6, Z8
+	VFMADD213PS  expconsts<>+512(SB), Z6, Z8
+	VFMADD213PS  expconsts<>+576(SB), Z6, Z8
+	VFMADD213PS  expconsts<>+640(SB), Z6, Z8
+	VFMADD213PS  expconsts<>+704(SB), Z6, Z8
+	VFMADD213PS  expconsts<>+768(SB), Z6, Z8
+	VSCALEFPS    Z7, Z8, Z6
+	VMOVUPS      Z6, (AX)
+	VADDPS       Z6, Z2, Z2
+	VMOVUPS      64(CX), Z6
+	VSUBPS       Z0, Z6, Z6
+	VMULPS       Z1, Z6, Z6
+	VMAXPS       expconsts<>+0(SB), Z6, Z6
+	VMINPS       expconsts<>+64(SB), Z6, Z6
+	VMULPS       expconsts<>+128(SB), Z6, Z7
+	VRNDSCALEPS  $0x00, Z7, Z7
+	VFNMADD231PS expconsts<>+192(SB), Z7, Z6
+	VFNMADD231PS expconsts<>+256(SB), Z7, Z6
+	VMOVUPS      expconsts<>+320(SB), Z8
+	VFMADD213PS  expconsts<>+384(SB), Z6, Z8
+	VFMADD213PS  expconsts<>+448(SB), Z6, Z8
+	VFMADD213PS  expconsts<>+512(SB), Z6, Z8
+	VFMADD213PS  expconsts<>+576(SB), Z6, Z8
+	VFMADD213PS  expconsts<>+640(SB), Z6, Z8
+	VFMADD213PS  expconsts<>+704(SB), Z6, Z8
+	VFMADD213PS  expconsts<>+768(SB), Z6, Z8
+	VSCALEFPS    Z7, Z8, Z6
+	VMOVUPS      Z6, 64(AX)
+	VADDPS       Z6, Z3, Z3
+	VMOVUPS      128(CX), Z6
+	VSUBPS       Z0, Z6, Z6
+	VMULPS       Z1, Z6, Z6
+	VMAXPS       expconsts<>+0(SB), Z6, Z6
+	VMINPS       expconsts<>+64(SB), Z6, Z6
+	VMULPS       expconsts<>+128(SB), Z6, Z7
+	VRNDSCALEPS  $0x00, Z7, Z7
+	VFNMADD231PS expconsts<>+192(SB), Z7, Z6
+	VFNMADD231PS expconsts<>+256(SB), Z7, Z6
+	VMOVUPS      expconsts<>+320(SB), Z8
+	VFMADD213PS  expconsts<>+384(SB), Z6, Z8
+	VFMADD213PS  expconsts<>+448(SB), Z6, Z8
+	VFMADD213PS  expconsts<>+512(SB), Z6, Z8
+	VFMADD213PS  expconsts<>+576(SB), Z6, Z8
+	VFMADD213PS  expconsts<>+640(SB), Z6, Z8
+	VFMADD213PS  expconsts<>+704(SB), Z6, Z8
+	VFMADD213PS  expconsts<>+768(SB), Z6, Z8
+	VSCALEFPS    Z7, Z8, Z6
+	VMOVUPS      Z6, 128(AX)
+	VADDPS       Z6, Z4, Z4
+	VMOVUPS      192(CX), Z6
+	VSUBPS       Z0, Z6, Z6
+	VMULPS       Z1, Z6, Z6
+	VMAXPS       expconsts<>+0(SB), Z6, Z6
+	VMINPS       expconsts<>+64(SB), Z6, Z6
+	VMULPS       expconsts<>+128(SB), Z6, Z7
+	VRNDSCALEPS  $0x00, Z7, Z7
+	VFNMADD231PS expconsts<>+192(SB), Z7, Z6
+	VFNMADD231PS expconsts<>+256(SB), Z7, Z6
+	VMOVUPS      expconsts<>+320(SB), Z8
+	VFMADD213PS  expconsts<>+384(SB), Z6, Z8
+	VFMADD213PS  expconsts<>+448(SB), Z6, Z8
+	VFMADD213PS  expconsts<>+512(SB), Z6, Z8
+	VFMADD213PS  expconsts<>+576(SB), Z6, Z8
+	VFMADD213PS  expconsts<>+640(SB), Z6, Z8
+	VFMADD213PS  expconsts<>+704(SB), Z6, Z8
+	VFMADD213PS  expconsts<>+768(SB), Z6, Z8
+	VSCALEFPS    Z7, Z8, Z6
+	VMOVUPS      Z6, 192(AX)
+	VADDPS       Z6, Z5, Z5
+	ADDQ         $0x00000100, CX
+	ADDQ         $0x00000100, AX
+	SUBQ         $0x00000040, DX
+	JMP          expShiftF32x512block
+
+expShiftF32x512vec:
+	CMPQ         DX, $0x00000010
+	JL           expShiftF32x512tail
+	VMOVUPS      (CX), Z6
+	VSUBPS       Z0, Z6, Z6
+	VMULPS       Z1, Z6, Z6
+	VMAXPS       expconsts<>+0(SB), Z6, Z6
+	VMINPS       expconsts<>+64(SB), Z6, Z6
+	VMULPS       expconsts<>+128(SB), Z6, Z7
+	VRNDSCALEPS  $0x00, Z7, Z7
+	VFNMADD231PS expconsts<>+192(SB), Z7, Z6
+	VFNMADD231PS expconsts<>+256(SB), Z7, Z6
+	VMOVUPS      expconsts<>+320(SB), Z8
+	VFMADD213PS  expconsts<>+384(SB), Z6, Z8
+	VFMADD213PS  expconsts<>+448(SB), Z6, Z8
+	VFMADD213PS  expconsts<>+512(SB), Z6, Z8
+	VFMADD213PS  expconsts<>+576(SB), Z6, Z8
+	VFMADD213PS  expconsts<>+640(SB), Z6, Z8
+	VFMADD213PS  expconsts<>+704(SB), Z6, Z8
+	VFMADD213PS  expconsts<>+768(SB), Z6, Z8
+	VSCALEFPS    Z7, Z8, Z6
+	VMOVUPS      Z6, (AX)
+	VADDPS       Z6, Z2, Z2
+	ADDQ         $0x00000040, CX
+	ADDQ         $0x00000040, AX
+	SUBQ         $0x00000010, DX
+	JMP          expShiftF32x512vec
+
+expShiftF32x512tail:
+	TESTQ        DX, DX
+	JE           expShiftF32x512reduce
+	LEAQ         expmask512<>+0(SB), BX
+	KMOVW        (BX)(DX*2), K1
+	VMOVUPS.Z    (CX), K1, Z6
+	VSUBPS       Z0, Z6, Z6
+	VMULPS       Z1, Z6, Z6
+	VMAXPS       expconsts<>+0(SB), Z6, Z6
+	VMINPS       expconsts<>+64(SB), Z6, Z6
+	VMULPS       expconsts<>+128(SB), Z6, Z0
+	VRNDSCALEPS  $0x00, Z0, Z0
+	VFNMADD231PS expconsts<>+192(SB), Z0, Z6
+	VFNMADD231PS expconsts<>+256(SB), Z0, Z6
+	VMOVUPS      expconsts<>+320(SB), Z1
+	VFMADD213PS  expconsts<>+384(SB), Z6, Z1
+	VFMADD213PS  expconsts<>+448(SB), Z6, Z1
+	VFMADD213PS  expconsts<>+512(SB), Z6, Z1
+	VFMADD213PS  expconsts<>+576(SB), Z6, Z1
+	VFMADD213PS  expconsts<>+640(SB), Z6, Z1
+	VFMADD213PS  expconsts<>+704(SB), Z6, Z1
+	VFMADD213PS  expconsts<>+768(SB), Z6, Z1
+	VSCALEFPS    Z0, Z1, Z6
+	VMOVUPS      Z6, K1, (AX)
+	VADDPS       Z6, Z2, K1, Z2
+
+expShiftF32x512reduce:
+	VADDPS        Z4, Z2, Z2
+	VADDPS        Z5, Z3, Z3
+	VADDPS        Z3, Z2, Z2
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VMOVHLPS      X0, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSHDUP     X0, X1
+	VADDSS        X1, X0, X0
+	VZEROUPPER
+	MOVSS         X0, ret+56(FP)
+	RET
+
+// func axpyRowsMaxF32x512(y []float32, a []float32, m *float32, ld int) float32
+// Requires: AVX, AVX512F, SSE
+TEXT ·axpyRowsMaxF32x512(SB), NOSPLIT, $0-68
+	MOVQ    y_base+0(FP), AX
+	MOVQ    y_len+8(FP), CX
+	MOVQ    a_base+24(FP), DX
+	MOVQ    a_len+32(FP), BX
+	MOVQ    m+48(FP), SI
+	MOVQ    ld+56(FP), DI
+	SHLQ    $0x02, DI
+	VMOVUPS expconsts<>+896(SB), Z0
+
+axpyRowsMaxF32x512block:
+	CMPQ   CX, $0x00000020
+	JL     axpyRowsMaxF32x512vec
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	MOVQ   SI, R8
+	MOVQ   DX, R9
+	MOVQ   BX, R10
+
+axpyRowsMaxF32x512Bj:
+	TESTQ        R10, R10
+	JE           axpyRowsMaxF32x512Bjdone
+	VBROADCASTSS (R9), Z3
+	VMOVUPS      (R8), Z4
+	VFMADD231PS  Z4, Z3, Z1
+	VMOVUPS      64(R8), Z4
+	VFMADD231PS  Z4, Z3, Z2
+	ADDQ         DI, R8
+	ADDQ         $0x04, R9
+	DECQ         R10
+	JMP          axpyRowsMaxF32x512Bj
+
+axpyRowsMaxF32x512Bjdone:
+	VMOVUPS Z1, (AX)
+	VMAXPS  Z1, Z0, Z0
+	VMOVUPS Z2, 64(AX)
+	VMAXPS  Z2, Z0, Z0
+	ADDQ    $0x00000080, AX
+	ADDQ    $0x00000080, SI
+	SUBQ    $0x00000020, CX
+	JMP     axpyRowsMaxF32x512block
+
+axpyRowsMaxF32x512vec:
+	CMPQ   CX, $0x00000010
+	JL     axpyRowsMaxF32x512tail
+	VPXORD Z5, Z5, Z5
+	MOVQ   SI, R8
+	MOVQ   DX, R9
+	MOVQ   BX, R10
+
+axpyRowsMaxF32x512Vj:
+	TESTQ        R10, R10
+	JE           axpyRowsMaxF32x512Vjdone
+	VBROADCASTSS (R9), Z1
+	VMOVUPS      (R8), Z2
+	VFMADD231PS  Z2, Z1, Z5
+	ADDQ         DI, R8
+	ADDQ         $0x04, R9
+	DECQ         R10
+	JMP          axpyRowsMaxF32x512Vj
+
+axpyRowsMaxF32x512Vjdone:
+	VMOVUPS Z5, (AX)
+	VMAXPS  Z5, Z0, Z0
+	ADDQ    $0x00000040, AX
+	ADDQ    $0x00000040, SI
+	SUBQ    $0x00000010, CX
+	JMP     axpyRowsMaxF32x512vec
+
+axpyRowsMaxF32x512tail:
+	TESTQ  CX, CX
+	JE     axpyRowsMaxF32x512reduce
+	LEAQ   expmask512<>+0(SB), R8
+	KMOVW  (R8)(CX*2), K1
+	VPXORD Z6, Z6, Z6
+	MOVQ   SI, CX
+	MOVQ   BX, BX
+
+axpyRowsMaxF32x512Tj:
+	TESTQ        BX, BX
+	JE           axpyRowsMaxF32x512Tjdone
+	VBROADCASTSS (DX), Z1
+	VMOVUPS.Z    (CX), K1, Z2
+	VFMADD231PS  Z2, Z1, Z6
+	ADDQ         DI, CX
+	ADDQ         $0x04, DX
+	DECQ         BX
+	JMP          axpyRowsMaxF32x512Tj
+
+axpyRowsMaxF32x512Tjdone:
+	VMOVUPS Z6, K1, (AX)
+	VMAXPS  Z6, Z0, K1, Z0
+
+axpyRowsMaxF32x512reduce:
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VMAXPS        Y1, Y0, Y1
+	VEXTRACTF128  $0x01, Y1, X0
+	VMAXPS        X0, X1, X0
+	VMOVHLPS      X0, X0, X1
+	VMAXPS        X1, X0, X0
+	VMOVSHDUP     X0, X1
+	VMAXSS        X1, X0, X0
+	VZEROUPPER
+	MOVSS         X0, ret+64(FP)
+	RET
+
+// func dotRowsF32x512(out []float32, x []float32, m *float32, ld int)
+// Requires: AVX, AVX512F, FMA3
+TEXT ·dotRowsF32x512(SB), NOSPLIT, $0-64
+	MOVQ out_base+0(FP), AX
+	MOVQ out_len+8(FP), CX
+	MOVQ x_base+24(FP), DX
+	MOVQ x_len+32(FP), BX
+	MOVQ m+48(FP), SI
+	MOVQ ld+56(FP), DI
+	SHLQ $0x02, DI
+
+dotRowsF32x512row:
+	TESTQ  CX, CX
+	JE     dotRowsF32x512done
+	MOVQ   DX, R8
+	MOVQ   SI, R9
+	MOVQ   BX, R10
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+
+dotRowsF32x512block:
+	CMPQ        R10, $0x00000040
+	JL          dotRowsF32x512vec
+	VMOVUPS     (R8), Z4
+	VFMADD231PS (R9), Z4, Z0
+	VMOVUPS     64(R8), Z4
+	VFMADD231PS 64(R9), Z4, Z1
+	VMOVUPS     128(R8), Z4
+	VFMADD231PS 128(R9), Z4, Z2
+	VMOVUPS     192(R8), Z4
+	VFMADD231PS 192(R9), Z4, Z3
+	ADDQ        $0x00000100, R8
+	ADDQ        $0x00000100, R9
+	SUBQ        $0x00000040, R10
+	JMP         dotRowsF32x512block
+
+dotRowsF32x512vec:
+	CMPQ        R10, $0x00000010
+	JL          dotRowsF32x512reduce
+	VMOVUPS     (R8), Z4
+	VFMADD231PS (R9), Z4, Z0
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, R9
+	SUBQ        $0x00000010, R10
+	JMP         dotRowsF32x512vec
+
+dotRowsF32x512reduce:
+	VADDPS        Z1, Z0, Z0
+	VADDPS        Z3, Z2, Z2
+	VADDPS        Z2, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y4
+	VADDPS        Y4, Y0, Y4
+	VEXTRACTF128  $0x01, Y4, X5
+	VADDPS        X5, X4, X4
+	VMOVHLPS      X4, X4, X5
+	VADDPS        X5, X4, X4
+	VMOVSHDUP     X4, X5
+	VADDSS        X5, X4, X4
+
+dotRowsF32x512tail:
+	TESTQ       R10, R10
+	JE          dotRowsF32x512store
+	VMOVSS      (R8), X5
+	VFMADD231SS (R9), X5, X4
+	ADDQ        $0x04, R8
+	ADDQ        $0x04, R9
+	DECQ        R10
+	JMP         dotRowsF32x512tail
+
+dotRowsF32x512store:
+	VMOVSS X4, (AX)
+	ADDQ   $0x04, AX
+	ADDQ   DI, SI
+	DECQ   CX
+	JMP    dotRowsF32x512row
+
+dotRowsF32x512done:
+	VZEROUPPER
+	RET
+
 // func panelsBF16R1x256(w *uint16, x *float32, y *float32, k int, np int, ldx int, ldy int)
 // Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·panelsBF16R1x256(SB), NOSPLIT, $0-56
@@ -4069,6 +4483,356 @@ axpyF32x256tail:
 	JMP         axpyF32x256tail
 
 axpyF32x256done:
+	VZEROUPPER
+	RET
+
+// func expShiftF32x256(dst []float32, src []float32, shift float32, scale float32) float32
+// Requires: AVX, AVX2, FMA3, SSE
+TEXT ·expShiftF32x256(SB), NOSPLIT, $0-60
+	MOVQ         dst_base+0(FP), AX
+	MOVQ         src_base+24(FP), CX
+	MOVQ         dst_len+8(FP), DX
+	MOVSS        shift+48(FP), X0
+	VBROADCASTSS X0, Y0
+	MOVSS        scale+52(FP), X1
+	VBROADCASTSS X1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+
+expShiftF32x256block:
+	CMPQ         DX, $0x00000010
+	JL           expShiftF32x256vec
+	VMOVUPS      (CX), Y4
+	VSUBPS       Y0, Y4, Y4
+	VMULPS       Y1, Y4, Y4
+	VMAXPS       expconsts<>+0(SB), Y4, Y4
+	VMINPS       expconsts<>+64(SB), Y4, Y4
+	VMULPS       expconsts<>+128(SB), Y4, Y5
+	VROUNDPS     $0x00, Y5, Y5
+	VFNMADD231PS expconsts<>+192(SB), Y5, Y4
+	VFNMADD231PS expconsts<>+256(SB), Y5, Y4
+	VMOVUPS      expconsts<>+320(SB), Y6
+	VFMADD213PS  expconsts<>+384(SB), Y4, Y6
+	VFMADD213PS  expconsts<>+448(SB), Y4, Y6
+	VFMADD213PS  expconsts<>+512(SB), Y4, Y6
+	VFMADD213PS  expconsts<>+576(SB), Y4, Y6
+	VFMADD213PS  expconsts<>+640(SB), Y4, Y6
+	VFMADD213PS  expconsts<>+704(SB), Y4, Y6
+	VFMADD213PS  expconsts<>+768(SB), Y4, Y6
+	VCVTPS2DQ    Y5, Y5
+	VPSRAD       $0x01, Y5, Y4
+	VPSUBD       Y4, Y5, Y5
+	VPADDD       expconsts<>+832(SB), Y4, Y4
+	VPADDD       expconsts<>+832(SB), Y5, Y5
+	VPSLLD       $0x17, Y4, Y4
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y4, Y6, Y6
+	VMULPS       Y5, Y6, Y4
+	VMOVUPS      Y4, (AX)
+	VADDPS       Y4, Y2, Y2
+	VMOVUPS      32(CX), Y4
+	VSUBPS       Y0, Y4, Y4
+	VMULPS       Y1, Y4, Y4
+	VMAXPS       expconsts<>+0(SB), Y4, Y4
+	VMINPS       expconsts<>+64(SB), Y4, Y4
+	VMULPS       expconsts<>+128(SB), Y4, Y5
+	VROUNDPS     $0x00, Y5, Y5
+	VFNMADD231PS expconsts<>+192(SB), Y5, Y4
+	VFNMADD231PS expconsts<>+256(SB), Y5, Y4
+	VMOVUPS      expconsts<>+320(SB), Y6
+	VFMADD213PS  expconsts<>+384(SB), Y4, Y6
+	VFMADD213PS  expconsts<>+448(SB), Y4, Y6
+	VFMADD213PS  expconsts<>+512(SB), Y4, Y6
+	VFMADD213PS  expconsts<>+576(SB), Y4, Y6
+	VFMADD213PS  expconsts<>+640(SB), Y4, Y6
+	VFMADD213PS  expconsts<>+704(SB), Y4, Y6
+	VFMADD213PS  expconsts<>+768(SB), Y4, Y6
+	VCVTPS2DQ    Y5, Y5
+	VPSRAD       $0x01, Y5, Y4
+	VPSUBD       Y4, Y5, Y5
+	VPADDD       expconsts<>+832(SB), Y4, Y4
+	VPADDD       expconsts<>+832(SB), Y5, Y5
+	VPSLLD       $0x17, Y4, Y4
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y4, Y6, Y6
+	VMULPS       Y5, Y6, Y4
+	VMOVUPS      Y4, 32(AX)
+	VADDPS       Y4, Y3, Y3
+	ADDQ         $0x00000040, CX
+	ADDQ         $0x00000040, AX
+	SUBQ         $0x00000010, DX
+	JMP          expShiftF32x256block
+
+expShiftF32x256vec:
+	CMPQ         DX, $0x00000008
+	JL           expShiftF32x256tail
+	VMOVUPS      (CX), Y4
+	VSUBPS       Y0, Y4, Y4
+	VMULPS       Y1, Y4, Y4
+	VMAXPS       expconsts<>+0(SB), Y4, Y4
+	VMINPS       expconsts<>+64(SB), Y4, Y4
+	VMULPS       expconsts<>+128(SB), Y4, Y5
+	VROUNDPS     $0x00, Y5, Y5
+	VFNMADD231PS expconsts<>+192(SB), Y5, Y4
+	VFNMADD231PS expconsts<>+256(SB), Y5, Y4
+	VMOVUPS      expconsts<>+320(SB), Y6
+	VFMADD213PS  expconsts<>+384(SB), Y4, Y6
+	VFMADD213PS  expconsts<>+448(SB), Y4, Y6
+	VFMADD213PS  expconsts<>+512(SB), Y4, Y6
+	VFMADD213PS  expconsts<>+576(SB), Y4, Y6
+	VFMADD213PS  expconsts<>+640(SB), Y4, Y6
+	VFMADD213PS  expconsts<>+704(SB), Y4, Y6
+	VFMADD213PS  expconsts<>+768(SB), Y4, Y6
+	VCVTPS2DQ    Y5, Y5
+	VPSRAD       $0x01, Y5, Y4
+	VPSUBD       Y4, Y5, Y5
+	VPADDD       expconsts<>+832(SB), Y4, Y4
+	VPADDD       expconsts<>+832(SB), Y5, Y5
+	VPSLLD       $0x17, Y4, Y4
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y4, Y6, Y6
+	VMULPS       Y5, Y6, Y4
+	VMOVUPS      Y4, (AX)
+	VADDPS       Y4, Y2, Y2
+	ADDQ         $0x00000020, CX
+	ADDQ         $0x00000020, AX
+	SUBQ         $0x00000008, DX
+	JMP          expShiftF32x256vec
+
+expShiftF32x256tail:
+	TESTQ        DX, DX
+	JE           expShiftF32x256reduce
+	LEAQ         expmask256<>+0(SB), BX
+	NEGQ         DX
+	VMOVUPS      32(BX)(DX*4), Y5
+	VMASKMOVPS   (CX), Y5, Y4
+	VSUBPS       Y0, Y4, Y4
+	VMULPS       Y1, Y4, Y4
+	VMAXPS       expconsts<>+0(SB), Y4, Y4
+	VMINPS       expconsts<>+64(SB), Y4, Y4
+	VMULPS       expconsts<>+128(SB), Y4, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS expconsts<>+192(SB), Y0, Y4
+	VFNMADD231PS expconsts<>+256(SB), Y0, Y4
+	VMOVUPS      expconsts<>+320(SB), Y1
+	VFMADD213PS  expconsts<>+384(SB), Y4, Y1
+	VFMADD213PS  expconsts<>+448(SB), Y4, Y1
+	VFMADD213PS  expconsts<>+512(SB), Y4, Y1
+	VFMADD213PS  expconsts<>+576(SB), Y4, Y1
+	VFMADD213PS  expconsts<>+640(SB), Y4, Y1
+	VFMADD213PS  expconsts<>+704(SB), Y4, Y1
+	VFMADD213PS  expconsts<>+768(SB), Y4, Y1
+	VCVTPS2DQ    Y0, Y4
+	VPSRAD       $0x01, Y4, Y0
+	VPSUBD       Y0, Y4, Y4
+	VPADDD       expconsts<>+832(SB), Y0, Y0
+	VPADDD       expconsts<>+832(SB), Y4, Y4
+	VPSLLD       $0x17, Y0, Y0
+	VPSLLD       $0x17, Y4, Y4
+	VMULPS       Y0, Y1, Y1
+	VMULPS       Y4, Y1, Y4
+	VMASKMOVPS   Y4, Y5, (AX)
+	VANDPS       Y5, Y4, Y4
+	VADDPS       Y4, Y2, Y2
+
+expShiftF32x256reduce:
+	VADDPS       Y3, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+	VZEROUPPER
+	MOVSS        X0, ret+56(FP)
+	RET
+
+// func axpyRowsMaxF32x256(y []float32, a []float32, m *float32, ld int) float32
+// Requires: AVX, FMA3, SSE
+TEXT ·axpyRowsMaxF32x256(SB), NOSPLIT, $0-68
+	MOVQ    y_base+0(FP), AX
+	MOVQ    y_len+8(FP), CX
+	MOVQ    a_base+24(FP), DX
+	MOVQ    a_len+32(FP), BX
+	MOVQ    m+48(FP), SI
+	MOVQ    ld+56(FP), DI
+	SHLQ    $0x02, DI
+	VMOVUPS expconsts<>+896(SB), Y0
+
+axpyRowsMaxF32x256block:
+	CMPQ   CX, $0x00000010
+	JL     axpyRowsMaxF32x256vec
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	MOVQ   SI, R8
+	MOVQ   DX, R9
+	MOVQ   BX, R10
+
+axpyRowsMaxF32x256Bj:
+	TESTQ        R10, R10
+	JE           axpyRowsMaxF32x256Bjdone
+	VBROADCASTSS (R9), Y3
+	VMOVUPS      (R8), Y4
+	VFMADD231PS  Y4, Y3, Y1
+	VMOVUPS      32(R8), Y4
+	VFMADD231PS  Y4, Y3, Y2
+	ADDQ         DI, R8
+	ADDQ         $0x04, R9
+	DECQ         R10
+	JMP          axpyRowsMaxF32x256Bj
+
+axpyRowsMaxF32x256Bjdone:
+	VMOVUPS Y1, (AX)
+	VMAXPS  Y1, Y0, Y0
+	VMOVUPS Y2, 32(AX)
+	VMAXPS  Y2, Y0, Y0
+	ADDQ    $0x00000040, AX
+	ADDQ    $0x00000040, SI
+	SUBQ    $0x00000010, CX
+	JMP     axpyRowsMaxF32x256block
+
+axpyRowsMaxF32x256vec:
+	CMPQ   CX, $0x00000008
+	JL     axpyRowsMaxF32x256tail
+	VXORPS Y1, Y1, Y1
+	MOVQ   SI, R8
+	MOVQ   DX, R9
+	MOVQ   BX, R10
+
+axpyRowsMaxF32x256Vj:
+	TESTQ        R10, R10
+	JE           axpyRowsMaxF32x256Vjdone
+	VBROADCASTSS (R9), Y2
+	VMOVUPS      (R8), Y3
+	VFMADD231PS  Y3, Y2, Y1
+	ADDQ         DI, R8
+	ADDQ         $0x04, R9
+	DECQ         R10
+	JMP          axpyRowsMaxF32x256Vj
+
+axpyRowsMaxF32x256Vjdone:
+	VMOVUPS Y1, (AX)
+	VMAXPS  Y1, Y0, Y0
+	ADDQ    $0x00000020, AX
+	ADDQ    $0x00000020, SI
+	SUBQ    $0x00000008, CX
+	JMP     axpyRowsMaxF32x256vec
+
+axpyRowsMaxF32x256tail:
+	TESTQ   CX, CX
+	JE      axpyRowsMaxF32x256reduce
+	LEAQ    expmask256<>+0(SB), R8
+	NEGQ    CX
+	VMOVUPS 32(R8)(CX*4), Y1
+	VXORPS  Y2, Y2, Y2
+	MOVQ    SI, CX
+	MOVQ    BX, BX
+
+axpyRowsMaxF32x256Tj:
+	TESTQ        BX, BX
+	JE           axpyRowsMaxF32x256Tjdone
+	VBROADCASTSS (DX), Y3
+	VMASKMOVPS   (CX), Y1, Y4
+	VFMADD231PS  Y4, Y3, Y2
+	ADDQ         DI, CX
+	ADDQ         $0x04, DX
+	DECQ         BX
+	JMP          axpyRowsMaxF32x256Tj
+
+axpyRowsMaxF32x256Tjdone:
+	VMASKMOVPS Y2, Y1, (AX)
+	VMOVUPS    expconsts<>+896(SB), Y3
+	VBLENDVPS  Y1, Y2, Y3, Y3
+	VMAXPS     Y3, Y0, Y0
+
+axpyRowsMaxF32x256reduce:
+	VEXTRACTF128 $0x01, Y0, X1
+	VMAXPS       X1, X0, X0
+	VMOVHLPS     X0, X0, X1
+	VMAXPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VMAXSS       X1, X0, X0
+	VZEROUPPER
+	MOVSS        X0, ret+64(FP)
+	RET
+
+// func dotRowsF32x256(out []float32, x []float32, m *float32, ld int)
+// Requires: AVX, FMA3
+TEXT ·dotRowsF32x256(SB), NOSPLIT, $0-64
+	MOVQ out_base+0(FP), AX
+	MOVQ out_len+8(FP), CX
+	MOVQ x_base+24(FP), DX
+	MOVQ x_len+32(FP), BX
+	MOVQ m+48(FP), SI
+	MOVQ ld+56(FP), DI
+	SHLQ $0x02, DI
+
+dotRowsF32x256row:
+	TESTQ  CX, CX
+	JE     dotRowsF32x256done
+	MOVQ   DX, R8
+	MOVQ   SI, R9
+	MOVQ   BX, R10
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+dotRowsF32x256block:
+	CMPQ        R10, $0x00000020
+	JL          dotRowsF32x256vec
+	VMOVUPS     (R8), Y4
+	VFMADD231PS (R9), Y4, Y0
+	VMOVUPS     32(R8), Y4
+	VFMADD231PS 32(R9), Y4, Y1
+	VMOVUPS     64(R8), Y4
+	VFMADD231PS 64(R9), Y4, Y2
+	VMOVUPS     96(R8), Y4
+	VFMADD231PS 96(R9), Y4, Y3
+	ADDQ        $0x00000080, R8
+	ADDQ        $0x00000080, R9
+	SUBQ        $0x00000020, R10
+	JMP         dotRowsF32x256block
+
+dotRowsF32x256vec:
+	CMPQ        R10, $0x00000008
+	JL          dotRowsF32x256reduce
+	VMOVUPS     (R8), Y4
+	VFMADD231PS (R9), Y4, Y0
+	ADDQ        $0x00000020, R8
+	ADDQ        $0x00000020, R9
+	SUBQ        $0x00000008, R10
+	JMP         dotRowsF32x256vec
+
+dotRowsF32x256reduce:
+	VADDPS       Y1, Y0, Y0
+	VADDPS       Y3, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+
+dotRowsF32x256tail:
+	TESTQ       R10, R10
+	JE          dotRowsF32x256store
+	VMOVSS      (R8), X1
+	VFMADD231SS (R9), X1, X0
+	ADDQ        $0x04, R8
+	ADDQ        $0x04, R9
+	DECQ        R10
+	JMP         dotRowsF32x256tail
+
+dotRowsF32x256store:
+	VMOVSS X0, (AX)
+	ADDQ   $0x04, AX
+	ADDQ   DI, SI
+	DECQ   CX
+	JMP    dotRowsF32x256row
+
+dotRowsF32x256done:
 	VZEROUPPER
 	RET
 

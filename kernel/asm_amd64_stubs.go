@@ -54,6 +54,21 @@ func dotF32x512(a []float32, b []float32) float32
 //go:noescape
 func axpyF32x512(y []float32, a float32, x []float32)
 
+// expShiftF32x512 sets dst[i] = exp((src[i]-shift)*scale) over len(dst) elements and returns their sum.
+//
+//go:noescape
+func expShiftF32x512(dst []float32, src []float32, shift float32, scale float32) float32
+
+// axpyRowsMaxF32x512 sets y[t] = sum_j a[j]*m[j*ld+t] over len(y) and len(a) and returns the largest y[t].
+//
+//go:noescape
+func axpyRowsMaxF32x512(y []float32, a []float32, m *float32, ld int) float32
+
+// dotRowsF32x512 sets out[j] = sum_t x[t]*m[j*ld+t] over len(out) rows and len(x) columns.
+//
+//go:noescape
+func dotRowsF32x512(out []float32, x []float32, m *float32, ld int)
+
 // panelsBF16R1x256 computes 1 activation rows against np whole BF16 panels.
 //
 //go:noescape
@@ -103,6 +118,21 @@ func dotF32x256(a []float32, b []float32) float32
 //
 //go:noescape
 func axpyF32x256(y []float32, a float32, x []float32)
+
+// expShiftF32x256 sets dst[i] = exp((src[i]-shift)*scale) over len(dst) elements and returns their sum.
+//
+//go:noescape
+func expShiftF32x256(dst []float32, src []float32, shift float32, scale float32) float32
+
+// axpyRowsMaxF32x256 sets y[t] = sum_j a[j]*m[j*ld+t] over len(y) and len(a) and returns the largest y[t].
+//
+//go:noescape
+func axpyRowsMaxF32x256(y []float32, a []float32, m *float32, ld int) float32
+
+// dotRowsF32x256 sets out[j] = sum_t x[t]*m[j*ld+t] over len(out) rows and len(x) columns.
+//
+//go:noescape
+func dotRowsF32x256(out []float32, x []float32, m *float32, ld int)
 
 // sumF32x256 reads a (len a multiple of 64) and returns a sum of its elements.
 //

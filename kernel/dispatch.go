@@ -16,10 +16,18 @@ type impl struct {
 	panels func(m *Matrix, y, x []float32, rows, p0, p1 int)
 	dot    func(a, b []float32) float32
 	axpy   func(y []float32, a float32, x []float32)
+	// expShift sets dst[i] = exp((src[i]-shift)*scale) over len(dst) and returns the sum;
+	// src is at least as long as dst.
+	expShift func(dst, src []float32, shift, scale float32) float32
+	// axpyRowsMax and dotRows are AxpyRowsMax and DotRows with m starting at its first
+	// element and long enough (the exported wrappers check).
+	axpyRowsMax func(y, a []float32, m *float32, ld int) float32
+	dotRows     func(out, x []float32, m *float32, ld int)
 }
 
 var (
-	portable = &impl{name: "go", panels: panelsGo, dot: dotGo, axpy: axpyGo}
+	portable = &impl{name: "go", panels: panelsGo, dot: dotGo, axpy: axpyGo, expShift: expShiftGo,
+		axpyRowsMax: axpyRowsMaxGo, dotRows: dotRowsGo}
 	// registry lists paths in preference order; architecture files prepend theirs in init.
 	registry = []*impl{portable}
 	active   = portable

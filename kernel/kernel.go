@@ -184,3 +184,48 @@ func F32ToBF16(f float32) uint16 {
 	u += 0x7fff + (u>>16)&1
 	return uint16(u >> 16)
 }
+
+// Product names one weight product of MatMulEach: Y = M x for the rows of the shared input.
+type Product struct {
+	M *Matrix
+	Y []float32
+}
+
+// MaxProducts is the most products one MatMulEach call takes.
+const MaxProducts = maxSegments
+
+// MatMulEach computes ps[i].Y = ps[i].M x for rows rows, as MatMul would for each, bitwise, but
+// with a single hand-off to the worker pool: the products of one input (q/k/v, gate/up) then pay
+// for one split and one join instead of one per matrix, and both threads stay busy across the
+// matrices. Every matrix must have K = len(x)/rows inputs; at most MaxProducts products. It
+// returns an error, computing nothing, when the shapes do not fit.
+func MatMulEach(x []float32, rows int, ps ...Product) error {
+	if len(ps) > MaxProducts {
+		return fmt.Errorf("kernel.MatMulEach: %d products, at most %d", len(ps), MaxProducts)
+	}
+	if rows <= 0 || len(ps) == 0 {
+		return nil
+	}
+	k := ps[0].M.K
+	for i, p := range ps {
+		if p.M.K != k || len(x) < rows*k || len(p.Y) < rows*p.M.N {
+			return fmt.Errorf("kernel.MatMulEach: product %d: rows=%d N=%d K=%d (first K=%d) len(x)=%d len(y)=%d", i, rows, p.M.N, p.M.K, k, len(x), len(p.Y))
+		}
+	}
+	if k == 0 {
+		for _, p := range ps {
+			clear(p.Y[:rows*p.M.N])
+		}
+		return nil
+	}
+	var tight [MaxProducts]Product
+	n := 0
+	for _, p := range ps {
+		if p.M.N > 0 {
+			tight[n] = Product{M: p.M, Y: p.Y[:rows*p.M.N]}
+			n++
+		}
+	}
+	matmulEach(active, x[:rows*k], rows, tight[:n]...)
+	return nil
+}

@@ -12,7 +12,9 @@ import (
 // panel's outputs are computed by exactly one goroutine with the same kernel, so a split changes
 // no bit of the result. The caller never waits for a worker that has not started: it retracts
 // the offer and does the work itself, which keeps a loaded machine (a worker thread not
-// scheduled) from turning a hand-off into a stall. Hand-off allocates nothing: an idle worker
+// scheduled) from turning a hand-off into a stall; a worker descheduled in the middle of a chunk
+// does stall the join, and then the next products run unsplit for a while (stallBackoff).
+// MatMulEach hands several products of one input over at once. Hand-off allocates nothing: an idle worker
 // polls its state for spinFor after each job (products come in bursts within a forward pass)
 // and then parks on a channel.
 
@@ -46,21 +48,41 @@ const spinFor = 50 * time.Microsecond
 // slow participant leaves work for the others, few enough that claims stay cheap.
 const chunksPerThread = 4
 
+// maxChunkBytes caps the weights of one chunk. At the end of a product the caller waits for
+// the others to finish their last chunk, and a thread the machine descheduled holds its chunk
+// until it runs again: with a quarter of a thread's share per chunk, a 1-row product of
+// Qwen3-0.6B's shape lost about a tenth of its time to that wait. A claim costs one atomic
+// add, far less than streaming 256 KiB.
+const maxChunkBytes = 256 << 10
+
 // work estimates the cost of a product as weight bytes streamed plus flops/4 (a weight byte
 // from memory takes about as long as 4-8 flops on the vector units of one core).
 func work(m *Matrix, rows int) int64 {
 	return m.Bytes() + int64(rows)*int64(m.N)*int64(m.K)/2
 }
 
-// job is the one product the pool works on; it is written only by the caller holding pool.mu
-// and read by workers between taking an offer and going idle.
+// maxSegments is how many products of one input a job can carry (MatMulEach).
+const maxSegments = 4
+
+// segment is one matrix of a job, with its output and the chunks it owns.
+type segment struct {
+	m      *Matrix
+	y      []float32
+	np     int   // panels of m
+	per    int   // panels per chunk
+	first  int64 // index of its first chunk in the job
+	chunks int64
+}
+
+// job is the one set of products the pool works on; it is written only by the caller holding
+// pool.mu and read by workers between taking an offer and going idle. Its chunks are numbered
+// through the segments in order; a chunk never spans two matrices.
 type job struct {
 	p       *impl
-	m       *Matrix
-	y, x    []float32
+	x       []float32
 	rows    int
-	np      int // panels of m
-	per     int // panels per chunk
+	seg     [maxSegments]segment
+	nseg    int
 	nchunks int64
 	next    atomic.Int64 // chunks claimed so far
 }
@@ -72,13 +94,15 @@ func (j *job) claim() {
 		if c >= j.nchunks {
 			return
 		}
-		p0 := int(c) * j.per
-		j.p.panels(j.m, j.y, j.x, j.rows, p0, min(p0+j.per, j.np))
+		s := &j.seg[0]
+		for k := 1; k < j.nseg && c >= j.seg[k].first; k++ {
+			s = &j.seg[k]
+		}
+		p0 := int(c-s.first) * s.per
+		j.p.panels(s.m, s.y, j.x, j.rows, p0, min(p0+s.per, s.np))
 	}
 }
 
-// Worker states. idle -> offered by the caller; offered -> taken by the worker, or back to idle
-// by the caller (retracted); taken -> idle by the worker when the job has no chunk left.
 const (
 	idle uint32 = iota
 	offered
@@ -97,6 +121,7 @@ var pool struct {
 	mu      sync.Mutex // held by the one product that owns the workers and job
 	workers []*worker
 	job     job
+	unsplit int // products left to run unsplit after a stall (see stallBackoff); under mu
 }
 
 func startPool() {
@@ -147,24 +172,59 @@ func (w *worker) offer() {
 }
 
 // finish returns once w no longer reads the job: it retracts an offer not yet taken, or waits
-// for a taken one to run out of chunks (which the caller has just exhausted).
-func (w *worker) finish() {
+// for a taken one to run out of chunks (which the caller has just exhausted). It reports
+// whether that wait was long enough to mean the worker's thread was descheduled mid-chunk.
+func (w *worker) finish() (stalled bool) {
 	if w.state.CompareAndSwap(offered, idle) {
-		return
+		return false
 	}
+	var start time.Time
 	for spin := 0; w.state.Load() != idle; spin++ {
+		if spin == 64 {
+			start = time.Now()
+		}
 		if spin > 1000 {
 			runtime.Gosched()
 		}
 	}
+	return !start.IsZero() && time.Since(start) > stallWait
 }
+
+// stallWait is a join wait no chunk explains: a chunk is at most maxChunkBytes of weights, about
+// ten microseconds of streaming, so a worker that takes this long lost its core to another
+// process.
+const stallWait = 50 * time.Microsecond
+
+// stallBackoff is how many products run on the caller alone after a stall. On a machine whose
+// cores other processes keep busy, a split product waits for a descheduled worker for a whole
+// time slice. Decoding Qwen3-0.6B (bf16, 2 threads) beside a 2-thread training run measured
+// 27 GB/s effective splitting every product, 30 with a backoff of 256 products after a 200 us
+// wait, 31 with this one (and 31 on one thread). A quiet machine never stalls and splits every
+// product; 1024 products are about nine decode steps of a 28-layer model.
+const stallBackoff = 1024
 
 // matmul runs p over all panels of m, split across the pool when the product is large enough
 // and the pool is free (a concurrent product simply runs on its own goroutine).
 func matmul(p *impl, m *Matrix, y, x []float32, rows int) {
-	np := m.panels()
-	if np < 2 || work(m, rows) < splitMin {
-		p.panels(m, y, x, rows, 0, np)
+	matmulEach(p, x, rows, Product{M: m, Y: y})
+}
+
+// matmulEach runs the products ps (at most maxSegments, all with K = len(x)/rows) with one
+// hand-off to the pool, or inline when their work together is small.
+func matmulEach(p *impl, x []float32, rows int, ps ...Product) {
+	var total int64
+	np := 0
+	for _, q := range ps {
+		total += work(q.M, rows)
+		np += q.M.panels()
+	}
+	inline := func() {
+		for _, q := range ps {
+			p.panels(q.M, q.Y, x, rows, 0, q.M.panels())
+		}
+	}
+	if np < 2 || total < splitMin {
+		inline()
 		return
 	}
 	pool.once.Do(startPool)
@@ -173,24 +233,49 @@ func matmul(p *impl, m *Matrix, y, x []float32, rows int) {
 		helpers = min(helpers, c-1)
 	}
 	if helpers <= 0 || !pool.mu.TryLock() {
-		p.panels(m, y, x, rows, 0, np)
+		inline()
+		return
+	}
+	if pool.unsplit > 0 {
+		pool.unsplit--
+		pool.mu.Unlock()
+		inline()
 		return
 	}
 	j := &pool.job
-	j.p, j.m, j.y, j.x, j.rows, j.np = p, m, y, x, rows, np
-	j.per = max(1, np/(chunksPerThread*(helpers+1)))
-	if j.per > 8 {
-		j.per = j.per / 8 * 8 // whole 8-panel passes of the kernels
+	j.p, j.x, j.rows, j.nseg = p, x, rows, len(ps)
+	j.nchunks = 0
+	for k, q := range ps {
+		s := &j.seg[k]
+		s.m, s.y, s.np = q.M, q.Y, q.M.panels()
+		// Each matrix gets chunks in proportion to its share of the work, at least
+		// chunksPerThread per participant over the whole job.
+		s.per = max(1, int(int64(s.np)*total/work(q.M, rows))/(chunksPerThread*(helpers+1)))
+		esize := 4
+		if q.M.DType == BF16 {
+			esize = 2
+		}
+		s.per = min(s.per, s.np, max(8, maxChunkBytes/(q.M.panelLen()*esize)))
+		if s.per > 8 {
+			s.per = s.per / 8 * 8 // whole 8-panel passes of the kernels
+		}
+		s.first = j.nchunks
+		s.chunks = int64((s.np + s.per - 1) / s.per)
+		j.nchunks += s.chunks
 	}
-	j.nchunks = int64((np + j.per - 1) / j.per)
 	j.next.Store(0)
 	for _, w := range pool.workers[:helpers] {
 		w.offer()
 	}
 	j.claim()
 	for _, w := range pool.workers[:helpers] {
-		w.finish()
+		if w.finish() {
+			pool.unsplit = stallBackoff
+		}
 	}
-	j.m, j.y, j.x = nil, nil, nil // drop references to the caller's buffers
+	j.x = nil // drop references to the caller's buffers
+	for k := range j.seg[:j.nseg] {
+		j.seg[k].m, j.seg[k].y = nil, nil
+	}
 	pool.mu.Unlock()
 }

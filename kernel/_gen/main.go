@@ -10,7 +10,9 @@ package main
 
 import (
 	"fmt"
+	"math"
 
+	"github.com/mmcloughlin/avo/attr"
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
@@ -66,6 +68,7 @@ var (
 
 func main() {
 	ConstraintExpr("amd64,!purego")
+	expConsts()
 	for _, is := range []isa{avx512, avx2} {
 		for _, dt := range []dtype{bf16, f32} {
 			for r := 1; r <= 4; r++ {
@@ -74,6 +77,9 @@ func main() {
 		}
 		dot(is)
 		axpy(is)
+		expShift(is)
+		axpyRowsMax(is)
+		dotRows(is)
 	}
 	sum256()
 	cpuid()
@@ -319,7 +325,15 @@ func panels(is isa, dt dtype, rows int) {
 		}
 	}
 
-	for _, p := range is.panelsFor(rows) {
+	passes := is.panelsFor(rows)
+	if dt.size == 2 && rows == 1 && passes[0] > 4 {
+		// One bf16 row streams from memory at 29-32 GB/s over 4 panels at a time and at
+		// 26-30 over 8 (fewer concurrent streams suit the DRAM better), and drops to 19-25
+		// when two threads each run 8; its arithmetic, twice f32's per byte, still keeps
+		// up with 4 accumulators.
+		passes = passes[1:]
+	}
+	for _, p := range passes {
 		tag := fmt.Sprintf("P%d", p)
 		Label(name + tag)
 		CMPQ(np, U8(p))
@@ -546,5 +560,406 @@ func xgetbv() {
 	XGETBV()
 	Store(reg.EAX, Return("a"))
 	Store(reg.EDX, Return("d"))
+	RET()
+}
+
+// Constants of the vectorized exp, each repeated over 16 lanes (64 bytes) so that zmm and ymm
+// code can take them as full-width memory operands, keeping registers for the data.
+const (
+	ecLo = iota // clamp: exp(-105) is below half the smallest float32 denormal
+	ecHi        // clamp: exp(89) overflows to +Inf; keeps Inf inputs from making NaN
+	ecLog2e
+	ecLn2Hi // ln 2 split so that n*ecLn2Hi is exact for |n| < 2^9
+	ecLn2Lo
+	ecC7 // Taylor coefficients 1/k!, k = 7 down to 0
+	ecC6
+	ecC5
+	ecC4
+	ecC3
+	ecC2
+	ecC1
+	ecC0
+	ecBias   // int32 127, the float32 exponent bias
+	ecNegInf // -Inf, the start of a running maximum
+	ecCount
+)
+
+var expTab, expMask256, expMask512 Mem
+
+// expConsts emits the constant tables of expShift: the coefficients, the AVX2 tail masks (8
+// all-ones lanes then 8 zero lanes: loading 8 lanes at offset 4*(8-rem) gives rem ones) and the
+// AVX-512 opmasks (1<<rem)-1 for rem = 0..15.
+func expConsts() {
+	vals := [ecCount]float32{
+		ecLo: -105, ecHi: 89, ecLog2e: 1.44269504088896341,
+		ecLn2Hi: 0.693359375, ecLn2Lo: -2.12194440e-4,
+		ecC7: 1.0 / 5040, ecC6: 1.0 / 720, ecC5: 1.0 / 120, ecC4: 1.0 / 24,
+		ecC3: 1.0 / 6, ecC2: 0.5, ecC1: 1, ecC0: 1,
+	}
+	expTab = GLOBL("expconsts", attr.RODATA|attr.NOPTR)
+	for c := 0; c < ecCount; c++ {
+		bits := math.Float32bits(vals[c])
+		switch c {
+		case ecBias:
+			bits = 127
+		case ecNegInf:
+			bits = 0xff800000
+		}
+		for l := 0; l < 16; l++ {
+			DATA(c*64+l*4, U32(bits))
+		}
+	}
+	expMask256 = GLOBL("expmask256", attr.RODATA|attr.NOPTR)
+	for l := 0; l < 16; l++ {
+		v := uint32(0)
+		if l < 8 {
+			v = 0xffffffff
+		}
+		DATA(l*4, U32(v))
+	}
+	expMask512 = GLOBL("expmask512", attr.RODATA|attr.NOPTR)
+	for r := 0; r < 16; r++ {
+		DATA(r*2, U16(uint16(1)<<r-1))
+	}
+}
+
+// expShift emits expShiftF32x<ISA>(dst, src []float32, shift, scale float32) float32 over len(dst)
+// elements: dst[i] = exp((src[i]-shift)*scale), returning their sum.
+//
+// x = n ln2 + r with n = round(x log2e) and |r| <= ln2/2 (Cody-Waite with a two-part ln 2), then
+// e^r by the degree-7 Taylor polynomial (remainder below 1e-8 relative) in Horner form with
+// fused multiply-adds, then the scaling by 2^n: VSCALEFPS on AVX-512, which underflows gradually
+// to 0; on AVX2 two multiplications by 2^(n/2) and 2^(n-n/2), each a normal number over the
+// clamped range, so the result is rounded once even when it is denormal. Every element is
+// computed alone, so dst does not depend on the length or alignment of the call. The sum adds
+// lanes into fixed accumulators and reduces them in a fixed order: it depends only on the data
+// and its length.
+func expShift(is isa) {
+	name := "expShiftF32x" + is.name
+	TEXT(name, NOSPLIT, "func(dst, src []float32, shift, scale float32) float32")
+	Pragma("noescape")
+	Doc(name + " sets dst[i] = exp((src[i]-shift)*scale) over len(dst) elements and returns their sum.")
+	dp := Load(Param("dst").Base(), GP64())
+	sp := Load(Param("src").Base(), GP64())
+	n := Load(Param("dst").Len(), GP64())
+	lanes := 16 / is.halves
+	vb := lanes * 4
+	unroll := 4
+	if is.halves == 2 {
+		unroll = 2 // 16 ymm registers
+	}
+	shv, scv := is.vec(), is.vec()
+	{
+		t := Load(Param("shift"), XMM())
+		VBROADCASTSS(t, shv)
+		u := Load(Param("scale"), XMM())
+		VBROADCASTSS(u, scv)
+	}
+	c := func(i int) Mem {
+		m := expTab.Offset(i * 64)
+		return m
+	}
+	acc := make([]reg.VecVirtual, unroll)
+	for i := range acc {
+		acc[i] = is.vec()
+		zero(is, acc[i])
+	}
+	// body computes exp of the vector x in place.
+	body := func(x reg.VecVirtual) {
+		VSUBPS(shv, x, x)
+		VMULPS(scv, x, x)
+		VMAXPS(c(ecLo), x, x)
+		VMINPS(c(ecHi), x, x)
+		nv := is.vec()
+		VMULPS(c(ecLog2e), x, nv)
+		if is.halves == 1 {
+			VRNDSCALEPS(U8(0), nv, nv)
+		} else {
+			VROUNDPS(U8(0), nv, nv)
+		}
+		VFNMADD231PS(c(ecLn2Hi), nv, x)
+		VFNMADD231PS(c(ecLn2Lo), nv, x)
+		p := is.vec()
+		VMOVUPS(c(ecC7), p)
+		for k := ecC6; k <= ecC0; k++ {
+			VFMADD213PS(c(k), x, p)
+		}
+		if is.halves == 1 {
+			VSCALEFPS(nv, p, x)
+			return
+		}
+		n1, n2 := is.vec(), is.vec()
+		VCVTPS2DQ(nv, n2)
+		VPSRAD(U8(1), n2, n1)
+		VPSUBD(n1, n2, n2)
+		VPADDD(c(ecBias), n1, n1)
+		VPADDD(c(ecBias), n2, n2)
+		VPSLLD(U8(23), n1, n1)
+		VPSLLD(U8(23), n2, n2)
+		VMULPS(n1, p, p)
+		VMULPS(n2, p, x)
+	}
+	Label(name + "block")
+	CMPQ(n, U32(unroll*lanes))
+	JL(LabelRef(name + "vec"))
+	for u := 0; u < unroll; u++ {
+		x := is.vec()
+		VMOVUPS(Mem{Base: sp, Disp: u * vb}, x)
+		body(x)
+		VMOVUPS(x, Mem{Base: dp, Disp: u * vb})
+		VADDPS(x, acc[u], acc[u])
+	}
+	ADDQ(U32(unroll*vb), sp)
+	ADDQ(U32(unroll*vb), dp)
+	SUBQ(U32(unroll*lanes), n)
+	JMP(LabelRef(name + "block"))
+	Label(name + "vec")
+	CMPQ(n, U32(lanes))
+	JL(LabelRef(name + "tail"))
+	{
+		x := is.vec()
+		VMOVUPS(Mem{Base: sp}, x)
+		body(x)
+		VMOVUPS(x, Mem{Base: dp})
+		VADDPS(x, acc[0], acc[0])
+	}
+	ADDQ(U32(vb), sp)
+	ADDQ(U32(vb), dp)
+	SUBQ(U32(lanes), n)
+	JMP(LabelRef(name + "vec"))
+	Label(name + "tail")
+	TESTQ(n, n)
+	JE(LabelRef(name + "reduce"))
+	tb := GP64()
+	x := is.vec()
+	if is.halves == 1 {
+		k := K()
+		LEAQ(expMask512, tb)
+		KMOVW(Mem{Base: tb, Index: n, Scale: 2}, k)
+		VMOVUPS_Z(Mem{Base: sp}, k, x)
+		body(x)
+		VMOVUPS(x, k, Mem{Base: dp})
+		VADDPS(x, acc[0], k, acc[0])
+	} else {
+		mask := is.vec()
+		LEAQ(expMask256, tb)
+		NEGQ(n)
+		VMOVUPS(Mem{Base: tb, Index: n, Scale: 4, Disp: 32}, mask)
+		VMASKMOVPS(Mem{Base: sp}, mask, x)
+		body(x)
+		VMASKMOVPS(x, mask, Mem{Base: dp})
+		VANDPS(mask, x, x)
+		VADDPS(x, acc[0], acc[0])
+	}
+	Label(name + "reduce")
+	for s := unroll / 2; s >= 1; s /= 2 {
+		for i := 0; i < s; i++ {
+			VADDPS(acc[i+s], acc[i], acc[i])
+		}
+	}
+	r := hsum(is, acc[0])
+	VZEROUPPER()
+	Store(r, ReturnIndex(0))
+	RET()
+}
+
+// hmax reduces a vector to its lane maximum in the low lane of the returned xmm.
+func hmax(is isa, v reg.VecVirtual) reg.VecVirtual {
+	y := v.AsY().(reg.VecVirtual)
+	if is.halves == 1 {
+		hi := YMM()
+		VEXTRACTF64X4(Imm(1), v, hi)
+		VMAXPS(hi, v.AsY(), hi)
+		y = hi
+	}
+	x := XMM()
+	VEXTRACTF128(Imm(1), y, x)
+	lo := XMM()
+	VMAXPS(x, y.AsX(), lo)
+	t := XMM()
+	VMOVHLPS(lo, lo, t)
+	VMAXPS(t, lo, lo)
+	VMOVSHDUP(lo, t)
+	VMAXSS(t, lo, lo)
+	return lo
+}
+
+// axpyRowsMax emits axpyRowsMaxF32x<ISA>(y []float32, a []float32, m *float32, ld int) float32:
+// y[t] = sum_j a[j]*m[j*ld+t] for t < len(y), j < len(a), returning max_t y[t] (-Inf for an
+// empty y). Each y[t] starts at 0 and takes its products in order j = 0, 1, ... with one fused
+// multiply-add each: the bits of Axpy applied row by row onto a cleared y, in one pass.
+func axpyRowsMax(is isa) {
+	name := "axpyRowsMaxF32x" + is.name
+	TEXT(name, NOSPLIT, "func(y, a []float32, m *float32, ld int) float32")
+	Pragma("noescape")
+	Doc(name + " sets y[t] = sum_j a[j]*m[j*ld+t] over len(y) and len(a) and returns the largest y[t].")
+	yp := Load(Param("y").Base(), GP64())
+	n := Load(Param("y").Len(), GP64())
+	ab := Load(Param("a").Base(), GP64())
+	d := Load(Param("a").Len(), GP64())
+	mb := Load(Param("m"), GP64())
+	ld := Load(Param("ld"), GP64())
+	SHLQ(U8(2), ld)
+	lanes := 16 / is.halves
+	vb := lanes * 4
+	const unroll = 2
+	mx := is.vec()
+	VMOVUPS(expTab.Offset(ecNegInf*64), mx)
+	// column computes the columns of one or unroll vectors at byte offset 0 of mb; load
+	// reads row data (with a mask in the tail).
+	column := func(tag string, nv int, load func(src Mem, dst reg.VecVirtual)) []reg.VecVirtual {
+		acc := make([]reg.VecVirtual, nv)
+		for u := range acc {
+			acc[u] = is.vec()
+			zero(is, acc[u])
+		}
+		mp, ap, cnt := GP64(), GP64(), GP64()
+		MOVQ(mb, mp)
+		MOVQ(ab, ap)
+		MOVQ(d, cnt)
+		Label(name + tag + "j")
+		TESTQ(cnt, cnt)
+		JE(LabelRef(name + tag + "jdone"))
+		b := is.vec()
+		VBROADCASTSS(Mem{Base: ap}, b)
+		for u := range acc {
+			w := is.vec()
+			load(Mem{Base: mp, Disp: u * vb}, w)
+			VFMADD231PS(w, b, acc[u])
+		}
+		ADDQ(ld, mp)
+		ADDQ(U8(4), ap)
+		DECQ(cnt)
+		JMP(LabelRef(name + tag + "j"))
+		Label(name + tag + "jdone")
+		return acc
+	}
+	plain := func(src Mem, dst reg.VecVirtual) { VMOVUPS(src, dst) }
+	Label(name + "block")
+	CMPQ(n, U32(unroll*lanes))
+	JL(LabelRef(name + "vec"))
+	acc := column("B", unroll, plain)
+	for u, a := range acc {
+		VMOVUPS(a, Mem{Base: yp, Disp: u * vb})
+		VMAXPS(a, mx, mx)
+	}
+	ADDQ(U32(unroll*vb), yp)
+	ADDQ(U32(unroll*vb), mb)
+	SUBQ(U32(unroll*lanes), n)
+	JMP(LabelRef(name + "block"))
+	Label(name + "vec")
+	CMPQ(n, U32(lanes))
+	JL(LabelRef(name + "tail"))
+	acc = column("V", 1, plain)
+	VMOVUPS(acc[0], Mem{Base: yp})
+	VMAXPS(acc[0], mx, mx)
+	ADDQ(U32(vb), yp)
+	ADDQ(U32(vb), mb)
+	SUBQ(U32(lanes), n)
+	JMP(LabelRef(name + "vec"))
+	Label(name + "tail")
+	TESTQ(n, n)
+	JE(LabelRef(name + "reduce"))
+	tb := GP64()
+	if is.halves == 1 {
+		k := K()
+		LEAQ(expMask512, tb)
+		KMOVW(Mem{Base: tb, Index: n, Scale: 2}, k)
+		acc = column("T", 1, func(src Mem, dst reg.VecVirtual) { VMOVUPS_Z(src, k, dst) })
+		VMOVUPS(acc[0], k, Mem{Base: yp})
+		VMAXPS(acc[0], mx, k, mx)
+	} else {
+		mask := is.vec()
+		LEAQ(expMask256, tb)
+		NEGQ(n)
+		VMOVUPS(Mem{Base: tb, Index: n, Scale: 4, Disp: 32}, mask)
+		acc = column("T", 1, func(src Mem, dst reg.VecVirtual) { VMASKMOVPS(src, mask, dst) })
+		VMASKMOVPS(acc[0], mask, Mem{Base: yp})
+		t := is.vec()
+		VMOVUPS(expTab.Offset(ecNegInf*64), t)
+		VBLENDVPS(mask, acc[0], t, t)
+		VMAXPS(t, mx, mx)
+	}
+	Label(name + "reduce")
+	r := hmax(is, mx)
+	VZEROUPPER()
+	Store(r, ReturnIndex(0))
+	RET()
+}
+
+// dotRows emits dotRowsF32x<ISA>(out, x []float32, m *float32, ld int): out[j] = sum_t x[t] *
+// m[j*ld+t] over len(out) rows and len(x) columns, each as dotF32x<ISA> computes it (the same
+// four accumulators, blocks, reduction and scalar tail), so the bits equal Dot row by row.
+func dotRows(is isa) {
+	name := "dotRowsF32x" + is.name
+	TEXT(name, NOSPLIT, "func(out, x []float32, m *float32, ld int)")
+	Pragma("noescape")
+	Doc(name + " sets out[j] = sum_t x[t]*m[j*ld+t] over len(out) rows and len(x) columns.")
+	op := Load(Param("out").Base(), GP64())
+	rows := Load(Param("out").Len(), GP64())
+	xb := Load(Param("x").Base(), GP64())
+	nx := Load(Param("x").Len(), GP64())
+	mb := Load(Param("m"), GP64())
+	ld := Load(Param("ld"), GP64())
+	SHLQ(U8(2), ld)
+	lanes := 16 / is.halves
+	vb := lanes * 4
+	Label(name + "row")
+	TESTQ(rows, rows)
+	JE(LabelRef(name + "done"))
+	a, b, n := GP64(), GP64(), GP64()
+	MOVQ(xb, a)
+	MOVQ(mb, b)
+	MOVQ(nx, n)
+	acc := make([]reg.VecVirtual, 4)
+	for i := range acc {
+		acc[i] = is.vec()
+		zero(is, acc[i])
+	}
+	Label(name + "block")
+	CMPQ(n, U32(4*lanes))
+	JL(LabelRef(name + "vec"))
+	for i := range acc {
+		v := is.vec()
+		VMOVUPS(Mem{Base: a, Disp: i * vb}, v)
+		VFMADD231PS(Mem{Base: b, Disp: i * vb}, v, acc[i])
+	}
+	ADDQ(U32(4*vb), a)
+	ADDQ(U32(4*vb), b)
+	SUBQ(U32(4*lanes), n)
+	JMP(LabelRef(name + "block"))
+	Label(name + "vec")
+	CMPQ(n, U32(lanes))
+	JL(LabelRef(name + "reduce"))
+	v := is.vec()
+	VMOVUPS(Mem{Base: a}, v)
+	VFMADD231PS(Mem{Base: b}, v, acc[0])
+	ADDQ(U32(vb), a)
+	ADDQ(U32(vb), b)
+	SUBQ(U32(lanes), n)
+	JMP(LabelRef(name + "vec"))
+	Label(name + "reduce")
+	VADDPS(acc[1], acc[0], acc[0])
+	VADDPS(acc[3], acc[2], acc[2])
+	VADDPS(acc[2], acc[0], acc[0])
+	s := hsum(is, acc[0])
+	Label(name + "tail")
+	TESTQ(n, n)
+	JE(LabelRef(name + "store"))
+	t := XMM()
+	VMOVSS(Mem{Base: a}, t)
+	VFMADD231SS(Mem{Base: b}, t, s)
+	ADDQ(Imm(4), a)
+	ADDQ(Imm(4), b)
+	DECQ(n)
+	JMP(LabelRef(name + "tail"))
+	Label(name + "store")
+	VMOVSS(s, Mem{Base: op})
+	ADDQ(Imm(4), op)
+	ADDQ(ld, mb)
+	DECQ(rows)
+	JMP(LabelRef(name + "row"))
+	Label(name + "done")
+	VZEROUPPER()
 	RET()
 }

@@ -97,7 +97,7 @@ func attendHead8(q, out *[8]float32, kh, vh []float32, stride int, sc []float32,
 			m = s
 		}
 	}
-	sum := expShift(sc, m)
+	sum := kernel.ExpShift(sc, sc, m, 1)
 	var o [8]float32
 	for t, p := range sc {
 		vt := (*[8]float32)(vh[t*stride:])
@@ -149,22 +149,12 @@ func (a Attention) RowsHeadMajor(out, q []float32, n int, kt, vt []float32, l He
 		for h := 0; h < a.Heads; h++ {
 			qh := q[i*qw+h*d : i*qw+h*d+d]
 			oh := out[i*qw+h*d : i*qw+h*d+d]
-			base := (h / group) * d * l.Capacity
-			clear(sc)
-			for j, qj := range qh {
-				o := base + j*l.Capacity
-				kernel.Axpy(sc, qj, kt[o+lo:o+hi])
-			}
-			m := sc[0]
-			for _, s := range sc[1:] {
-				if s > m {
-					m = s
-				}
-			}
-			inv := 1 / expShiftScaled(sc, m, a.Scale)
+			base := (h/group)*d*l.Capacity + lo
+			m := kernel.AxpyRowsMax(sc, qh, kt[base:], l.Capacity)
+			inv := 1 / kernel.ExpShift(sc, sc, m, a.Scale)
+			kernel.DotRows(oh, sc, vt[base:], l.Capacity)
 			for j := range oh {
-				o := base + j*l.Capacity
-				oh[j] = kernel.Dot(sc, vt[o+lo:o+hi]) * inv
+				oh[j] *= inv
 			}
 		}
 	}

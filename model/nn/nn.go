@@ -1,7 +1,8 @@
 // Package nn owns the small building blocks of a decoder layer that targets, drafts and the draft
 // trainer share: RMSNorm, rotary position embeddings, attention over a key/value cache with a
-// visibility rule, softmax and the SwiGLU MLP. Weight products go through kernel.Matrix; the rest is
-// plain loops over caller-owned buffers.
+// visibility rule, softmax and the SwiGLU MLP. Weight products go through kernel.Matrix, softmax
+// exponentials and head-major attention through the kernel's vector primitives (ExpShift,
+// AxpyRowsMax, DotRows); the rest is plain loops over caller-owned buffers.
 //
 // Nothing here allocates on the hot path, starts goroutines or knows a model family: every function
 // writes into buffers its caller sized once (a Workspace, built at model construction).
@@ -36,23 +37,37 @@ func RMSNormRows(dst, x, w []float32, rows, width int, eps float32) {
 	}
 }
 
-// Silu is x * sigmoid(x).
+// Silu is x * sigmoid(x), one value at a time. SwiGLU computes the same function through
+// kernel.ExpShift, whose bits may differ from this one's in the last place.
 func Silu(x float32) float32 { return x / (1 + Exp32(-x)) }
 
 // SwiGLU computes y = Down(silu(Gate x) * Up x) for rows rows. gate and up are scratch of at least
-// rows*Gate.N elements; gate is overwritten with the activation. y needs rows*Down.N elements.
+// rows*Gate.N elements; gate is overwritten with the activation, up with gate times up. y needs rows*Down.N elements.
 func SwiGLU(y, x []float32, rows int, gateW, upW, downW *kernel.Matrix, gate, up []float32) {
-	gateW.MatMul(gate, x, rows)
-	upW.MatMul(up, x, rows)
+	// One hand-off to the kernel's pool for both products of x; MatMulEach refuses only shapes
+	// MatMul would panic on, and then MatMul reports them.
+	if err := kernel.MatMulEach(x, rows, kernel.Product{M: gateW, Y: gate}, kernel.Product{M: upW, Y: up}); err != nil {
+		gateW.MatMul(gate, x, rows)
+		upW.MatMul(up, x, rows)
+	}
 	n := rows * gateW.N
 	g, u := gate[:n], up[:n]
+	// silu(g)*u = g*u / (1 + exp(-g)): u takes the product, then g its exponential from the
+	// vectorized kernel.ExpShift, in place (both are scratch). exp(-g) overflows to +Inf for g
+	// below about -89, which gives the 0 silu tends to. Every element is computed alone, so a
+	// row's bits do not depend on rows.
 	for i, v := range g {
-		g[i] = Silu(v) * u[i]
+		u[i] *= v
+	}
+	kernel.ExpShift(g, g, 0, -1)
+	for i, e := range g {
+		g[i] = u[i] / (1 + e)
 	}
 	downW.MatMul(y, g, rows)
 }
 
-// Softmax replaces x by exp(x - max) / sum in place.
+// Softmax replaces x by exp(x - max) / sum in place. The exponentials are kernel.ExpShift's, so
+// a row's result depends only on its values and length.
 func Softmax(x []float32) {
 	if len(x) == 0 {
 		return
@@ -63,15 +78,14 @@ func Softmax(x []float32) {
 			m = v
 		}
 	}
-	inv := 1 / expShift(x, m)
+	inv := 1 / kernel.ExpShift(x, x, m, 1)
 	for i := range x {
 		x[i] *= inv
 	}
 }
 
-// Exp32 is exp(x) in float32 to within a few ulp, several times faster than math.Exp: the
-// attention softmax calls it once per visible key and head, which on a tiny model costs as much as
-// the weight products. x = n*ln2 + r with |r| <= ln2/2, then a degree-7 polynomial for e^r. It has
+// Exp32 is exp(x) in float32 to within a few ulp, several times faster than math.Exp, for one
+// value at a time (Silu); softmax rows go through the vectorized kernel.ExpShift instead. x = n*ln2 + r with |r| <= ln2/2, then a degree-7 polynomial for e^r. It has
 // no data-dependent branch in the normal range, since softmax inputs are random to a predictor.
 func Exp32(x float32) float32 {
 	if x > 88.72 {
@@ -107,45 +121,4 @@ func Exp32(x float32) float32 {
 		return p * 2 * math.Float32frombits(uint32(ni+126)<<23)
 	}
 	return p * math.Float32frombits(uint32(ni+127)<<23)
-}
-
-// expShift replaces x[i] by exp(x[i] - m) and returns their sum, for x[i] <= m (a softmax after
-// its max is known).
-func expShift(x []float32, m float32) float32 { return expShiftScaled(x, m, 1) }
-
-// expShiftScaled replaces x[i] by exp((x[i] - m) * scale) and returns their sum, for x[i] <= m and
-// scale > 0. It is Exp32 with the loop around it, so the polynomials of consecutive elements
-// overlap in the pipeline instead of waiting on a call per element. Multiplying by a scale of 1
-// is exact, so expShift computes the same bits as Exp32 on x[i] - m.
-func expShiftScaled(x []float32, m, scale float32) float32 {
-	const (
-		log2e = 1.44269504088896341
-		ln2hi = 0.693359375
-		ln2lo = -2.12194440e-4
-		magic = 12582912.0
-	)
-	var sum float32
-	for i, v := range x {
-		v = (v - m) * scale
-		if v < -87.3 {
-			v = -87.3 // exp(-87.3) is 1e-38: as good as the zero it stands for beside exp(0) = 1
-		}
-		t := v*log2e + magic
-		n := t - magic
-		ni := int32(math.Float32bits(t)) - 0x4B400000
-		r := v - n*ln2hi
-		r -= n * ln2lo
-		p := float32(1.0 / 5040)
-		p = p*r + 1.0/720
-		p = p*r + 1.0/120
-		p = p*r + 1.0/24
-		p = p*r + 1.0/6
-		p = p*r + 0.5
-		p = p*r + 1
-		p = p*r + 1
-		e := p * math.Float32frombits(uint32(ni+127)<<23)
-		x[i] = e
-		sum += e
-	}
-	return sum
 }

@@ -285,23 +285,34 @@ func BenchmarkAttentionDecodeSmallHead(b *testing.B) {
 	}
 }
 
-func TestExpShiftMatchesExp32(t *testing.T) {
-	// The batched softmax exponent must agree with Exp32 bitwise (same arithmetic), except where
-	// it flushes inputs below -87.3 to exp(-87.3) instead of 0.
-	x := []float32{0, -0.5, -1e-3, -10, -30.25, -87, -80.5}
-	want := make([]float32, len(x))
-	var sum float32
-	for i, v := range x {
-		want[i] = Exp32(v - 0.25)
-		sum += want[i]
-	}
-	got := append([]float32(nil), x...)
-	if s := expShift(got, 0.25); s != sum {
-		t.Fatalf("sum %g, want %g", s, sum)
-	}
-	for i := range x {
-		if got[i] != want[i] {
-			t.Fatalf("expShift[%d] = %g, Exp32 = %g", i, got[i], want[i])
+// TestSoftmaxMatchesExp checks Softmax against float64 softmax rows: with exponentials within
+// 2e-7 relative and a float32 sum, each probability is within a few 1e-7 relative of the exact
+// one; a wrong shift, scale or normalization is off by far more.
+func TestSoftmaxMatchesExp(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 1))
+	for _, n := range []int{1, 7, 16, 33, 300} {
+		x := randVec(r, n)
+		for i := range x {
+			x[i] *= 30
+		}
+		m := math.Inf(-1)
+		for _, v := range x {
+			m = max(m, float64(v))
+		}
+		want := make([]float64, n)
+		var sum float64
+		for i, v := range x {
+			// The shift is subtracted in float32, as Softmax does; rounding that difference
+			// alone would move exp by up to |v-m|*2^-24 relative.
+			want[i] = math.Exp(float64(v - float32(m)))
+			sum += want[i]
+		}
+		Softmax(x)
+		for i := range x {
+			w := want[i] / sum
+			if math.Abs(float64(x[i])-w) > 1e-6*w+1e-30 {
+				t.Fatalf("n=%d: p[%d] = %g, want %g", n, i, x[i], w)
+			}
 		}
 	}
 }

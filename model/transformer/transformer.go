@@ -268,9 +268,13 @@ func (m *Model) chunk(kv *cache.KV, hm *headMajorCache, tokens []int, pos int, t
 		// committed offset are free to overwrite, and Advance commits them only on success.
 		kc := kv.K[li][pos*kvw : (pos+n)*kvw]
 		vc := kv.V[li][pos*kvw : (pos+n)*kvw]
-		l.Q.MatMul(ws.Q, xn, n)
-		l.K.MatMul(kc, xn, n)
-		l.V.MatMul(vc, xn, n)
+		// One hand-off to the kernel's pool for the three products of xn. The shapes were
+		// checked at load, so the error path (separate products) is never taken in practice.
+		if err := kernel.MatMulEach(xn, n, kernel.Product{M: l.Q, Y: ws.Q}, kernel.Product{M: l.K, Y: kc}, kernel.Product{M: l.V, Y: vc}); err != nil {
+			l.Q.MatMul(ws.Q, xn, n)
+			l.K.MatMul(kc, xn, n)
+			l.V.MatMul(vc, xn, n)
+		}
 		for i := 0; i < n; i++ {
 			qi := ws.Q[i*qw : (i+1)*qw]
 			ki := kc[i*kvw : (i+1)*kvw]
