@@ -17,6 +17,7 @@ import (
 type modelFlags struct {
 	model, synthetic, tokenizer, dtype, kernel string
 	seed                                       uint64
+	threads                                    int
 }
 
 func (m *modelFlags) register(fs *flag.FlagSet) {
@@ -26,6 +27,7 @@ func (m *modelFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&m.dtype, "dtype", "", "weight dtype for the kernels: f32 or bf16 (default: as stored)")
 	fs.StringVar(&m.kernel, "kernel", "", "kernel path: "+strings.Join(kernel.Paths(), ", ")+" (default: fastest; env DFLASH_KERNEL)")
 	fs.Uint64Var(&m.seed, "weights-seed", 1, "seed of synthetic weights")
+	fs.IntVar(&m.threads, "threads", 0, "threads one matrix product may use (default: all cores)")
 }
 
 func (m *modelFlags) open() (*engine.Engine, error) {
@@ -33,6 +35,12 @@ func (m *modelFlags) open() (*engine.Engine, error) {
 		if err := kernel.SetPath(m.kernel); err != nil {
 			return nil, usagef("--kernel: %v", err)
 		}
+	}
+	if m.threads < 0 {
+		return nil, usagef("--threads %d: must be >= 0", m.threads)
+	}
+	if m.threads > 0 {
+		kernel.SetMaxThreads(m.threads)
 	}
 	if (m.model == "") == (m.synthetic == "") {
 		return nil, usagef("give exactly one of --model PATH or --synthetic NAME")
