@@ -230,7 +230,10 @@ func (t *SentencePiece) Encode(text string) []int {
 		}
 		out = append(out, id)
 		i += n
-		last, afterSpecial = i, true
+		// Text after a control token starts a new segment with its own dummy prefix (as Hugging
+		// Face's legacy Llama tokenizer and llama.cpp do); a user-defined piece is ordinary text
+		// to SentencePiece, so what follows it continues the same segment.
+		last, afterSpecial = i, t.types[id] == spmControl
 	}
 	if last < len(text) {
 		out = t.encodeFragment(text[last:], afterSpecial, out)

@@ -51,7 +51,7 @@ func testSPMPieces() []testPiece {
 }
 
 // writeSPM serializes a BPE ModelProto with byte fallback and the given normalizer flags.
-func writeSPM(t *testing.T, pieces []testPiece, dummyPrefix, removeWS bool) string {
+func writeSPM(t testing.TB, pieces []testPiece, dummyPrefix, removeWS bool) string {
 	t.Helper()
 	var model protoBuf
 	for _, p := range pieces {
@@ -104,7 +104,8 @@ func TestSentencePieceEncode(t *testing.T) {
 		{"utf8 fallback", "é", []int{id("▁"), byteID(0xC3), byteID(0xA9)}},
 		// Control pieces in the text are matched, and text after them gets the dummy prefix again.
 		{"control in text", "<s>hello", []int{1, id("▁h"), id("el"), id("lo")}},
-		{"user-defined", "h<tool>h", []int{id("▁h"), id("<tool>"), id("▁h")}},
+		// A user-defined piece is ordinary text to SentencePiece: "▁h<tool>h" has no second prefix.
+		{"user-defined", "h<tool>h", []int{id("▁h"), id("<tool>"), id("h")}},
 		// Spaces become ▁; with remove_extra_whitespaces off they are all kept.
 		{"spaces", " h  h", []int{id("▁"), id("▁h"), id("▁"), id("▁h")}},
 		{"empty", "", nil},
