@@ -1,0 +1,12 @@
+// Package train distils DFlash drafts (DFLASH.md sections 2 and 6) for a frozen model.Target:
+// it builds the training data (the target's own greedy continuations of prompts, cached on disk,
+// or raw text), runs the draft's forward and backward passes written here for every component
+// (fc, RMSNorm, attention over context and block keys with RoPE, SwiGLU, the borrowed embedding
+// and output head), optimises with AdamW, checkpoints so an interrupted run resumes bitwise
+// identically, and writes the draft in z-lab's Hugging Face layout (config.json and
+// model.safetensors) for the normal loader.
+//
+// The draft forward here must match model/dflash's inference forward exactly; the package
+// never changes the target (its weights, embedding and head stay frozen) and never writes
+// outside the directories it is given.
+package train
