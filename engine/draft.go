@@ -13,6 +13,8 @@ import (
 type Draft struct {
 	Dir  string
 	Arch string // dflash.Arch or dflash2.Arch
+	// BlockSize is B: at most B-1 tokens are drafted a round.
+	BlockSize int
 	// NewSession opens a drafting session with room for capacity rows.
 	NewSession func(capacity int) runner.Drafter
 }
@@ -29,11 +31,11 @@ func (e *Engine) LoadDraft(dir string) (*Draft, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &Draft{Dir: dir, Arch: dflash2.Arch, NewSession: func(c int) runner.Drafter { return runner.NewSelectorSession(d, c) }}, nil
+		return &Draft{Dir: dir, Arch: dflash2.Arch, BlockSize: d.BlockSize(), NewSession: func(c int) runner.Drafter { return runner.NewSelectorSession(d, c) }}, nil
 	}
 	d, err := dflash.Load(dir, e.Target, dflash.Options{})
 	if err != nil {
 		return nil, err
 	}
-	return &Draft{Dir: dir, Arch: dflash.Arch, NewSession: func(c int) runner.Drafter { return runner.NewSession(d, c) }}, nil
+	return &Draft{Dir: dir, Arch: dflash.Arch, BlockSize: d.BlockSize(), NewSession: func(c int) runner.Drafter { return runner.NewSession(d, c) }}, nil
 }

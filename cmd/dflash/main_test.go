@@ -168,3 +168,5 @@ func TestBenchJSON(t *testing.T) {
 }
 
 func storiesPath(t *testing.T) string { return testdata.Path(t, "stories260K/stories260K.bin") }
+
+func testdataPath(t *testing.T, rel string) string { return testdata.Path(t, rel) }

@@ -1,11 +1,19 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/dflash/dflash/engine"
+	"github.com/dflash/dflash/runner"
+	"github.com/dflash/dflash/train"
 
 	"github.com/dflash/dflash/tokenizer/bpetrain"
 )
@@ -66,7 +74,100 @@ func cmdTrainTokenizer(args []string, _ io.Reader, stdout, stderr io.Writer) err
 	return nil
 }
 
-// cmdTrainDraft is wired when the trainer lands.
+// cmdTrainDraft distils a DFlash draft for a frozen target from the target's own greedy
+// continuations of prompts (cached beside the output, so a second run reuses them), or from raw
+// text. Interrupting it (Ctrl-C) writes a checkpoint; running the same command again resumes.
 func cmdTrainDraft(args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	return fmt.Errorf("train draft: not available in this build")
+	fs := newFlags("train draft", stderr)
+	target := fs.String("target", "", "target model: a Hugging Face folder or a llama2.c checkpoint")
+	tokPath := fs.String("tokenizer", "", "tokenizer of the target (default: found with it)")
+	data := fs.String("data", "", "text file: prompts are the first tokens of its lines")
+	out := fs.String("out", "", "output folder (config.json, model.safetensors, checkpoint.bin, data.json)")
+	raw := fs.Bool("raw", false, "train on chunks of the raw text instead of the target's continuations (cheaper, lower acceptance)")
+	n := fs.Int("n", 3000, "training sequences")
+	length := fs.Int("len", 200, "tokens per sequence (generated, or raw chunk length)")
+	lower := fs.Bool("lower", false, "lower-case the text first (for targets trained on lower-cased text, e.g. stories260K)")
+	layers := fs.Int("layers", 0, "draft decoder layers (default from the target's depth)")
+	block := fs.Int("block", 16, "block size B (anchor + B-1 masks)")
+	tapsFlag := fs.String("taps", "", "comma-separated target layers to tap (default: DFLASH.md's rule)")
+	mask := fs.Int("mask", 0, "mask token id (0: default, which is 151669 for Qwen3 vocabularies and 0 otherwise)")
+	steps := fs.Int("steps", 1000, "optimizer steps")
+	lr := fs.Float64("lr", 3e-3, "peak learning rate (AdamW, warm-up then cosine)")
+	batch := fs.Int("batch", 8, "sequences per step")
+	anchors := fs.Int("anchors", 16, "anchor blocks sampled per sequence and step")
+	seed := fs.Uint64("seed", 1, "seed of data selection, initialisation and anchor sampling")
+	evalFile := fs.String("eval", "", "held-out text file: report tau on the target's continuations of its prompts")
+	evalN := fs.Int("eval-n", 100, "held-out sequences")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *target == "" || *data == "" || *out == "" {
+		return usagef("give --target, --data and --out")
+	}
+	var taps []int
+	if *tapsFlag != "" {
+		var err error
+		if taps, err = parseIDs(*tapsFlag, 1<<20); err != nil {
+			return usagef("--taps: %v", err)
+		}
+	}
+	e, err := engine.Open(engine.Options{Model: *target, Tokenizer: *tokPath})
+	if err != nil {
+		return err
+	}
+	if e.Tok == nil {
+		return fmt.Errorf("target %s has no tokenizer: give --tokenizer", *target)
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	opts := train.DataOptions{N: *n, Length: *length, Lower: *lower, Seed: *seed, Progress: stderr}
+	var d *train.Data
+	if *raw {
+		d, err = train.RawTextData(e.Tok, *data, opts)
+	} else {
+		d, err = train.GenerateTargetData(ctx, e.Target, e.Tok, *data, filepath.Join(*out, "data.json"), opts)
+	}
+	if err != nil {
+		return err
+	}
+	cfg := train.DraftConfig{Layers: *layers, BlockSize: *block, Taps: taps, Steps: *steps, LR: *lr, BatchSeqs: *batch, AnchorsPerSeq: *anchors, Seed: *seed}
+	cfg.MaskID = *mask
+	t0 := time.Now()
+	res, err := train.TrainDraft(ctx, e.Target, d, cfg, *out, stderr)
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("interrupted: checkpoint written to %s; run the same command again to resume", *out)
+		}
+		return err
+	}
+	fmt.Fprintf(stdout, "draft: %d steps (%d resumed) in %s, final loss %.3f, written to %s\n", res.Steps, res.Resumed, time.Since(t0).Round(time.Second), res.Loss, *out)
+	if *evalFile != "" {
+		ev, err := train.GenerateTargetData(ctx, e.Target, e.Tok, *evalFile, filepath.Join(*out, "eval.json"),
+			train.DataOptions{N: *evalN, Length: *length, Lower: *lower, Seed: *seed + 1, Progress: stderr})
+		if err != nil {
+			return err
+		}
+		dr, err := e.LoadDraft(*out)
+		if err != nil {
+			return err
+		}
+		var st runner.Stats
+		for _, s := range ev.Sequences {
+			prompt := s.Tokens[:max(1, s.Start)]
+			seq := runner.NewSequence(e.Target, len(s.Tokens)+dr.BlockSize+8)
+			sess := dr.NewSession(len(s.Tokens) + dr.BlockSize + 8)
+			one, err := runner.Generate(ctx, seq, runner.Request{Prompt: prompt, MaxTokens: len(s.Tokens) - len(prompt), Stop: e.Stop,
+				Drafter: sess, Depth: &runner.Depth{Fixed: dr.BlockSize - 1}}, func(int) error { return nil })
+			sess.Close()
+			if err != nil {
+				return err
+			}
+			st.Add(one)
+		}
+		fmt.Fprintf(stdout, "held-out: %d sequences, tau %.2f at temperature 0 (depth %d)\n", len(ev.Sequences), st.Tau(), dr.BlockSize-1)
+	}
+	return nil
 }

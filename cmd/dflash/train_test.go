@@ -39,3 +39,36 @@ func TestTrainTokenizerRoundTrip(t *testing.T) {
 		t.Errorf("missing --out: exit %d %q", code, errs)
 	}
 }
+
+// train draft runs end to end on stories260K in seconds: data from the target's continuations
+// (cached in the output folder), a few steps, a folder that --draft loads, and a held-out tau.
+// An interrupted or repeated run resumes from the checkpoint instead of starting over.
+func TestTrainDraftEndToEnd(t *testing.T) {
+	bin := storiesPath(t)
+	corpus := testdataPath(t, "corpora/tinystories_val_800K.txt")
+	out := filepath.Join(t.TempDir(), "draft")
+	args := []string{"train", "draft", "--target", bin, "--data", corpus, "--out", out, "--lower",
+		"--n", "16", "--len", "40", "--steps", "12", "--layers", "1", "--block", "8", "--batch", "4", "--anchors", "4",
+		"--eval", corpus, "--eval-n", "4"}
+	code, stdout, errs := runCLI(t, "", args...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if !strings.Contains(stdout, "draft: 12 steps (0 resumed)") || !strings.Contains(stdout, "held-out: 4 sequences, tau") {
+		t.Fatalf("summary: %q", stdout)
+	}
+	if _, err := os.Stat(filepath.Join(out, "data.json")); err != nil {
+		t.Errorf("target data not cached: %v", err)
+	}
+	// The written draft speculates for its target; the output is the target's own.
+	code, plain, _ := runCLI(t, "", "run", "--model", bin, "-p", "once upon a time", "-n", "40", "--print-ids")
+	code2, spec, errs := runCLI(t, "", "run", "--model", bin, "-p", "once upon a time", "-n", "40", "--print-ids", "--draft", out)
+	if code != 0 || code2 != 0 || plain != spec {
+		t.Fatalf("speculative output with the trained draft differs: %q vs %q (%s)", spec, plain, errs)
+	}
+	// Running the finished command again resumes at the last step: nothing left to train.
+	code, stdout, errs = runCLI(t, "", args...)
+	if code != 0 || !strings.Contains(stdout, "(12 resumed)") {
+		t.Errorf("second run: exit %d, %q %s", code, stdout, errs)
+	}
+}
