@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -89,6 +90,12 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return err
 	}
 	cfg := e.Target.Config()
+	prefillSet := false
+	fs.Visit(func(f *flag.Flag) { prefillSet = prefillSet || f.Name == "prefill" })
+	if !prefillSet {
+		// The default prompt length must fit small models' contexts (stories260K has 512).
+		*prefill = min(*prefill, maxSeq(cfg)/2)
+	}
 	capacity := min(max(*prefill, 64)+*n+64, maxSeq(cfg))
 	if *prefill+1 > capacity {
 		return usagef("--prefill %d does not fit the model's context of %d", *prefill, maxSeq(cfg))
