@@ -19,13 +19,20 @@ import (
 // and then parks on a channel.
 
 // splitMin is the least estimated work (see work) for which a product is split. Below it the
-// hand-off costs more than the second core saves. Measured with BenchmarkSplit (bf16, avx512) on
-// the shared 2-core development machine, with the other sessions' load low: a forced split
-// costs about 0.33 us on a 64x64 matvec (work 10K) and about 0.08 us on 512x64 (80K); it wins
-// from 512x128 (160K: 1.03 -> 0.79 us) and halves 1024x256 (640K) and larger. Under heavy load
-// from other processes no split won, which SetMaxThreads(1) lets a host choose.
+// hand-off costs more than the second core saves. In a tight loop (BenchmarkSplit, workers
+// spinning hot) a forced split costs about 0.33 us on a 64x64 matvec and wins from 512x128 bf16
+// (160K); but inside a forward the products are separated by norms, attention and sampling, the
+// workers have often parked, and waking one costs microseconds. A speculative round of
+// stories260K (16-row products of 64x64 .. 512x64 f32, work 48K .. 384K) spent 14% of its CPU
+// in hand-offs; on the shared 2-core machine (load average about 3.5) split 16-row 512x64 f32 took 6.9 us against 5.9 us
+// unsplit, 172x64 5.0 against 1.8, 16-row 512x256 (1.3M .. 1.5M) 24.7 against 18.5, and
+// 1-row 768x288 f32 (972K) 12.9 against 6.9, 1024x512 bf16 (1.3M) 14.2 against 8.8. So only
+// products of at least 2M split: every 1-row product of Qwen3-0.6B's shape (1024x1024 bf16 and
+// up, 2.5M) still does, as do stories110M's 768x768 f32 (2.4M); nothing of stories260K's
+// does. On a quiet machine products of 0.3M .. 2M may gain a little from splitting again; under
+// heavy load no split won, which SetMaxThreads(1) lets a host choose.
 // A variable so tests can force the split.
-var splitMin int64 = 256 << 10
+var splitMin int64 = 2 << 20
 
 // maxThreads caps the goroutines one product uses (SetMaxThreads).
 var maxThreads atomic.Int32

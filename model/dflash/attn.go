@@ -49,6 +49,85 @@ func (h *Heads) Queries(q []float32, a *Attn, src []float32, rows, pos int) {
 	}
 }
 
+// headMajorMax is the largest head size whose draft caches get head-major copies, as the
+// target's do (model/transformer): below it a key row per head is too short for vector
+// instructions, so attention runs over positions instead (nn.RowsHeadMajor).
+const headMajorMax = 16
+
+// headMajorKV is the cache of a draft with small heads: the plain KV, which owns the offset and
+// the row-major rows, plus head-major copies of every layer's keys and values that attention
+// reads. Both are written together (Heads.Write), and rows past the offset are dead in both, so
+// rewinding the KV rewinds the copies too.
+type headMajorKV struct {
+	*cache.KV
+	layout nn.HeadMajor
+	kt, vt [][]float32
+}
+
+// NewKV returns the cache a draft with these attention shapes should use: a *cache.KV, which
+// also carries head-major copies of its rows when headDim <= 16 (see Heads.Attend). Read its
+// rows with AsKV.
+func NewKV(layers, capacity, kvHeads, headDim int) cache.Cache {
+	kv := cache.NewKV(layers, capacity, kvHeads*headDim)
+	if headDim > headMajorMax {
+		return kv
+	}
+	c := &headMajorKV{KV: kv, layout: nn.HeadMajor{KVHeads: kvHeads, HeadDim: headDim, Capacity: headMajorStride(capacity)},
+		kt: make([][]float32, layers), vt: make([][]float32, layers)}
+	for l := range c.kt {
+		c.kt[l] = make([]float32, c.layout.Capacity*kv.Width)
+		c.vt[l] = make([]float32, c.layout.Capacity*kv.Width)
+	}
+	return c
+}
+
+// headMajorStride is the row stride of a head-major layer for capacity positions: a whole
+// number of cache lines plus one, never a multiple of 256 floats (1 KiB). Attention reads a
+// head's HeadDim rows together, and at a power-of-two stride such as 512 floats those rows map
+// to the same few L1 sets and evict each other; Scatter's column writes suffer the same way.
+func headMajorStride(capacity int) int {
+	s := (capacity+15)/16*16 + 16
+	if s%256 == 0 {
+		s += 16
+	}
+	return s
+}
+
+// AsKV returns the row-major rows of a cache made by NewKV, or c itself when it is a *cache.KV;
+// ok is false for any other cache.
+func AsKV(c cache.Cache) (kv *cache.KV, ok bool) {
+	switch c := c.(type) {
+	case *cache.KV:
+		return c, true
+	case *headMajorKV:
+		return c.KV, true
+	}
+	return nil, false
+}
+
+// Write is KeysValues on a cache from NewKV (or a plain *cache.KV): it also fills the head-major
+// copies that Attend reads.
+func (h *Heads) Write(c cache.Cache, li int, a *Attn, src []float32, rows, pos int) {
+	kv, _ := AsKV(c)
+	h.KeysValues(kv, li, a, src, rows, pos)
+	if hm, ok := c.(*headMajorKV); ok {
+		w := kv.Width
+		hm.layout.Scatter(hm.kt[li], kv.K[li][pos*w:(pos+rows)*w], rows, pos)
+		hm.layout.Scatter(hm.vt[li], kv.V[li][pos*w:(pos+rows)*w], rows, pos)
+	}
+}
+
+// Attend is at.Rows over layer li of c, on the head-major copies when c has them. A cache gives
+// the same bits whatever the batching of its writes, but the two layouts differ in rounding.
+func Attend(at nn.Attention, out, q []float32, n int, c cache.Cache, li, pos int, vis nn.Visibility, scores []float32) {
+	if hm, ok := c.(*headMajorKV); ok {
+		at.RowsHeadMajor(out, q, n, hm.kt[li], hm.vt[li], hm.layout, pos, vis, scores)
+		return
+	}
+	kv, _ := AsKV(c)
+	at.Rows(out, q, n, kv.K[li], kv.V[li], pos, vis, scores)
+}
+
 // MatMul is m.MatMul over any number of rows, in batches of chunkRows (kernel.MatMul is
 // specified for 1..32 rows). A row's result does not depend on its batch, so chunking changes no
 // bit.

@@ -3,6 +3,7 @@ package dflash
 import (
 	"testing"
 
+	"github.com/dflash/dflash/cache"
 	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/model"
 	"github.com/dflash/dflash/model/transformer"
@@ -87,5 +88,50 @@ func BenchmarkContext32(b *testing.B) {
 		if err := c.Rewind(0); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkBlock16SmallHeads is one proposal of a 3-layer f32 draft on a stories260K-shaped
+// target (dim 64, 8 heads of 8 over 4 kv heads, vocab 512) after 200 context rows, on the
+// cache NewCache makes (head-major copies) and on a plain *cache.KV (attention over rows). At
+// this size attention over the context, not weight traffic, is most of a block's time.
+func BenchmarkBlock16SmallHeads(b *testing.B) {
+	tc := model.Config{Arch: transformer.ArchQwen3, Layers: 5, Hidden: 64, Intermediate: 172, Heads: 8, KVHeads: 4,
+		HeadDim: 8, Vocab: 512, MaxSeq: 512, RMSEps: 1e-5, RopeTheta: 10000, BOS: -1}
+	m, err := transformer.Synthetic(tc, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dc := ConfigFor(tc, 3, 16)
+	dc.TargetLayers = []int{1, 2, 3} // as the trained stories260K draft; the default repeats layer 2 on 5 layers
+	dc.MaskID = 0
+	d, err := Random(m, dc, 2, kernel.F32)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const nctx = 200
+	ctx := make([]float32, nctx*len(d.TargetLayers())*tc.Hidden)
+	for i := range ctx {
+		ctx[i] = float32(i%7)*0.3 - 1
+	}
+	block := make([]int, 16)
+	block[0] = 42
+	for _, layout := range []struct {
+		name string
+		c    cache.Cache
+	}{{"headmajor", d.NewCache(512)}, {"rows", cache.NewKV(dc.Layers, 512, dc.KVHeads*dc.HeadDim)}} {
+		if _, err := d.Forward(layout.c, ctx, nctx, nil); err != nil {
+			b.Fatal(err)
+		}
+		b.Run(layout.name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := d.Forward(layout.c, nil, 0, block); err != nil {
+					b.Fatal(err)
+				}
+				if err := layout.c.Rewind(nctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

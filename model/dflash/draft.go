@@ -103,12 +103,14 @@ func (d *Draft) WeightBytes() int64 {
 	return b
 }
 
-// NewCache allocates keys and values for capacity rows (context plus one block) and grows the
-// rotary tables and score buffer so that forwards on it never allocate.
+// NewCache allocates keys and values for capacity rows (context plus one block), with the
+// head-major copies attention reads for heads of up to 16 (see NewKV), and grows the rotary
+// tables and score buffer so that forwards on it never allocate. Forward also accepts a plain
+// *cache.KV, on which attention runs over rows (same values to rounding, other bits).
 func (d *Draft) NewCache(capacity int) cache.Cache {
 	capacity = max(capacity, 1)
 	d.grow(capacity)
-	return cache.NewKV(d.cfg.Layers, capacity, d.cfg.KVHeads*d.cfg.HeadDim)
+	return NewKV(d.cfg.Layers, capacity, d.cfg.KVHeads, d.cfg.HeadDim)
 }
 
 func (d *Draft) grow(positions int) {
@@ -290,9 +292,9 @@ func build(cfg Config, target model.Target, src source) (*Draft, error) {
 // row 0 (the anchor's) included; it is nil for a context-only write. Everything is checked
 // before the cache is touched, so on error c is unchanged.
 func (d *Draft) Forward(c cache.Cache, ctx []float32, ctxRows int, block []int) ([]float32, error) {
-	kv, ok := c.(*cache.KV)
+	kv, ok := AsKV(c)
 	if !ok {
-		return nil, fmt.Errorf("dflash: forward needs a *cache.KV, got %T", c)
+		return nil, fmt.Errorf("dflash: forward needs a cache from NewCache or a *cache.KV, got %T", c)
 	}
 	cfg := &d.cfg
 	kvw := cfg.KVHeads * cfg.HeadDim
@@ -324,12 +326,12 @@ func (d *Draft) Forward(c cache.Cache, ctx []float32, ctxRows int, block []int) 
 		d.fc.MatMul(feat, ctx[s*tapW:(s+r)*tapW], r)
 		nn.RMSNormRows(feat, feat, d.hiddenNorm, r, cfg.Hidden, float32(cfg.RMSEps))
 		for li := range d.layers {
-			d.heads.KeysValues(kv, li, &d.layers[li].attn, feat, r, pos+s)
+			d.heads.Write(c, li, &d.layers[li].attn, feat, r, pos+s)
 		}
 	}
 	var logits []float32
 	if n > 0 {
-		logits = d.block(kv, block, pos+ctxRows)
+		logits = d.block(c, block, pos+ctxRows)
 	}
 	if err := kv.Advance(ctxRows + n); err != nil {
 		return nil, fmt.Errorf("dflash: %w", err) // unreachable: Room was checked
@@ -339,7 +341,7 @@ func (d *Draft) Forward(c cache.Cache, ctx []float32, ctxRows int, block []int) 
 
 // block runs the block rows at positions [pos, pos+len(block)) through every layer and returns
 // their logits.
-func (d *Draft) block(kv *cache.KV, block []int, pos int) []float32 {
+func (d *Draft) block(c cache.Cache, block []int, pos int) []float32 {
 	cfg := &d.cfg
 	ws := &d.ws
 	n := len(block)
@@ -362,18 +364,23 @@ func (d *Draft) block(kv *cache.KV, block []int, pos int) []float32 {
 		d.heads.Queries(q, &l.attn, xn, n, pos)
 		// Every block row's key must be in the cache before any block row attends: with
 		// bidirectional attention row 0 sees row n-1.
-		d.heads.KeysValues(kv, li, &l.attn, xn, n, pos)
-		d.attn.Rows(ws.att, q, n, kv.K[li], kv.V[li], pos, l.vis, ws.scores)
+		d.heads.Write(c, li, &l.attn, xn, n, pos)
+		Attend(d.attn, ws.att, q, n, c, li, pos, l.vis, ws.scores)
 		MatMul(l.attn.O, tmp, ws.att[:n*qw], n)
 		addTo(x, tmp)
 		nn.RMSNormRows(xn, x, l.postNorm, n, h, eps)
-		g, u := ws.gate[:n*cfg.Intermediate], ws.up[:n*cfg.Intermediate]
-		MatMul(l.gate, g, xn, n)
-		MatMul(l.up, u, xn, n)
-		for i, v := range g {
-			g[i] = nn.Silu(v) * u[i]
+		// n <= BlockSize rows; SwiGLU's products take at most 32 (kernel.MatMul's limit).
+		if n <= chunkRows {
+			nn.SwiGLU(tmp, xn, n, l.gate, l.up, l.down, ws.gate, ws.up)
+		} else {
+			g, u := ws.gate[:n*cfg.Intermediate], ws.up[:n*cfg.Intermediate]
+			MatMul(l.gate, g, xn, n)
+			MatMul(l.up, u, xn, n)
+			for i, v := range g {
+				g[i] = nn.Silu(v) * u[i]
+			}
+			MatMul(l.down, tmp, g, n)
 		}
-		MatMul(l.down, tmp, g, n)
 		addTo(x, tmp)
 	}
 	nn.RMSNormRows(xn, x, d.norm, n, h, eps)

@@ -229,7 +229,8 @@ func TestContextBatches(t *testing.T) {
 			t.Fatalf("split context writes differ from one combined forward (rel err %.2g)", relErr32(got, want))
 		}
 		// The cached context rows themselves are identical.
-		kv1, kv2 := one.(*cache.KV), split.(*cache.KV)
+		kv1, _ := AsKV(one)
+		kv2, _ := AsKV(split)
 		for l := 0; l < cfg.Layers; l++ {
 			if !slices.Equal(kv1.K[l][:n*kv1.Width], kv2.K[l][:n*kv2.Width]) || !slices.Equal(kv1.V[l][:n*kv1.Width], kv2.V[l][:n*kv2.Width]) {
 				t.Fatalf("layer %d: cached context rows differ", l)
@@ -592,5 +593,31 @@ func TestWriteRejects(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), s) {
 			t.Errorf("error %v does not mention %q", err, s)
 		}
+	}
+}
+
+// TestCacheLayouts: a draft with small heads attends over head-major copies (NewCache); a plain
+// *cache.KV takes the row-major path. Both compute the same attention in a different order, so
+// their logits agree to float32 rounding (1e-5 relative), and each keeps the same offset.
+func TestCacheLayouts(t *testing.T) {
+	target := testmodel.TinyQwen3(t)
+	cfg := tinyConfig()
+	d := writeAndLoad(t, target, cfg, kernel.F32, Options{})
+	if _, plain := d.NewCache(8).(*cache.KV); plain {
+		t.Fatalf("head_dim %d: NewCache returned a plain *cache.KV, want head-major copies", cfg.HeadDim)
+	}
+	ctx := randomCtx(cfg, 20, 9)
+	block := []int{4, 96, 96, 96, 96, 96}
+	hm, err := d.Forward(d.NewCache(32), ctx, 20, block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hm = slices.Clone(hm)
+	rm, err := d.Forward(cache.NewKV(cfg.Layers, 32, cfg.KVHeads*cfg.HeadDim), ctx, 20, block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := relErr32(hm, rm); e > 1e-5 {
+		t.Fatalf("head-major and row-major caches differ: relative error %.2g", e)
 	}
 }

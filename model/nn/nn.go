@@ -17,10 +17,22 @@ import (
 // RMSNorm writes dst[i] = x[i] / rms(x) * w[i] over len(x) elements; dst may alias x. The sum of
 // squares is taken in float64 so that rows of a few thousand elements lose nothing to rounding.
 func RMSNorm(dst, x, w []float32, eps float32) {
-	var ss float64
-	for _, v := range x {
-		ss += float64(v) * float64(v)
+	// Four partial sums break the chain of dependent float64 adds that made this loop
+	// latency-bound on the short rows of per-head norms (8..128 elements). A float32 square is
+	// exact in float64, so the order changes at most the last bit of the float64 sum.
+	var s0, s1, s2, s3 float64
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		v := x[i : i+4 : i+4]
+		s0 += float64(v[0]) * float64(v[0])
+		s1 += float64(v[1]) * float64(v[1])
+		s2 += float64(v[2]) * float64(v[2])
+		s3 += float64(v[3]) * float64(v[3])
 	}
+	for ; i < len(x); i++ {
+		s0 += float64(x[i]) * float64(x[i])
+	}
+	ss := (s0 + s1) + (s2 + s3)
 	inv := float32(1 / math.Sqrt(ss/float64(len(x))+float64(eps)))
 	w = w[:len(x)]
 	dst = dst[:len(x)]

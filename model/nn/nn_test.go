@@ -1,6 +1,7 @@
 package nn
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -314,5 +315,23 @@ func TestSoftmaxMatchesExp(t *testing.T) {
 				t.Fatalf("n=%d: p[%d] = %g, want %g", n, i, x[i], w)
 			}
 		}
+	}
+}
+
+// BenchmarkAttentionBlockHeadMajorStride is a 16-row block (stories260K's heads) over 200
+// cached positions with the head-major stride a cache of 512 positions gets unpadded (512
+// floats, 2 KiB: a head's 8 key rows share L1 sets) and padded (528).
+func BenchmarkAttentionBlockHeadMajorStride(b *testing.B) {
+	a := NewAttention(8, 4, 8)
+	r := rand.New(rand.NewPCG(1, 1))
+	for _, stride := range []int{512, 528} {
+		l := HeadMajor{KVHeads: 4, HeadDim: 8, Capacity: stride}
+		kt, vt := randVec(r, stride*32), randVec(r, stride*32)
+		q, out, sc := randVec(r, 16*64), make([]float32, 16*64), make([]float32, 256)
+		b.Run(fmt.Sprintf("stride=%d", stride), func(b *testing.B) {
+			for b.Loop() {
+				a.RowsHeadMajor(out, q, 16, kt, vt, l, 200, Causal, sc)
+			}
+		})
 	}
 }
