@@ -24,14 +24,34 @@ type Depth struct {
 	Trust int
 	// Prior is the acceptance assumed before any position is trusted (default 0.5).
 	Prior float64
-	// ProbeEvery makes every ProbeEvery-th choice one step deeper than the best (default 16),
-	// so deeper positions and costs keep being measured. Negative disables probing.
+	// ProbeEvery makes every ProbeEvery-th choice one step deeper than the best, so deeper
+	// positions and costs keep being measured. Negative disables probing. The default (0)
+	// probes every 16th choice, or less often when a probe round costs so much more than the
+	// best depth's that probing every 16th would add more than probeBudget to the run time
+	// (a draft that never pays, whose probes are pure loss).
 	ProbeEvery int
 
 	acc     []average // acc[i-1]: conditional acceptance at position i
 	cost    []average // cost[n]: seconds per round at depth n
 	choices int
+	probed  int // choices at the last probe (default probing only)
 }
+
+// probeBudget is the share of run time default probing may add: one probe per
+// (cost(best+1)-cost(best)) / (probeBudget*cost(best)) choices, at least every 16th.
+const probeBudget = 0.03
+
+// Round times above outlierRatio times their depth's average, once outlierAfter rounds are
+// averaged, count as that bound (see Observe). A genuine change of cost still moves the average
+// by up to alpha*(outlierRatio-1) of itself per round.
+const (
+	outlierRatio = 3
+	outlierAfter = 4
+)
+
+// maxProbeEvery bounds how rarely default probing measures deeper depths, so that a draft whose
+// acceptance improves (new content) is noticed within a few hundred rounds.
+const maxProbeEvery = 512
 
 // average is a mean until it has seen 1/alpha observations, a moving average after.
 type average struct {
@@ -86,26 +106,106 @@ func (d *Depth) Choose(limit int) int {
 	if len(d.cost) == 0 || d.cost[0].n == 0 {
 		return 0
 	}
-	best, bestEV := 0, d.EV(0)
-	for n := 1; n <= limit; n++ {
+	// Until one depth past plain is measured, and then while a draft row is dear, exploration
+	// climbs by doubling: never more than one past twice the deepest depth measured. A fresh
+	// controller believes its prior, and the cost of an unmeasured depth is the nearest measured
+	// one, so it would otherwise open with a full block; when each row measured so far cost more
+	// than half a plain round, that one round loses several plain steps (stories260K with its
+	// DFlash draft: a 16-row round costs 15 plain ones). Cheap rows keep the optimistic jump,
+	// which costs little and learns deep rates sooner.
+	deepest := 0
+	for m := range d.cost {
+		if d.cost[m].n > 0 {
+			deepest = m
+		}
+	}
+	if deepest == 0 || (d.cost[deepest].v-d.cost[0].v)/float64(deepest) > d.cost[0].v/2 {
+		limit = min(limit, 2*deepest+1)
+	}
+	best, bestEV := 0, 0.0
+	// EV(n) for every n in one pass: the running product and sum are EV's own, term by term, and
+	// the rate and cost lookups walk forward instead of rescanning for each n (Choose runs every
+	// round; rescanning cost as much as a tenth of a small model's decode step).
+	tokens, run := 1.0, 1.0
+	trusted, haveTrusted := 0.0, false
+	lo, hi := -1, -1 // nearest measured depths <= n and >= n
+	for n := 0; n <= limit; n++ {
+		if n > 0 {
+			// Rate(n): position n's own rate when trusted, else the deepest trusted rate below
+			// it (all of them once n is past the measured positions), else the prior.
+			r := d.prior()
+			if n <= len(d.acc) && d.acc[n-1].n >= d.trust() {
+				trusted, haveTrusted = d.acc[n-1].v, true
+			}
+			if haveTrusted {
+				r = trusted
+			}
+			run *= r
+			tokens += run
+		}
+		if n < len(d.cost) && d.cost[n].n > 0 {
+			lo = n
+		}
+		if hi < n {
+			hi = -1
+			for m := n; m < len(d.cost); m++ {
+				if d.cost[m].n > 0 {
+					hi = m
+					break
+				}
+			}
+		}
+		ev := tokens
+		if c, ok := d.costBetween(n, lo, hi); ok && c > 0 {
+			ev = tokens / c
+		}
 		// Strictly greater: on a tie the shallower depth costs less draft work for nothing.
-		if ev := d.EV(n); ev > bestEV {
+		if n == 0 || ev > bestEV {
 			best, bestEV = n, ev
 		}
 	}
-	if p := d.probeEvery(); p > 0 && d.choices%p == 0 && best < limit {
+	if best < limit && d.probeNow(best) {
 		return best + 1
 	}
 	return best
 }
 
+// probeNow reports whether this choice probes one step deeper than best.
+func (d *Depth) probeNow(best int) bool {
+	p := d.probeEvery()
+	if p <= 0 {
+		return false
+	}
+	if d.ProbeEvery != 0 {
+		return d.choices%p == 0
+	}
+	cb, okb := d.Cost(best)
+	cp, okp := d.Cost(best + 1)
+	if okb && okp && cb > 0 && cp > cb {
+		p = max(p, min(maxProbeEvery, int((cp-cb)/(probeBudget*cb))))
+	}
+	if d.choices-d.probed < p {
+		return false
+	}
+	d.probed = d.choices
+	return true
+}
+
 // Observe records a round that drafted n tokens, of which accepted were accepted, and took
-// took of wall time (drafting, verification and bookkeeping).
+// took of wall time (drafting, verification and bookkeeping; the decode loop leaves out the
+// draft's context writes, which every kept row costs at any depth).
 func (d *Depth) Observe(n, accepted int, took time.Duration) {
 	for len(d.cost) <= n {
 		d.cost = append(d.cost, average{})
 	}
-	d.cost[n].add(took.Seconds(), d.alpha())
+	x := took.Seconds()
+	if c := &d.cost[n]; c.n >= outlierAfter && x > outlierRatio*c.v {
+		// A round this much slower than its depth's average was preempted or hit a collection,
+		// not made dearer by its depth: counted in full, one such round among the first twenty
+		// of a fast depth would multiply its mean and send the controller after deep drafts.
+		x = outlierRatio * c.v
+	}
+	d.cost[n].add(x, d.alpha())
 	for len(d.acc) < n {
 		d.acc = append(d.acc, average{})
 	}
@@ -148,6 +248,11 @@ func (d *Depth) Cost(n int) (c float64, ok bool) {
 			hi = m
 		}
 	}
+	return d.costBetween(n, lo, hi)
+}
+
+// costBetween is Cost(n) given the nearest measured depths lo <= n and hi >= n (-1: none).
+func (d *Depth) costBetween(n, lo, hi int) (float64, bool) {
 	switch {
 	case lo < 0 && hi < 0:
 		return 0, false

@@ -204,3 +204,76 @@ func runTarget(t *testing.T, seq *Sequence, req Request) ([]int, Stats) {
 	}
 	return out, st
 }
+
+// TestChooseIsBestEV: Choose's one pass over depths must pick what the definition says, the
+// shallowest depth of maximal EV(n), for states with trusted, untrusted and unmeasured
+// positions and costs measured at scattered depths (probing off and the full block measured, so
+// nothing else moves it).
+func TestChooseIsBestEV(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	for trial := range 300 {
+		d := &Depth{ProbeEvery: -1, Trust: 1 + rng.IntN(5)}
+		for range rng.IntN(60) {
+			n := rng.IntN(12)
+			d.Observe(n, rng.IntN(n+1), time.Duration(1000+rng.IntN(400)*(n+1))*time.Microsecond)
+		}
+		d.Observe(0, 0, time.Duration(500+rng.IntN(1500))*time.Microsecond)
+		// A measured full block lifts the exploration cap (see Choose): every depth competes.
+		d.Observe(15, rng.IntN(16), time.Duration(1000+rng.IntN(9000))*time.Microsecond)
+		limit := 1 + rng.IntN(15)
+		want, wantEV := 0, d.EV(0)
+		for n := 1; n <= limit; n++ {
+			if ev := d.EV(n); ev > wantEV {
+				want, wantEV = n, ev
+			}
+		}
+		if got := d.Choose(limit); got != want {
+			t.Fatalf("trial %d: Choose(%d) = %d, best EV at %d (EV %v vs %v)", trial, limit, got, want, d.EV(got), wantEV)
+		}
+	}
+}
+
+// TestDefaultProbingFollowsCost: with the default ProbeEvery, a probe that costs far more than
+// plain decoding (here 4x: 3 ms extra on 1 ms) comes at most once per 3/probeBudget = 100
+// choices, while a cheap one (0.1 ms extra) keeps the every-16th rhythm.
+func TestDefaultProbingFollowsCost(t *testing.T) {
+	never := make([]float64, 8)
+	for _, c := range []struct {
+		extra    time.Duration
+		min, max int // probes in 1000 choices
+	}{{3 * time.Millisecond, 5, 11}, {100 * time.Microsecond, 55, 64}} {
+		cost := func(n int) time.Duration {
+			if n == 0 {
+				return time.Millisecond
+			}
+			return time.Millisecond + c.extra*time.Duration(n)
+		}
+		d := &Depth{}
+		simulate(d, 200, 8, never, cost, 3) // learn that drafts never pass
+		chosen := simulate(d, 1000, 8, never, cost, 4)
+		probes := 0
+		for _, n := range chosen {
+			if n > 0 {
+				probes++
+			}
+		}
+		if probes < c.min || probes > c.max {
+			t.Errorf("probe extra cost %v: %d probes in 1000 choices, want %d..%d", c.extra, probes, c.min, c.max)
+		}
+	}
+}
+
+// TestExplorationClimbsWhenRowsAreDear: one draft row costing 1.5 plain rounds (measured at
+// depth 1) keeps a fresh controller from jumping to the full block on its prior: it may try
+// depth 3 (twice 1, plus 1) but nothing deeper, and drafts that never pass bring it back to 0.
+func TestExplorationClimbsWhenRowsAreDear(t *testing.T) {
+	never := make([]float64, 15)
+	cost := func(n int) time.Duration { return time.Duration(1000+1500*n) * time.Microsecond }
+	chosen := simulate(&Depth{ProbeEvery: -1}, 50, 15, never, cost, 5)
+	if m := slices.Max(chosen); m > 3 {
+		t.Fatalf("a fresh controller drafted %d rows with rows costing 1.5 plain rounds: %v", m, chosen)
+	}
+	if tail := chosen[40:]; slices.Max(tail) != 0 {
+		t.Fatalf("never-accepted drafts still drafted at the end: %v", tail)
+	}
+}

@@ -117,6 +117,10 @@ type generation struct {
 
 	res     model.Result // the last target forward's, valid until the next
 	tapRows [][]float32
+	// context is the time the round spent in the drafter's Committed (which may write draft
+	// context): every kept row costs that write whatever the depth, so it is kept out of the
+	// round times the depth controller compares (see decode).
+	context time.Duration
 	all     []int // prompt and emitted tokens: the history penalties see
 	block   []int
 }
@@ -218,12 +222,18 @@ func (g *generation) keep(tokens []int, kept int) error {
 			taps = append(taps, t[:kept*hidden])
 		}
 		g.tapRows = taps
-		if err := d.Committed(tokens[:kept], taps, position); err != nil {
+		t := g.now()
+		err := d.Committed(tokens[:kept], taps, position)
+		g.context += g.now().Sub(t)
+		if err != nil {
 			return fmt.Errorf("drafter: %w", err)
 		}
 	}
 	return nil
 }
+
+// settler is a drafter that can write its pending context on its own (Session.Settle).
+type settler interface{ Settle() error }
 
 // decode runs rounds until a stop token, MaxTokens, a full cache, cancellation or an error. A
 // round processes [current, d_1..d_n] in one target forward (n = 0 is plain decoding), emits the
@@ -264,6 +274,17 @@ func (g *generation) decode(ctx context.Context) error {
 			}
 		}
 
+		if s, ok := d.(settler); ok && n > 0 {
+			// Pending context rows are written apart from the block, so that the round's time
+			// holds only what its depth costs; the rows are the same whatever the batching.
+			t := g.now()
+			err := s.Settle()
+			st.DraftTime += g.now().Sub(t)
+			if err != nil {
+				return fmt.Errorf("generate: draft context at %d: %w", seq.cache.Offset(), err)
+			}
+		}
+		g.context = 0
 		t0 := g.now()
 		var drafts []int
 		var q []sample.Distribution
@@ -315,7 +336,7 @@ func (g *generation) decode(ctx context.Context) error {
 		st.VerifyTime += t2.Sub(t1)
 		st.OtherTime += t3.Sub(t2)
 		if d != nil && d.Controlled() {
-			g.depth.Observe(len(drafts), accepted, t3.Sub(t0))
+			g.depth.Observe(len(drafts), accepted, t3.Sub(t0)-g.context)
 		}
 		for _, t := range emitted {
 			g.all = append(g.all, t)
