@@ -52,20 +52,7 @@ type DraftConfig struct {
 // DefaultTaps is DFLASH.md's rule (model/dflash.DefaultTargetLayers: one draft layer taps the
 // middle target layer, n > 1 spread round(1 + i*(L-4)/(n-1))), then clamped into range and made
 // strictly ascending for tiny targets where the rule collides (L < n + 3).
-func DefaultTaps(targetLayers, n int) []int {
-	ids := dflash.DefaultTargetLayers(targetLayers, n)
-	out := ids[:0]
-	for _, v := range ids {
-		v = max(0, min(v, targetLayers-1))
-		if len(out) > 0 && v <= out[len(out)-1] {
-			v = out[len(out)-1] + 1
-		}
-		if v < targetLayers {
-			out = append(out, v)
-		}
-	}
-	return out
-}
+func DefaultTaps(targetLayers, n int) []int { return dflash.SpreadTargetLayers(targetLayers, n) }
 
 // WithDefaults fills zero fields from the target's shape and checks the result against it.
 func (c DraftConfig) WithDefaults(t model.Config) (DraftConfig, error) {

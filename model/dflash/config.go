@@ -82,6 +82,25 @@ func DefaultTargetLayers(targetLayers, draftLayers int) []int {
 	return ids
 }
 
+// SpreadTargetLayers is DefaultTargetLayers made usable for new drafts of shallow targets: the
+// rule repeats ids when the target has fewer than n+3 layers (5 layers, 3 taps gives [1 2 2]), so
+// ids are clamped into range and pushed up until strictly ascending, and dropped past the last
+// layer. The loader keeps the plain rule for configs that omit their ids, as the reference does.
+func SpreadTargetLayers(targetLayers, n int) []int {
+	ids := DefaultTargetLayers(targetLayers, n)
+	out := ids[:0]
+	for _, v := range ids {
+		v = max(0, min(v, targetLayers-1))
+		if len(out) > 0 && v <= out[len(out)-1] {
+			v = out[len(out)-1] + 1
+		}
+		if v < targetLayers {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
 // ConfigFor returns a draft config fitting target: the target's attention shape and MLP width,
 // draftLayers layers, block size blockSize, default taps and the last vocabulary id as MASK
 // (a real draft uses its tokenizer's mask token, e.g. 151669 for Qwen3).
@@ -91,7 +110,7 @@ func ConfigFor(target model.Config, draftLayers, blockSize int) Config {
 		Heads: target.Heads, KVHeads: target.KVHeads, HeadDim: target.HeadDim, Vocab: target.Vocab,
 		RMSEps: float64(target.RMSEps), RopeTheta: target.RopeTheta, MaxPositions: target.MaxSeq,
 		BlockSize: blockSize, TargetLayerCount: target.Layers, MaskID: target.Vocab - 1,
-		TargetLayers: DefaultTargetLayers(target.Layers, draftLayers),
+		TargetLayers: SpreadTargetLayers(target.Layers, draftLayers),
 	}
 }
 

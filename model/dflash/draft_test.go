@@ -419,6 +419,25 @@ func TestDefaultTargetLayers(t *testing.T) {
 	}
 }
 
+// For shallow targets the rule repeats ids; new drafts get them pushed up into a strictly
+// ascending set inside the target, which the loader accepts.
+func TestSpreadTargetLayers(t *testing.T) {
+	cases := []struct {
+		target, draft int
+		want          []int
+	}{
+		{36, 5, []int{1, 9, 17, 25, 33}}, // where the rule is fine it is unchanged
+		{5, 3, []int{1, 2, 3}},           // the rule gives [1 2 2]
+		{4, 2, []int{1, 2}},              // the rule gives [1 1]
+		{2, 3, []int{1}},                 // more taps than layers above the first: what fits
+	}
+	for _, tc := range cases {
+		if got := SpreadTargetLayers(tc.target, tc.draft); !slices.Equal(got, tc.want) {
+			t.Errorf("SpreadTargetLayers(%d, %d) = %v, want %v", tc.target, tc.draft, got, tc.want)
+		}
+	}
+}
+
 // TestConfigRoundTrip: JSON then parsing gives back the config, optional fields included.
 func TestConfigRoundTrip(t *testing.T) {
 	cfg := tinyConfig()
