@@ -114,7 +114,9 @@ func (d *Draft) NewCache(capacity int) cache.Cache {
 	if len(d.ws.scores) < capacity {
 		d.ws.scores = make([]float32, capacity)
 	}
-	return cache.NewKV(d.cfg.Layers, capacity, d.cfg.KVHeads*d.cfg.HeadDim)
+	// The same layout as DFlash's draft: head-major K/V copies for small heads, so attention
+	// runs on the vectorised path.
+	return dflash.NewKV(d.cfg.Layers, capacity, d.cfg.KVHeads, d.cfg.HeadDim)
 }
 
 // Load reads a DFlash2 draft folder (config.json and safetensors) and binds it to target after
@@ -261,9 +263,9 @@ func (d *Draft) init(inv []float64) {
 // Forward. On error c is unchanged.
 func (d *Draft) Forward(cc cache.Cache, ctx []float32, ctxRows int, block []int) (model.Walk, error) {
 	cfg := &d.cfg
-	kv, ok := cc.(*cache.KV)
+	kv, ok := dflash.AsKV(cc)
 	if !ok {
-		return nil, fmt.Errorf("dflash2 forward: cache is %T, want *cache.KV from NewCache", cc)
+		return nil, fmt.Errorf("dflash2 forward: cache is %T, want one from NewCache", cc)
 	}
 	if kv.Layers != cfg.Layers || kv.Width != cfg.KVHeads*cfg.HeadDim {
 		return nil, fmt.Errorf("dflash2 forward: cache of %d layers x width %d does not fit the draft (%d x %d)", kv.Layers, kv.Width, cfg.Layers, cfg.KVHeads*cfg.HeadDim)
@@ -293,11 +295,11 @@ func (d *Draft) Forward(cc cache.Cache, ctx []float32, ctxRows int, block []int)
 	}
 	for start := 0; start < ctxRows; start += chunkRows {
 		rows := min(chunkRows, ctxRows-start)
-		d.context(kv, ctx[start*width:(start+rows)*width], rows, pos+start)
+		d.context(cc, ctx[start*width:(start+rows)*width], rows, pos+start)
 	}
 	var w model.Walk
 	if len(block) > 0 {
-		d.block(kv, block, pos+ctxRows)
+		d.block(cc, block, pos+ctxRows)
 		w = &d.walk
 	}
 	if err := kv.Advance(total); err != nil {
@@ -308,19 +310,19 @@ func (d *Draft) Forward(cc cache.Cache, ctx []float32, ctxRows int, block []int)
 
 // context writes the K/V of rows context rows at positions [pos, pos+rows) in every layer:
 // ctx_j = hidden_norm(fc(taps_j)), k = k_norm(k_proj(ctx_j)) with RoPE at j, v = v_proj(ctx_j).
-func (d *Draft) context(kv *cache.KV, taps []float32, rows, pos int) {
+func (d *Draft) context(c cache.Cache, taps []float32, rows, pos int) {
 	h := d.cfg.Hidden
 	x := d.ws.ctx[:rows*h]
 	d.fc.MatMul(x, taps, rows)
 	nn.RMSNormRows(x, x, d.hiddenNorm, rows, h, d.eps)
 	for li := range d.layers {
-		d.heads.KeysValues(kv, li, &d.layers[li].attn, x, rows, pos)
+		d.heads.Write(c, li, &d.layers[li].attn, x, rows, pos)
 	}
 }
 
 // block runs the block rows at positions [pos, pos+n) through every layer, with the grouped
 // convolutions around each sublayer, then scores the selector's inputs for slots 1..n-1.
-func (d *Draft) block(kv *cache.KV, block []int, pos int) {
+func (d *Draft) block(c cache.Cache, block []int, pos int) {
 	cfg := &d.cfg
 	ws := &d.ws
 	n := len(block)
@@ -347,8 +349,8 @@ func (d *Draft) block(kv *cache.KV, block []int, pos int) {
 		GroupedConv(xc, xn, delta, l.attnConv.base[:taps*h], n, n, h, taps, group, stride)
 		d.heads.Queries(ws.q, &l.attn, xc, n, pos)
 		// Every block row's key is in the cache before any block row attends (DFlash's order).
-		d.heads.KeysValues(kv, li, &l.attn, xc, n, pos)
-		d.attn.Rows(ws.att, ws.q, n, kv.K[li], kv.V[li], pos, cfg.Visibility(li), ws.scores)
+		d.heads.Write(c, li, &l.attn, xc, n, pos)
+		dflash.Attend(d.attn, ws.att, ws.q, n, c, li, pos, cfg.Visibility(li), ws.scores)
 		l.attn.O.MatMul(tmp, ws.att, n)
 		GroupedConv(xc, tmp, delta[side1:], l.attnConv.base[taps*h:], n, n, h, taps, group, stride)
 		nn.Add(x, xc)
