@@ -192,7 +192,11 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		rep.DecodeOfProbe = medianF(ratios)
 		logf("bandwidth probe: %.1f GB/s (median of %d, each right before a decode)", rep.ProbeGBs, len(probes))
 	}
-	logf("decode: %.1f tok/s, %.1f GB/s effective (%.0f%% of the probe, median of per-repetition ratios)", rep.DecodeTokS, rep.DecodeGBs, 100*rep.DecodeOfProbe)
+	if len(probes) > 0 {
+		logf("decode: %.1f tok/s, %.1f GB/s effective (%.0f%% of the probe, median of per-repetition ratios)", rep.DecodeTokS, rep.DecodeGBs, 100*rep.DecodeOfProbe)
+	} else {
+		logf("decode: %.1f tok/s, %.1f GB/s effective", rep.DecodeTokS, rep.DecodeGBs)
+	}
 
 	// Verify cost: a forward of n+1 rows against one of 1 row, at the same offset.
 	if *verifyFlag != "" {
