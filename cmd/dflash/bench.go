@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -90,9 +89,7 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return err
 	}
 	cfg := e.Target.Config()
-	prefillSet := false
-	fs.Visit(func(f *flag.Flag) { prefillSet = prefillSet || f.Name == "prefill" })
-	if !prefillSet {
+	if !flagSet(fs, "prefill") {
 		// The default prompt length must fit small models' contexts (stories260K has 512).
 		*prefill = min(*prefill, maxSeq(cfg)/2)
 	}

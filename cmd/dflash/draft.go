@@ -17,7 +17,7 @@ type draftFlags struct {
 }
 
 func (d *draftFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&d.draft, "draft", "", "DFlash draft folder for speculative decoding, or 'oracle' (drafts the target's own greedy continuation: the engine's ceiling)")
+	fs.StringVar(&d.draft, "draft", "", "DFlash or DFlash2 draft folder for speculative decoding, 'oracle' (drafts the target's own greedy continuation: the engine's ceiling), or 'none'")
 	fs.IntVar(&d.depth, "depth", 0, "draft tokens per round, fixed (default: chosen each round by the depth controller)")
 }
 

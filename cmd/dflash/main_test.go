@@ -107,7 +107,6 @@ func TestUsageErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"nonsense"}, 2, "unknown command"},
-		{[]string{"run"}, 2, "--model"},
 		{[]string{"run", "--model", bin, "--synthetic", "qwen3-0.6b"}, 2, "exactly one"},
 		{[]string{"run", "--model", bin, "--prompt-ids", "1,x"}, 2, `"x" is not an integer`},
 		{[]string{"run", "--model", bin, "--prompt-ids", "1,9999"}, 2, "outside the vocabulary"},

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dflash/dflash/defaultmodel"
 	"github.com/dflash/dflash/engine"
 	"github.com/dflash/dflash/runner"
 	"github.com/dflash/dflash/sample"
@@ -37,8 +39,30 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	think := fs.String("think", "", "chat templates' enable_thinking: on or off (default: the template's)")
 	stats := fs.Bool("stats", false, "print detailed decoding and speculation statistics")
 	ctxLen := fs.Int("ctx", 0, fmt.Sprintf("context length in tokens (default: the model's, at most %d)", defaultContext))
+	compare := fs.Bool("compare", false, "also decode plainly (same prompt and options) and print both speeds measured in this run")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	// With no model named, run dflash's own default pair (embedded in the binary) with its draft,
+	// and measure plain decoding beside it so the summary shows what speculation bought.
+	if mf.model == "" && mf.synthetic == "" {
+		target, draft, err := defaultmodel.Dirs()
+		if err != nil {
+			return err
+		}
+		mf.model = target
+		if df.draft == "" {
+			df.draft = draft
+		}
+		if !flagSet(fs, "compare") {
+			*compare = true
+		}
+		if *prompt == "" && *promptIDs == "" && !*chatMode {
+			*prompt = defaultmodel.Prompt
+		}
+	}
+	if df.draft == "none" {
+		df.draft = ""
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected arguments %q (quote the prompt and pass it with -p)", fs.Args())
@@ -135,7 +159,59 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if genErr != nil && !errors.Is(genErr, context.Canceled) {
 		return genErr
 	}
+	if *compare && genErr == nil {
+		line, err := compareRuns(ctx, e, &df, ids, opts, *n, capacity, drafter != nil)
+		if err != nil {
+			return fmt.Errorf("compare: %w", err)
+		}
+		fmt.Fprintln(stderr, "summary: "+line)
+	}
 	return nil
+}
+
+// compareRuns measures plain and speculative decoding of the same request side by side: three
+// alternating silent runs of each (so host noise hits both alike), medians reported. The
+// streamed run above is not used for the figures: writing to a terminal is not decoding.
+func compareRuns(ctx context.Context, e *engine.Engine, df *draftFlags, ids []int, opts sample.Options, n, capacity int, speculative bool) (string, error) {
+	var plain, spec []float64
+	var tau float64
+	var tokens int
+	for r := 0; r < 3; r++ {
+		st, err := runner.Generate(ctx, runner.NewSequence(e.Target, capacity), runner.Request{
+			Prompt: ids, Options: opts, MaxTokens: n, Stop: e.Stop,
+		}, func(int) error { return nil })
+		if err != nil {
+			return "", fmt.Errorf("plain decoding: %w", err)
+		}
+		plain, tokens = append(plain, st.DecodeRate()), st.DecodeTokens
+		if !speculative {
+			continue
+		}
+		d, depth, err := df.open(e, ids, opts, n, capacity)
+		if err != nil {
+			return "", err
+		}
+		st, err = runner.Generate(ctx, runner.NewSequence(e.Target, capacity), runner.Request{
+			Prompt: ids, Options: opts, MaxTokens: n, Stop: e.Stop, Drafter: d, Depth: depth,
+		}, func(int) error { return nil })
+		d.Close()
+		if err != nil {
+			return "", fmt.Errorf("speculative decoding: %w", err)
+		}
+		spec, tau = append(spec, st.DecodeRate()), st.Tau()
+	}
+	line := fmt.Sprintf("%d tokens", tokens)
+	if !speculative {
+		return line + fmt.Sprintf(", plain %.1f tok/s (median of 3)", medianF(plain)), nil
+	}
+	return line + fmt.Sprintf(", tau %.2f, speculative %.1f tok/s, plain %.1f tok/s (medians of 3 alternating runs): %.2fx",
+		tau, medianF(spec), medianF(plain), medianF(spec)/medianF(plain)), nil
+}
+
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // contextLength picks the cache capacity: the flag, else the model's length capped so a large

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dflash/dflash/engine"
 	"github.com/dflash/dflash/runner"
+	"github.com/dflash/dflash/tokenizer"
 	"github.com/dflash/dflash/train"
 
 	"github.com/dflash/dflash/tokenizer/bpetrain"
@@ -23,10 +24,11 @@ import (
 func cmdTrain(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	subs := map[string]func([]string, io.Reader, io.Writer, io.Writer) error{
 		"tokenizer": cmdTrainTokenizer,
+		"target":    cmdTrainTarget,
 		"draft":     cmdTrainDraft,
 	}
 	if len(args) == 0 || subs[args[0]] == nil {
-		return usagef("usage: dflash train tokenizer|draft [flags] (see dflash train <what> -h)")
+		return usagef("usage: dflash train tokenizer|target|draft [flags] (see dflash train <what> -h)")
 	}
 	return subs[args[0]](args[1:], stdin, stdout, stderr)
 }
@@ -71,6 +73,64 @@ func cmdTrainTokenizer(args []string, _ io.Reader, stdout, stderr io.Writer) err
 		return err
 	}
 	fmt.Fprintf(stdout, "tokenizer: %d tokens (%d merges) from %d bytes in %s, written to %s\n", res.Vocab(), res.Merges(), res.TrainingBytes(), time.Since(t0).Round(time.Millisecond), *out)
+	return nil
+}
+
+// cmdTrainTarget trains a small Qwen3-architecture causal LM from text and writes a Hugging Face
+// folder (with the tokenizer copied in) that every dflash command loads like a downloaded model.
+// Interrupting it writes a checkpoint; the same command resumes.
+func cmdTrainTarget(args []string, _ io.Reader, stdout, stderr io.Writer) error {
+	fs := newFlags("train target", stderr)
+	tokDir := fs.String("tokenizer", "", "tokenizer folder (e.g. from dflash train tokenizer)")
+	data := fs.String("data", "", "training text")
+	out := fs.String("out", "", "output folder")
+	var c train.TargetConfig
+	fs.IntVar(&c.Layers, "layers", 0, "decoder layers (default 6)")
+	fs.IntVar(&c.Hidden, "hidden", 0, "hidden size (default 192)")
+	fs.IntVar(&c.Heads, "heads", 0, "attention heads (default 4)")
+	fs.IntVar(&c.KVHeads, "kv-heads", 0, "key/value heads (default 2)")
+	fs.IntVar(&c.SeqLen, "seq", 0, "training window in tokens (default 256)")
+	fs.IntVar(&c.BatchSeqs, "batch", 0, "windows per step (default 8)")
+	fs.IntVar(&c.Steps, "steps", 0, "optimizer steps (default: from --epochs)")
+	fs.Float64Var(&c.Epochs, "epochs", 0, "passes over the text when --steps is 0 (default 2)")
+	fs.Float64Var(&c.LR, "lr", 0, "peak learning rate (default 3e-3)")
+	fs.Uint64Var(&c.Seed, "seed", 0, "seed of initialisation and window order")
+	fs.BoolVar(&c.BF16, "bf16", false, "store the weights in bf16 (half the size)")
+	evalFile := fs.String("eval", "", "held-out text: report bits per byte after training")
+	evalBytes := fs.Int("eval-bytes", 200_000, "bytes of --eval to score")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *tokDir == "" || *data == "" || *out == "" {
+		return usagef("give --tokenizer, --data and --out")
+	}
+	tok, err := tokenizer.Load(*tokDir)
+	if err != nil {
+		return err
+	}
+	c.TokenizerDir = *tokDir
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := train.TrainTarget(ctx, tok, *data, c, *out, stderr)
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("interrupted: checkpoint written to %s; run the same command again to resume", *out)
+		}
+		return err
+	}
+	fmt.Fprintf(stdout, "target: %d steps (%d resumed), %d parameters, %d tokens, final loss %.4f, written to %s\n",
+		res.Steps, res.Resumed, res.Params, res.Tokens, res.Loss, *out)
+	if *evalFile != "" {
+		e, err := engine.Open(engine.Options{Model: *out})
+		if err != nil {
+			return err
+		}
+		r, err := train.EvalBPB(e.Target, e.Tok, *evalFile, train.BPBOptions{MaxBytes: *evalBytes})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "held-out: %.4f bits per byte on the first %d bytes of %s\n", r.BitsPerByte, r.Bytes, *evalFile)
+	}
 	return nil
 }
 
