@@ -6,6 +6,10 @@
 // identically, and writes the draft in z-lab's Hugging Face layout (config.json and
 // model.safetensors) for the normal loader.
 //
+// It also trains small targets (TrainTarget, lm*.go): a Qwen3-architecture causal LM learned from
+// text with the same layers and optimizer, written as a Hugging Face folder, and scored in bits per
+// byte (EvalBPB) so models with different tokenizers compare.
+//
 // The draft forward here must match model/dflash's inference forward exactly; the package
 // never changes the target (its weights, embedding and head stay frozen) and never writes
 // outside the directories it is given.
