@@ -1,5 +1,5 @@
 // Package backend implements server.Backend over the real engine: it opens the models named on
-// the command line (engine.Open, model/dflash.Load for drafts), keeps one runner.Sequence per
+// the command line (engine.Open, engine.LoadDraft for DFlash and DFlash2 drafts), keeps one runner.Sequence per
 // loaded model so a conversation that continues reuses its cached prefix, and maps the server's
 // sampling options, streaming and counters onto the runner.
 //

@@ -13,6 +13,7 @@ import (
 	"github.com/dflash/dflash/internal/testdata"
 	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/model/dflash"
+	"github.com/dflash/dflash/model/dflash2"
 	"github.com/dflash/dflash/runner"
 	"github.com/dflash/dflash/server"
 	"github.com/dflash/dflash/server/backend"
@@ -23,10 +24,24 @@ const storiesRel = "stories260K/stories260K.bin"
 // loadStories opens stories260K through the backend, with a random DFlash draft when withDraft.
 func loadStories(t *testing.T, withDraft bool) *backend.Model {
 	t.Helper()
+	kind := ""
+	if withDraft {
+		kind = "dflash"
+	}
+	return loadStoriesWith(t, kind)
+}
+
+// loadStoriesWith opens stories260K with a random draft of the given kind ("", "dflash" or
+// "dflash2": the backend tells the two apart from the folder).
+func loadStoriesWith(t *testing.T, kind string) *backend.Model {
+	t.Helper()
 	bin := testdata.Path(t, storiesRel)
 	spec := backend.Spec{Name: "stories", Path: bin}
-	if withDraft {
+	switch kind {
+	case "dflash":
 		spec.Draft = randomDraft(t, bin)
+	case "dflash2":
+		spec.Draft = randomDraft2(t, bin)
 	}
 	b, err := backend.New(backend.Options{Models: []backend.Spec{spec}})
 	if err != nil {
@@ -50,6 +65,19 @@ func randomDraft(t testing.TB, bin string) string {
 	}
 	dir := t.TempDir()
 	if err := dflash.WriteRandom(dir, dflash.ConfigFor(e.Target.Config(), 1, 8), 7, kernel.F32); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// randomDraft2 is randomDraft for DFlash2 (convolutions and the candidate selector).
+func randomDraft2(t testing.TB, bin string) string {
+	e, err := engine.Open(engine.Options{Model: bin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := dflash2.WriteRandom(dir, e.Target.Config(), dflash2.ConfigFor(e.Target.Config(), 1, 8), 7, kernel.F32); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -99,14 +127,14 @@ func generate(t *testing.T, m *backend.Model, prompt []int, n int) (*collected, 
 // The golden is run.c's greedy output for "Once upon a time" over 128 positions: BOS and the
 // prompt's 4 ids leave 124 generated tokens, and the text is the prompt's followed by theirs.
 func TestGenerateMatchesRunAndGolden(t *testing.T) {
-	for _, withDraft := range []bool{false, true} {
-		name := map[bool]string{false: "plain", true: "draft"}[withDraft]
+	for _, name := range []string{"plain", "dflash", "dflash2"} {
+		withDraft := name != "plain"
 		t.Run(name, func(t *testing.T) {
 			golden, err := os.ReadFile(testdata.Path(t, "stories260K/golden/greedy_once_upon_a_time_n128.txt"))
 			if err != nil {
 				t.Fatal(err)
 			}
-			m := loadStories(t, withDraft)
+			m := loadStoriesWith(t, map[bool]string{true: name}[withDraft])
 			prompt, err := m.Tokenize("Once upon a time")
 			if err != nil {
 				t.Fatal(err)

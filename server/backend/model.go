@@ -8,8 +8,6 @@ import (
 	"strings"
 
 	"github.com/dflash/dflash/engine"
-	"github.com/dflash/dflash/model"
-	"github.com/dflash/dflash/model/dflash"
 	"github.com/dflash/dflash/runner"
 	"github.com/dflash/dflash/sample"
 	"github.com/dflash/dflash/server"
@@ -33,11 +31,11 @@ type Model struct {
 	e      *engine.Engine
 	tmpl   *chat.Template // nil: the plain fallback
 	ctxLen int
-	draft  model.BlockDraft // nil: plain decoding
+	draft  *engine.Draft // nil: plain decoding
 
 	turn    chan struct{} // holds one token while a generation runs
 	seq     *runner.Sequence
-	session *runner.Session
+	session runner.Drafter
 	depth   *runner.Depth
 	last    runner.Stats
 	closed  bool
@@ -68,7 +66,7 @@ func open(s Spec, info server.ModelInfo, ctxCap int) (*Model, error) {
 		m.info.Template = PlainTemplate
 	}
 	if s.Draft != "" {
-		d, err := dflash.Load(s.Draft, e.Target, dflash.Options{})
+		d, err := e.LoadDraft(s.Draft)
 		if err != nil {
 			return nil, fmt.Errorf("draft: %w", err)
 		}
@@ -89,7 +87,7 @@ func (m *Model) reset() {
 	m.seq = runner.NewSequence(m.e.Target, m.ctxLen)
 	m.session = nil
 	if m.draft != nil {
-		m.session = runner.NewSession(m.draft, m.ctxLen)
+		m.session = m.draft.NewSession(m.ctxLen)
 	}
 	m.depth = &runner.Depth{}
 }
