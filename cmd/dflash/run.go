@@ -53,6 +53,9 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		mf.model = target
 		if df.draft == "" {
 			df.draft = draft
+			if !flagSet(fs, "depth") {
+				df.depth = defaultmodel.Depth
+			}
 		}
 		if !flagSet(fs, "compare") {
 			*compare = true
