@@ -28,6 +28,21 @@ type DraftConfig struct {
 	// which text never produces).
 	MaskID int `json:"mask_id"`
 
+	// Arch is the draft architecture: "" or "dflash" (DFlash, written through model/dflash) or
+	// "dflash2" (DFlash2: convolutions around every sublayer and the candidate selector, written
+	// through model/dflash2). The fields below apply to dflash2 only; zero = default (2 taps,
+	// groups of 16 channels or the largest power of two dividing hidden, rank 64 for hidden <= 256
+	// else 256, 16 candidates, alpha 1). All are omitted from JSON when zero, so a DFlash
+	// checkpoint's identity is unchanged.
+	Arch          string  `json:"arch,omitempty"`
+	ConvKernel    int     `json:"conv_kernel,omitempty"`    // conv_kernel_size: taps of each convolution
+	ConvGroup     int     `json:"conv_group,omitempty"`     // conv_group_size: channels per dynamic kernel
+	SelectorRank  int     `json:"selector_rank,omitempty"`  // r: codebook width
+	SelectorTopK  int     `json:"selector_top_k,omitempty"` // K: candidates per slot
+	SelectorAlpha float64 `json:"selector_alpha,omitempty"` // weight of the selector loss
+
+	vocab int // the target's vocabulary (codebook rows), set by WithDefaults
+
 	// Loss and optimisation.
 	Gamma         float64 `json:"gamma"`           // position weight decay (default 7 for B >= 16, 4 below)
 	LR            float64 `json:"lr"`              // peak AdamW learning rate (default 3e-3)
@@ -155,6 +170,13 @@ func (c DraftConfig) WithDefaults(t model.Config) (DraftConfig, error) {
 	if c.ProgressEvery <= 0 {
 		c.ProgressEvery = 10
 	}
+	if c.Arch == ArchDFlash {
+		c.Arch = "" // one spelling of DFlash, so its checkpoints keep their identity
+	}
+	if c.isD2() {
+		c.d2Defaults(t)
+	}
+	c.vocab = t.Vocab
 	return c, c.check(t)
 }
 
@@ -170,6 +192,13 @@ func (c DraftConfig) check(t model.Config) error {
 		return fmt.Errorf("draft config: intermediate size %d", c.Intermediate)
 	case c.MaskID < 0 || c.MaskID >= t.Vocab:
 		return fmt.Errorf("draft config: mask id %d outside the target vocabulary [0, %d)", c.MaskID, t.Vocab)
+	case c.Arch != "" && c.Arch != ArchDFlash && c.Arch != ArchDFlash2:
+		return fmt.Errorf("draft config: arch %q, want %q or %q", c.Arch, ArchDFlash, ArchDFlash2)
+	}
+	if c.isD2() {
+		if err := c.d2Check(t); err != nil {
+			return err
+		}
 	}
 	for i, id := range c.Taps {
 		if id < 0 || id >= t.Layers {
@@ -184,17 +213,18 @@ func (c DraftConfig) check(t model.Config) error {
 
 // hfConfig is the part of config.json (z-lab's layout, DFLASH.md section 2) LoadDraft reads.
 type hfConfig struct {
-	HiddenSize        int     `json:"hidden_size"`
-	IntermediateSize  int     `json:"intermediate_size"`
-	NumHiddenLayers   int     `json:"num_hidden_layers"`
-	NumAttentionHeads int     `json:"num_attention_heads"`
-	NumKeyValueHeads  int     `json:"num_key_value_heads"`
-	HeadDim           int     `json:"head_dim"`
-	VocabSize         int     `json:"vocab_size"`
-	RMSNormEps        float64 `json:"rms_norm_eps"`
-	RopeTheta         float64 `json:"rope_theta"`
-	BlockSize         int     `json:"block_size"`
-	NumTargetLayers   int     `json:"num_target_layers"`
+	Architectures     []string `json:"architectures"`
+	HiddenSize        int      `json:"hidden_size"`
+	IntermediateSize  int      `json:"intermediate_size"`
+	NumHiddenLayers   int      `json:"num_hidden_layers"`
+	NumAttentionHeads int      `json:"num_attention_heads"`
+	NumKeyValueHeads  int      `json:"num_key_value_heads"`
+	HeadDim           int      `json:"head_dim"`
+	VocabSize         int      `json:"vocab_size"`
+	RMSNormEps        float64  `json:"rms_norm_eps"`
+	RopeTheta         float64  `json:"rope_theta"`
+	BlockSize         int      `json:"block_size"`
+	NumTargetLayers   int      `json:"num_target_layers"`
 	DFlashConfig      struct {
 		MaskTokenID    int   `json:"mask_token_id"`
 		TargetLayerIDs []int `json:"target_layer_ids"`

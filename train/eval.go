@@ -10,6 +10,7 @@ import (
 
 	"github.com/dflash/dflash/format/safetensors"
 	"github.com/dflash/dflash/model"
+	"github.com/dflash/dflash/model/dflash2"
 )
 
 // Draft is a trained draft's weights as this package reads and writes them (for evaluation
@@ -29,6 +30,12 @@ func LoadDraft(dir string, t model.Target) (*Draft, error) {
 	var h hfConfig
 	if err := json.Unmarshal(b, &h); err != nil {
 		return nil, fmt.Errorf("load draft %s: config.json: %w", dir, err)
+	}
+	for _, a := range h.Architectures {
+		if a == dflash2.Arch {
+			// Reading it as DFlash would drop its convolutions and selector without a word.
+			return nil, fmt.Errorf("load draft %s: a DFlash2 draft; evaluate it through model/dflash2 and runner.NewSelectorSession", dir)
+		}
 	}
 	tc := t.Config()
 	if h.HiddenSize != tc.Hidden || h.VocabSize != tc.Vocab || h.NumTargetLayers != tc.Layers {

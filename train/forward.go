@@ -81,6 +81,7 @@ type layerState struct {
 	att            []float32 // attention output (input of o_proj)
 	x1, hn         []float32 // after the attention residual; after post_attention_layernorm
 	g, u, act      []float32 // gate, up, silu(gate)*up
+	d2             d2state   // DFlash2 only
 }
 
 // work is one goroutine's scratch: activations of the example in flight and gradients of the
@@ -96,6 +97,7 @@ type work struct {
 	dkc, dvc           []float32
 	dg, du             []float32
 	attn               attnScratch
+	d2                 d2work
 }
 
 // weights returns the block-position loss weights w_k = exp(-(k-1)/gamma) for k = 1..B-1 (index
@@ -161,9 +163,13 @@ func (w *work) step(p, g *net, fz *frozen, c DraftConfig, rp *rope, ex *example,
 		s.qRaw, s.qr = resize(s.qRaw, R*qw), resize(s.qr, R*qw)
 		s.kbRaw, s.kbr, s.vb = resize(s.kbRaw, R*kw), resize(s.kbr, R*kw), resize(s.vb, R*kw)
 		s.kcRaw, s.kcr, s.vc = resize(s.kcRaw, nc*kw), resize(s.kcr, nc*kw), resize(s.vc, nc*kw)
-		L.q.forward(s.qRaw, s.xn, R)
-		L.k.forward(s.kbRaw, s.xn, R)
-		L.v.forward(s.vb, s.xn, R)
+		ain := s.xn // what q/k/v of the block rows read: DFlash2 convolves it first
+		if p.d2 != nil {
+			ain = w.d2prepare(&p.d2.attn[l], &s.d2.da, &s.d2.xa, s.xn, c, R, H)
+		}
+		L.q.forward(s.qRaw, ain, R)
+		L.k.forward(s.kbRaw, ain, R)
+		L.v.forward(s.vb, ain, R)
 		L.k.forward(s.kcRaw, w.ctx, nc)
 		L.v.forward(s.vc, w.ctx, nc)
 		rmsForward(s.qr, s.qRaw, L.qNorm, R*c.Heads, hd, eps)
@@ -179,15 +185,25 @@ func (w *work) step(p, g *net, fz *frozen, c DraftConfig, rp *rope, ex *example,
 		s.att = resize(s.att, R*qw)
 		w.attnForward(s, c, ex.anchors, nc)
 		s.x1 = resize(s.x1, R*H)
-		L.o.forward(s.x1, s.att, R)
+		if p.d2 != nil {
+			s.d2.ao = resize(s.d2.ao, R*H)
+			L.o.forward(s.d2.ao, s.att, R)
+			d2finish(&p.d2.attn[l], s.x1, s.d2.ao, s.d2.da, c, R, H)
+		} else {
+			L.o.forward(s.x1, s.att, R)
+		}
 		for i, v := range s.x {
 			s.x1[i] += v
 		}
 		s.hn = resize(s.hn, R*H)
 		rmsForward(s.hn, s.x1, L.postNorm, R, H, eps)
 		s.g, s.u, s.act = resize(s.g, R*I), resize(s.u, R*I), resize(s.act, R*I)
-		L.gate.forward(s.g, s.hn, R)
-		L.up.forward(s.u, s.hn, R)
+		hin := s.hn
+		if p.d2 != nil {
+			hin = w.d2prepare(&p.d2.mlp[l], &s.d2.dm, &s.d2.hc, s.hn, c, R, H)
+		}
+		L.gate.forward(s.g, hin, R)
+		L.up.forward(s.u, hin, R)
 		swigluForward(s.act, s.g, s.u)
 		var next []float32
 		if l+1 < len(p.layers) {
@@ -197,7 +213,13 @@ func (w *work) step(p, g *net, fz *frozen, c DraftConfig, rp *rope, ex *example,
 			next = resize(w.xOut, R*H)
 			w.xOut = next
 		}
-		L.down.forward(next, s.act, R)
+		if p.d2 != nil {
+			s.d2.mo = resize(s.d2.mo, R*H)
+			L.down.forward(s.d2.mo, s.act, R)
+			d2finish(&p.d2.mlp[l], next, s.d2.mo, s.d2.dm, c, R, H)
+		} else {
+			L.down.forward(next, s.act, R)
+		}
 		for i, v := range s.x1 {
 			next[i] += v
 		}
@@ -212,6 +234,10 @@ func (w *work) step(p, g *net, fz *frozen, c DraftConfig, rp *rope, ex *example,
 	for i, a := range ex.anchors {
 		rows := w.f[(i*B+1)*H : (i+1)*B*H]
 		matmul(fz.head, w.logits, rows, B-1)
+		if p.d2 != nil {
+			// The selector reads the raw logits, which the unary loss below overwrites.
+			st.loss += w.d2selectForward(p.d2, c, w.logits, rows, ex.tokens, a, i, wk, scale, g != nil)
+		}
 		var bl float64
 		for k := 1; k < B; k++ {
 			lg := w.logits[(k-1)*V : k*V]
@@ -221,7 +247,11 @@ func (w *work) step(p, g *net, fz *frozen, c DraftConfig, rp *rope, ex *example,
 				preds[i*B+k] = best
 			}
 			st.seen[k]++
-			if best == label {
+			hit := best == label
+			if p.d2 != nil {
+				hit = w.d2.sel.hit[k] // what the selector picks after the true previous token
+			}
+			if hit {
 				st.correct[k]++
 			}
 			ce := softmaxCE(lg, label)
@@ -235,11 +265,17 @@ func (w *work) step(p, g *net, fz *frozen, c DraftConfig, rp *rope, ex *example,
 				lg[j] *= f
 			}
 			lg[label] -= f
+			if p.d2 != nil {
+				w.d2selectUnary(lg, c, i, k)
+			}
 		}
 		st.loss += bl / wsum
 		st.anchors++
 		if g != nil {
 			matmul(fz.headT, w.df[(i*B+1)*H:(i+1)*B*H], w.logits, B-1)
+			if p.d2 != nil {
+				w.d2selectBack(p.d2, g.d2, c, rows, w.df[(i*B+1)*H:(i+1)*B*H], ex.tokens, a, i, H)
+			}
 		}
 	}
 	if g == nil {
@@ -256,19 +292,33 @@ func (w *work) step(p, g *net, fz *frozen, c DraftConfig, rp *rope, ex *example,
 		L, G, s := &p.layers[l], &g.layers[l], &w.ls[l]
 		// MLP: dx holds d(out) = d(x1) through the residual.
 		w.t1 = resize(w.t1, R*I)
-		L.down.backward(w.t1, G.down.W, w.dx, s.act, R)
+		dmo, hin := w.dx, s.hn
+		if p.d2 != nil {
+			dmo = w.d2finishBack(&p.d2.mlp[l], &g.d2.mlp[l], w.dx, s.d2.mo, s.d2.dm, c, R, H)
+			hin = s.d2.hc
+		}
+		L.down.backward(w.t1, G.down.W, dmo, s.act, R)
 		w.dg, w.du = resize(w.dg, R*I), resize(w.du, R*I)
 		swigluBackward(w.dg, w.du, w.t1, s.g, s.u)
 		w.t2, w.t3 = resize(w.t2, R*H), resize(w.t3, R*H)
-		L.gate.backward(w.t2, G.gate.W, w.dg, s.hn, R)
-		L.up.backward(w.t3, G.up.W, w.du, s.hn, R)
+		L.gate.backward(w.t2, G.gate.W, w.dg, hin, R)
+		L.up.backward(w.t3, G.up.W, w.du, hin, R)
 		for i, v := range w.t3 {
 			w.t2[i] += v
 		}
-		rmsBackward(w.dx, G.postNorm, w.t2, s.x1, L.postNorm, R, H, eps)
+		dhn := w.t2
+		if p.d2 != nil {
+			dhn = w.d2prepareBack(&p.d2.mlp[l], &g.d2.mlp[l], w.t2, s.hn, s.d2.dm, c, R, H)
+		}
+		rmsBackward(w.dx, G.postNorm, dhn, s.x1, L.postNorm, R, H, eps)
 		// Attention: dx now holds d(x1) = d(x) through the residual + d(o_proj output).
 		w.t4 = resize(w.t4, R*qw)
-		L.o.backward(w.t4, G.o.W, w.dx, s.att, R)
+		dao, ain := w.dx, s.xn
+		if p.d2 != nil {
+			dao = w.d2finishBack(&p.d2.attn[l], &g.d2.attn[l], w.dx, s.d2.ao, s.d2.da, c, R, H)
+			ain = s.d2.xa
+		}
+		L.o.backward(w.t4, G.o.W, dao, s.att, R)
 		w.dq = resize(w.dq, R*qw)
 		w.dkb, w.dvb = resize(w.dkb, R*kw), resize(w.dvb, R*kw)
 		w.dkc, w.dvc = resize(w.dkc, nc*kw), resize(w.dvc, nc*kw)
@@ -292,12 +342,12 @@ func (w *work) step(p, g *net, fz *frozen, c DraftConfig, rp *rope, ex *example,
 		rmsBackward(dkcRaw, G.kNorm, w.dkc, s.kcRaw, L.kNorm, nc*c.KVHeads, hd, eps)
 		// Projections: block rows into d(xn), context rows into d(ctx).
 		dxn := resize(w.t2, R*H)
-		L.q.backward(dxn, G.q.W, dqRaw, s.xn, R)
-		L.k.backward(w.t3, G.k.W, dkbRaw, s.xn, R)
+		L.q.backward(dxn, G.q.W, dqRaw, ain, R)
+		L.k.backward(w.t3, G.k.W, dkbRaw, ain, R)
 		for i, v := range w.t3 {
 			dxn[i] += v
 		}
-		L.v.backward(w.t3, G.v.W, w.dvb, s.xn, R)
+		L.v.backward(w.t3, G.v.W, w.dvb, ain, R)
 		for i, v := range w.t3 {
 			dxn[i] += v
 		}
@@ -309,6 +359,9 @@ func (w *work) step(p, g *net, fz *frozen, c DraftConfig, rp *rope, ex *example,
 		L.v.backward(w.dc0, G.v.W, w.dvc, w.ctx, nc)
 		for i, v := range w.dc0 {
 			w.dctx[i] += v
+		}
+		if p.d2 != nil {
+			dxn = w.d2prepareBack(&p.d2.attn[l], &g.d2.attn[l], dxn, s.xn, s.d2.da, c, R, H)
 		}
 		rmsBackward(w.dx, G.inNorm, dxn, s.x, L.inNorm, R, H, eps)
 	}

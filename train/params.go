@@ -10,6 +10,7 @@ import (
 	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/model"
 	"github.com/dflash/dflash/model/dflash"
+	"github.com/dflash/dflash/model/dflash2"
 )
 
 // spec is one tensor of the draft inside the flat parameter vector.
@@ -51,6 +52,9 @@ func layout(c DraftConfig, hidden int) ([]spec, int) {
 		add(p+"mlp.down_proj.weight", true, hidden, c.Intermediate)
 	}
 	add("norm.weight", false, hidden)
+	if c.isD2() {
+		d2Layout(c, hidden, add)
+	}
 	return specs, off
 }
 
@@ -61,6 +65,7 @@ type net struct {
 	hiddenNorm []float32
 	layers     []layer
 	norm       []float32
+	d2         *d2net // DFlash2 tensors; nil for a DFlash draft
 }
 
 type layer struct {
@@ -81,7 +86,10 @@ func bind(specs []spec, flat []float32, layers int) *net {
 			gate: lin(b + 8), up: lin(b + 9), down: lin(b + 10),
 		}
 	}
-	n.norm = at(len(specs) - 1)
+	n.norm = at(2 + 11*layers)
+	if first := 3 + 11*layers; len(specs) > first {
+		n.d2 = bindD2(specs, flat, layers, first)
+	}
 	return n
 }
 
@@ -93,6 +101,9 @@ func (n *net) refresh() {
 		for _, m := range []*linear{&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down} {
 			m.refresh()
 		}
+	}
+	if n.d2 != nil {
+		n.d2.refresh()
 	}
 }
 
@@ -117,6 +128,9 @@ func initParams(specs []spec, flat []float32, c DraftConfig) {
 			w[i] = float32(rng.NormFloat64() * std)
 		}
 	}
+	if c.isD2() {
+		initD2(specs, flat, c)
+	}
 }
 
 // writeDraft writes config.json and model.safetensors (f32) into dir through model/dflash's
@@ -125,6 +139,12 @@ func writeDraft(dir string, c DraftConfig, t model.Config, specs []spec, flat []
 	w := make(map[string][]float32, len(specs))
 	for _, s := range specs {
 		w[s.name] = flat[s.off : s.off+s.n]
+	}
+	if c.isD2() {
+		if err := dflash2.Write(dir, c.dflash2Config(t), w, kernel.F32); err != nil {
+			return fmt.Errorf("train: %w", err)
+		}
+		return nil
 	}
 	if err := dflash.Write(dir, c.dflashConfig(t), w, kernel.F32); err != nil {
 		return fmt.Errorf("train: %w", err)
