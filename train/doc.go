@@ -4,7 +4,8 @@
 // (fc, RMSNorm, attention over context and block keys with RoPE, SwiGLU, the borrowed embedding
 // and output head), optimises with AdamW, checkpoints so an interrupted run resumes bitwise
 // identically, and writes the draft in z-lab's Hugging Face layout (config.json and
-// model.safetensors) for the normal loader.
+// model.safetensors) for the normal loader. DFlash2 drafts (DraftConfig.Arch "dflash2", d2.go) add
+// the grouped dynamic convolutions and the candidate selector, trained with the public objective.
 //
 // It also trains small targets (TrainTarget, lm*.go): a Qwen3-architecture causal LM learned from
 // text with the same layers and optimizer, written as a Hugging Face folder, and scored in bits per

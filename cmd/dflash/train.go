@@ -156,6 +156,12 @@ func cmdTrainDraft(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	batch := fs.Int("batch", 8, "sequences per step")
 	anchors := fs.Int("anchors", 16, "anchor blocks sampled per sequence and step")
 	seed := fs.Uint64("seed", 1, "seed of data selection, initialisation and anchor sampling")
+	arch := fs.String("arch", "dflash", "draft architecture: dflash, or dflash2 (adds convolutions and a candidate selector)")
+	convKernel := fs.Int("conv-kernel", 0, "dflash2: convolution taps (0: default 2)")
+	convGroup := fs.Int("conv-group", 0, "dflash2: channels per convolution group (0: default 16 or what divides hidden)")
+	selRank := fs.Int("selector-rank", 0, "dflash2: selector codebook rank (0: default)")
+	selTopK := fs.Int("selector-topk", 0, "dflash2: candidates per slot (0: default 16)")
+	selAlpha := fs.Float64("selector-alpha", 0, "dflash2: weight of the selector loss (0: default 1)")
 	evalFile := fs.String("eval", "", "held-out text file: report tau on the target's continuations of its prompts")
 	evalN := fs.Int("eval-n", 100, "held-out sequences")
 	if err := fs.Parse(args); err != nil {
@@ -195,6 +201,7 @@ func cmdTrainDraft(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	}
 	cfg := train.DraftConfig{Layers: *layers, BlockSize: *block, Taps: taps, Steps: *steps, LR: *lr, BatchSeqs: *batch, AnchorsPerSeq: *anchors, Seed: *seed}
 	cfg.MaskID = *mask
+	cfg.Arch, cfg.ConvKernel, cfg.ConvGroup, cfg.SelectorRank, cfg.SelectorTopK, cfg.SelectorAlpha = *arch, *convKernel, *convGroup, *selRank, *selTopK, *selAlpha
 	t0 := time.Now()
 	res, err := train.TrainDraft(ctx, e.Target, d, cfg, *out, stderr)
 	if err != nil {
@@ -227,7 +234,7 @@ func cmdTrainDraft(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 			}
 			st.Add(one)
 		}
-		fmt.Fprintf(stdout, "held-out: %d sequences, tau %.2f at temperature 0 (depth %d)\n", len(ev.Sequences), st.Tau(), dr.BlockSize-1)
+		fmt.Fprintf(stdout, "held-out: %d sequences, tau %.2f at temperature 0 (%s, block %d)\n", len(ev.Sequences), st.Tau(), dr.Arch, dr.BlockSize)
 	}
 	return nil
 }

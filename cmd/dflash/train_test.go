@@ -72,3 +72,22 @@ func TestTrainDraftEndToEnd(t *testing.T) {
 		t.Errorf("second run: exit %d, %q %s", code, stdout, errs)
 	}
 }
+
+// --arch dflash2 writes a DFlash2 folder that run loads as a selector draft (told apart by its
+// config); speculation with it leaves the output unchanged.
+func TestTrainDraftDFlash2(t *testing.T) {
+	bin := storiesPath(t)
+	corpus := testdataPath(t, "corpora/tinystories_val_800K.txt")
+	out := filepath.Join(t.TempDir(), "d2")
+	code, stdout, errs := runCLI(t, "", "train", "draft", "--arch", "dflash2", "--target", bin, "--data", corpus, "--out", out,
+		"--lower", "--n", "8", "--len", "40", "--steps", "6", "--layers", "1", "--block", "8", "--batch", "4", "--anchors", "4",
+		"--eval", corpus, "--eval-n", "2")
+	if code != 0 || !strings.Contains(stdout, "DFlash2DraftModel") {
+		t.Fatalf("exit %d: %q %s", code, stdout, errs)
+	}
+	code, plain, _ := runCLI(t, "", "run", "--model", bin, "-p", "once upon a time", "-n", "30", "--print-ids")
+	code2, spec, errs := runCLI(t, "", "run", "--model", bin, "-p", "once upon a time", "-n", "30", "--print-ids", "--draft", out)
+	if code != 0 || code2 != 0 || plain != spec {
+		t.Fatalf("DFlash2 speculative output differs: %q vs %q (%s)", spec, plain, errs)
+	}
+}
