@@ -2,7 +2,6 @@ package train
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -306,64 +305,33 @@ type lmCkptHeader struct {
 
 const lmCkptMagic = "DFLASHTARGET1\n"
 
-// save writes params, AdamW moments and the step atomically; the data order is a function of
-// (seed, step), so the step is all of the random state.
+// save writes params, AdamW moments and the step (see checkpoint.go); the data order is a
+// function of (seed, step).
 func (tr *lmTrainer) save(path string, step int) error {
 	cfgJSON, _ := json.Marshal(tr.cfg)
-	h, _ := json.Marshal(lmCkptHeader{Config: cfgJSON, Step: step, Params: len(tr.params), Tokens: len(tr.ids), Windows: len(tr.starts)})
-	buf := make([]byte, 0, len(lmCkptMagic)+4+len(h)+12*len(tr.params))
-	buf = append(buf, lmCkptMagic...)
-	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(h)))
-	buf = append(buf, h...)
-	for _, a := range [][]float32{tr.params, tr.m, tr.v} {
-		for _, v := range a {
-			buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
-		}
-	}
-	return writeAtomic(path, buf)
+	h := lmCkptHeader{Config: cfgJSON, Step: step, Params: len(tr.params), Tokens: len(tr.ids), Windows: len(tr.starts)}
+	return saveCheckpoint(path, lmCkptMagic, h, tr.params, tr.m, tr.v)
 }
 
 // load restores a checkpoint if path exists and returns its step (0 when there is none). A
 // checkpoint of another config or text is refused.
 func (tr *lmTrainer) load(path string) (int, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("resume: %w", err)
-	}
-	bad := func(why string) (int, error) { return 0, fmt.Errorf("resume %s: %s", path, why) }
-	if len(b) < len(lmCkptMagic)+4 || string(b[:len(lmCkptMagic)]) != lmCkptMagic {
-		return bad("not a dflash target-training checkpoint")
-	}
-	b = b[len(lmCkptMagic):]
-	hl := int(binary.LittleEndian.Uint32(b))
-	b = b[4:]
-	if hl > len(b) {
-		return bad("truncated header")
-	}
 	var h lmCkptHeader
-	if err := json.Unmarshal(b[:hl], &h); err != nil {
-		return bad(err.Error())
-	}
-	b = b[hl:]
-	cfgJSON, _ := json.Marshal(tr.cfg)
-	switch {
-	case string(h.Config) != string(cfgJSON):
-		return bad(fmt.Sprintf("written with config %s, this run has %s (use another output folder or delete the checkpoint)", h.Config, cfgJSON))
-	case h.Params != len(tr.params):
-		return bad(fmt.Sprintf("%d parameters, this model has %d", h.Params, len(tr.params)))
-	case h.Tokens != len(tr.ids) || h.Windows != len(tr.starts):
-		return bad(fmt.Sprintf("written for %d tokens / %d windows of text, this run has %d / %d", h.Tokens, h.Windows, len(tr.ids), len(tr.starts)))
-	case len(b) != 12*len(tr.params):
-		return bad(fmt.Sprintf("%d bytes of state, want %d", len(b), 12*len(tr.params)))
-	}
-	for _, a := range [][]float32{tr.params, tr.m, tr.v} {
-		for i := range a {
-			a[i] = math.Float32frombits(binary.LittleEndian.Uint32(b))
-			b = b[4:]
+	check := func() error {
+		cfgJSON, _ := json.Marshal(tr.cfg)
+		switch {
+		case string(h.Config) != string(cfgJSON):
+			return fmt.Errorf("written with config %s, this run has %s (use another output folder or delete the checkpoint)", h.Config, cfgJSON)
+		case h.Params != len(tr.params):
+			return fmt.Errorf("%d parameters, this model has %d", h.Params, len(tr.params))
+		case h.Tokens != len(tr.ids) || h.Windows != len(tr.starts):
+			return fmt.Errorf("written for %d tokens / %d windows of text, this run has %d / %d", h.Tokens, h.Windows, len(tr.ids), len(tr.starts))
 		}
+		return nil
+	}
+	found, err := loadCheckpoint(path, lmCkptMagic, "target-training", &h, check, tr.params, tr.m, tr.v)
+	if !found || err != nil {
+		return 0, err
 	}
 	tr.p.refresh()
 	return h.Step, nil

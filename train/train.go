@@ -2,12 +2,10 @@ package train
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -385,68 +383,39 @@ type ckptHeader struct {
 
 const ckptMagic = "DFLASHTRAIN1\n"
 
-// save writes params, AdamW moments and the step atomically. The random state is a function of
-// (seed, step), so the step is all of it.
+// save writes params, AdamW moments and the step (see checkpoint.go).
 func (tr *trainer) save(path string, step int) error {
 	cfgJSON, _ := json.Marshal(tr.cfg)
-	h, _ := json.Marshal(ckptHeader{Config: cfgJSON, Step: step, Params: len(tr.params), Seqs: len(tr.data), Tokens: (&Data{Sequences: tr.data}).Tokens(), Version: 1})
-	buf := make([]byte, 0, len(ckptMagic)+4+len(h)+12*len(tr.params))
-	buf = append(buf, ckptMagic...)
-	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(h)))
-	buf = append(buf, h...)
-	for _, a := range [][]float32{tr.params, tr.m, tr.v} {
-		for _, v := range a {
-			buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
-		}
-	}
-	return writeAtomic(path, buf)
+	h := ckptHeader{Config: cfgJSON, Step: step, Params: len(tr.params), Seqs: len(tr.data), Tokens: (&Data{Sequences: tr.data}).Tokens(), Version: 1}
+	return saveCheckpoint(path, ckptMagic, h, tr.params, tr.m, tr.v)
 }
 
 // load restores a checkpoint if path exists and returns its step (0 when there is none).
 func (tr *trainer) load(path string) (int, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("resume: %w", err)
-	}
-	bad := func(why string) (int, error) { return 0, fmt.Errorf("resume %s: %s", path, why) }
-	if len(b) < len(ckptMagic)+4 || string(b[:len(ckptMagic)]) != ckptMagic {
-		return bad("not a dflash training checkpoint")
-	}
-	b = b[len(ckptMagic):]
-	hl := int(binary.LittleEndian.Uint32(b))
-	b = b[4:]
-	if hl > len(b) {
-		return bad("truncated header")
-	}
 	var h ckptHeader
-	if err := json.Unmarshal(b[:hl], &h); err != nil {
-		return bad(err.Error())
-	}
-	b = b[hl:]
-	cfgJSON, _ := json.Marshal(tr.cfg)
-	var have, want any
-	_ = json.Unmarshal(h.Config, &have)
-	_ = json.Unmarshal(cfgJSON, &want)
-	hb, _ := json.Marshal(have)
-	wb, _ := json.Marshal(want)
-	switch {
-	case string(hb) != string(wb):
-		return bad(fmt.Sprintf("written with config %s, this run has %s (use another output folder or delete the checkpoint)", hb, wb))
-	case h.Params != len(tr.params):
-		return bad(fmt.Sprintf("%d parameters, this draft has %d", h.Params, len(tr.params)))
-	case h.Seqs != len(tr.data) || h.Tokens != (&Data{Sequences: tr.data}).Tokens():
-		return bad(fmt.Sprintf("written for %d sequences / %d tokens of data, this run has %d / %d", h.Seqs, h.Tokens, len(tr.data), (&Data{Sequences: tr.data}).Tokens()))
-	case len(b) != 12*len(tr.params):
-		return bad(fmt.Sprintf("%d bytes of state, want %d", len(b), 12*len(tr.params)))
-	}
-	for _, a := range [][]float32{tr.params, tr.m, tr.v} {
-		for i := range a {
-			a[i] = math.Float32frombits(binary.LittleEndian.Uint32(b))
-			b = b[4:]
+	tokens := (&Data{Sequences: tr.data}).Tokens()
+	check := func() error {
+		// Compare configs as JSON values, so a field added later with its zero value (omitted)
+		// does not orphan older checkpoints.
+		cfgJSON, _ := json.Marshal(tr.cfg)
+		var have, want any
+		_ = json.Unmarshal(h.Config, &have)
+		_ = json.Unmarshal(cfgJSON, &want)
+		hb, _ := json.Marshal(have)
+		wb, _ := json.Marshal(want)
+		switch {
+		case string(hb) != string(wb):
+			return fmt.Errorf("written with config %s, this run has %s (use another output folder or delete the checkpoint)", hb, wb)
+		case h.Params != len(tr.params):
+			return fmt.Errorf("%d parameters, this draft has %d", h.Params, len(tr.params))
+		case h.Seqs != len(tr.data) || h.Tokens != tokens:
+			return fmt.Errorf("written for %d sequences / %d tokens of data, this run has %d / %d", h.Seqs, h.Tokens, len(tr.data), tokens)
 		}
+		return nil
+	}
+	found, err := loadCheckpoint(path, ckptMagic, "training", &h, check, tr.params, tr.m, tr.v)
+	if !found || err != nil {
+		return 0, err
 	}
 	tr.p.refresh()
 	return h.Step, nil
