@@ -262,36 +262,10 @@ func (tr *lmTrainer) step(step int) float64 {
 	return loss
 }
 
-// adamw applies one AdamW update with global-norm clipping (the draft trainer's rule).
+// adamw applies one AdamW update (adamw.go, the draft trainer's rule) and refreshes the kernels.
 func (tr *lmTrainer) adamw(step int, g []float32) {
 	c := tr.cfg
-	var ss float64
-	for _, v := range g {
-		ss += float64(v) * float64(v)
-	}
-	clip := float32(1)
-	if norm := math.Sqrt(ss); norm > c.ClipNorm {
-		clip = float32(c.ClipNorm / norm)
-	}
-	lr := tr.lr(step)
-	t := float64(step + 1)
-	bc1 := 1 - math.Pow(c.Beta1, t)
-	bc2 := 1 - math.Pow(c.Beta2, t)
-	b1, b2 := float32(c.Beta1), float32(c.Beta2)
-	stepSize := float32(lr / bc1)
-	sq2 := float32(math.Sqrt(bc2))
-	for _, s := range tr.specs {
-		decay := float32(1)
-		if s.matrix {
-			decay = float32(1 - lr*c.WeightDecay)
-		}
-		for i := s.off; i < s.off+s.n; i++ {
-			gi := g[i] * clip
-			tr.m[i] = b1*tr.m[i] + (1-b1)*gi
-			tr.v[i] = b2*tr.v[i] + (1-b2)*gi*gi
-			tr.params[i] = tr.params[i]*decay - stepSize*tr.m[i]/(float32(math.Sqrt(float64(tr.v[i])))/sq2+1e-8)
-		}
-	}
+	adamw{Beta1: c.Beta1, Beta2: c.Beta2, WeightDecay: c.WeightDecay, ClipNorm: c.ClipNorm}.step(tr.specs, tr.params, tr.m, tr.v, g, step, tr.lr(step))
 	tr.p.refresh()
 }
 
