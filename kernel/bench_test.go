@@ -3,6 +3,7 @@ package kernel
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -136,5 +137,54 @@ func TestProbeBandwidth(t *testing.T) {
 	}
 	if got := ProbeBandwidth(0, time.Millisecond); got != 0 {
 		t.Fatalf("ProbeBandwidth(0 bytes) = %v, want 0", got)
+	}
+}
+
+// BenchmarkMatvecVsProbe streams one-row bf16 products over a Qwen3-0.6B-like layer (q, k, v,
+// o, gate, up, down), weights cold (more than 256 MiB of copies cycled), and reports their weight
+// GB/s next to ProbeBandwidth measured in the same run with the same thread count, and the ratio
+// (the fraction of the read ceiling the kernel reaches).
+func BenchmarkMatvecVsProbe(b *testing.B) {
+	shapes := []struct{ n, k int }{{2048, 1024}, {1024, 1024}, {1024, 1024}, {1024, 2048}, {3072, 1024}, {3072, 1024}, {1024, 3072}}
+	var layer []*Matrix
+	var layerBytes int64
+	for _, s := range shapes {
+		m := benchMatrix(BF16, s.n, s.k, 0)[0]
+		layer = append(layer, m)
+		layerBytes += m.Bytes()
+	}
+	var ms []*Matrix
+	for int64(len(ms)/len(shapes))*layerBytes < 320<<20 {
+		for _, m := range layer {
+			c := *m
+			c.bf16 = append([]uint16(nil), m.bf16...)
+			ms = append(ms, &c)
+		}
+	}
+	x, y := randVec(3072, 1), make([]float32, 3072)
+	// The pool sizes itself from GOMAXPROCS when it starts: start it before the one-thread
+	// probe lowers GOMAXPROCS.
+	pool.once.Do(startPool)
+	for _, threads := range []int{1, runtime.GOMAXPROCS(0)} {
+		b.Run(fmt.Sprintf("%s/threads=%d", Path(), threads), func(b *testing.B) {
+			prevT := SetMaxThreads(threads)
+			defer SetMaxThreads(prevT)
+			prevP := runtime.GOMAXPROCS(threads) // the probe's thread count
+			probe := ProbeBandwidth(512<<20, 300*time.Millisecond)
+			runtime.GOMAXPROCS(prevP)
+			var bytes int64
+			b.ResetTimer()
+			start := time.Now()
+			for i := 0; i < b.N; i++ {
+				m := ms[i%len(ms)]
+				m.MatMul(y[:m.N], x[:m.K], 1)
+				bytes += m.Bytes()
+			}
+			gbs := float64(bytes) / time.Since(start).Seconds() / 1e9
+			b.StopTimer()
+			b.ReportMetric(gbs, "GB/s")
+			b.ReportMetric(probe, "probeGB/s")
+			b.ReportMetric(gbs/probe, "ratio")
+		})
 	}
 }

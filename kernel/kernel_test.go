@@ -30,7 +30,7 @@ func forEachPath(t *testing.T, f func(t *testing.T)) {
 func withSplit(split bool, f func()) {
 	prev := splitMin
 	defer func() { splitMin = prev }()
-	pool.unsplit = 0 // a stall in an earlier test must not turn this one's splits off
+	pool.unsplit, pool.backoff, pool.clean = 0, 0, 0 // a stall in an earlier test must not turn this one's splits off
 	if split {
 		splitMin = 0
 	} else {

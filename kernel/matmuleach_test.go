@@ -116,3 +116,34 @@ func TestStallBackoff(t *testing.T) {
 		pool.unsplit = 0
 	})
 }
+
+// TestBackoffPolicy drives the backoff policy with a sequence of joins (s: stalled, c: clean)
+// and checks the unsplit run and backoff it leaves. Expected values: the first stall starts at
+// stallBackoffMin (16), each further stall doubles up to stallBackoffMax (1024), and every
+// cleanBeforeShrink (8) clean joins in a row halve the backoff without touching unsplit.
+func TestBackoffPolicy(t *testing.T) {
+	pool.mu.Lock()
+	defer pool.mu.Unlock()
+	defer func() { pool.unsplit, pool.backoff, pool.clean = 0, 0, 0 }()
+	for _, tc := range []struct {
+		joins            string
+		unsplit, backoff int
+	}{
+		{"c", 0, 0},
+		{"s", 16, 16},
+		{"ss", 32, 32},
+		{"sssssssss", 1024, 1024}, // 16 << 8 capped
+		{"sscccccccc", 32, 16},    // 8 clean joins halve 32
+		{"scccccccccccccccc", 16, 4},
+		{"sccccccc", 16, 16},   // 7 clean joins: not yet
+		{"sccccccccs", 16, 16}, // halved to 8, then a stall doubles it back
+	} {
+		pool.unsplit, pool.backoff, pool.clean = 0, 0, 0
+		for _, j := range tc.joins {
+			afterJoin(j == 's')
+		}
+		if pool.unsplit != tc.unsplit || pool.backoff != tc.backoff {
+			t.Errorf("joins %q: unsplit %d backoff %d, want %d %d", tc.joins, pool.unsplit, pool.backoff, tc.unsplit, tc.backoff)
+		}
+	}
+}

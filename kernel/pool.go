@@ -13,7 +13,7 @@ import (
 // no bit of the result. The caller never waits for a worker that has not started: it retracts
 // the offer and does the work itself, which keeps a loaded machine (a worker thread not
 // scheduled) from turning a hand-off into a stall; a worker descheduled in the middle of a chunk
-// does stall the join, and then the next products run unsplit for a while (stallBackoff).
+// does stall the join, and then the next products run unsplit for a while (stallBackoffMin).
 // MatMulEach hands several products of one input over at once. Hand-off allocates nothing: an idle worker
 // polls its state for spinFor after each job (products come in bursts within a forward pass)
 // and then parks on a channel.
@@ -128,7 +128,9 @@ var pool struct {
 	mu      sync.Mutex // held by the one product that owns the workers and job
 	workers []*worker
 	job     job
-	unsplit int // products left to run unsplit after a stall (see stallBackoff); under mu
+	unsplit int // products left to run unsplit after a stall (see stallBackoffMin); under mu
+	backoff int // the unsplit run the next stall starts; under mu
+	clean   int // split products since the last stall or shrink of backoff; under mu
 }
 
 func startPool() {
@@ -202,13 +204,36 @@ func (w *worker) finish() (stalled bool) {
 // process.
 const stallWait = 50 * time.Microsecond
 
-// stallBackoff is how many products run on the caller alone after a stall. On a machine whose
-// cores other processes keep busy, a split product waits for a descheduled worker for a whole
-// time slice. Decoding Qwen3-0.6B (bf16, 2 threads) beside a 2-thread training run measured
-// 27 GB/s effective splitting every product, 30 with a backoff of 256 products after a 200 us
-// wait, 31 with this one (and 31 on one thread). A quiet machine never stalls and splits every
-// product; 1024 products are about nine decode steps of a 28-layer model.
-const stallBackoff = 1024
+// After a stall the next products run on the caller alone, for a backoff that doubles with each
+// stall (from stallBackoffMin up to stallBackoffMax) and halves after every cleanBeforeShrink
+// split products in a row that did not stall. On a machine whose cores other processes keep
+// busy, a split product waits for a descheduled worker for a whole time slice: decoding
+// Qwen3-0.6B (bf16, 2 threads) beside a 2-thread training run measured 27 GB/s effective
+// splitting every product, 30 with a fixed backoff of 256 products after a 200 us wait, 31 with
+// 1024 after 50 us (and 31 on one thread); stalls that frequent drive the backoff to its cap
+// within a few stalls. But a fixed backoff of 1024 products (about nine decode steps of a
+// 28-layer model) turned the occasional stall of a mostly quiet machine (other processes at a
+// load of about 1) into thousands of one-thread products: a cold one-row bf16 stream measured
+// 39-42 GB/s split against 47-50 with no backoff, the probe 48-49.
+const (
+	stallBackoffMin   = 16
+	stallBackoffMax   = 1024
+	cleanBeforeShrink = 8
+)
+
+// afterJoin updates the backoff after a split product (under pool.mu): a stall doubles it and
+// starts an unsplit run that long; cleanBeforeShrink clean joins in a row halve it.
+func afterJoin(stalled bool) {
+	switch {
+	case stalled:
+		pool.backoff = min(max(2*pool.backoff, stallBackoffMin), stallBackoffMax)
+		pool.unsplit, pool.clean = pool.backoff, 0
+	case pool.backoff > 0:
+		if pool.clean++; pool.clean >= cleanBeforeShrink {
+			pool.backoff, pool.clean = pool.backoff/2, 0
+		}
+	}
+}
 
 // matmul runs p over all panels of m, split across the pool when the product is large enough
 // and the pool is free (a concurrent product simply runs on its own goroutine).
@@ -275,11 +300,11 @@ func matmulEach(p *impl, x []float32, rows int, ps ...Product) {
 		w.offer()
 	}
 	j.claim()
+	stalled := false
 	for _, w := range pool.workers[:helpers] {
-		if w.finish() {
-			pool.unsplit = stallBackoff
-		}
+		stalled = w.finish() || stalled
 	}
+	afterJoin(stalled)
 	j.x = nil // drop references to the caller's buffers
 	for k := range j.seg[:j.nseg] {
 		j.seg[k].m, j.seg[k].y = nil, nil
