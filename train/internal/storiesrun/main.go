@@ -1,5 +1,7 @@
-// Command storiesrun is the experiment driver for the stories260K draft (report figures); the
-// engine's CLI wires package train itself.
+// Command storiesrun is the experiment driver for the stories260K DFlash and DFlash2 drafts
+// (BENCHMARKS.md sections 5 and 9): the same data cache and schedule for both architectures, and an
+// engine tau at T = 0 through the drafting session the draft's kind calls for. The engine's CLI
+// (dflash train draft) wires package train itself.
 package main
 
 import (
@@ -9,7 +11,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/dflash/dflash/model/dflash"
+	"github.com/dflash/dflash/engine"
 	"github.com/dflash/dflash/model/transformer"
 	"github.com/dflash/dflash/runner"
 	"github.com/dflash/dflash/sample"
@@ -28,6 +30,8 @@ func main() {
 	anchors := flag.Int("anchors", 16, "anchors per sequence")
 	seqs := flag.Int("seqs", 8, "sequences per step")
 	lr := flag.Float64("lr", 3e-3, "lr")
+	arch := flag.String("arch", train.ArchDFlash, "draft architecture: dflash or dflash2")
+	alpha := flag.Float64("alpha", 0, "dflash2: selector loss weight (0: default)")
 	evalN := flag.Int("eval", 100, "held-out sequences")
 	dataPrefix := flag.String("data", "", "data cache prefix (default: -out)")
 	var taps []int
@@ -54,32 +58,35 @@ func main() {
 		train.DataOptions{N: *evalN, Length: *length, Lower: true, Seed: 2, Progress: os.Stderr})
 	check(err)
 	fmt.Fprintf(os.Stderr, "data ready in %s\n", time.Since(t0).Round(time.Millisecond))
-	cfg := train.DraftConfig{Layers: *layers, BlockSize: *block, Taps: taps, Steps: *steps, LR: *lr,
-		AnchorsPerSeq: *anchors, BatchSeqs: *seqs, Seed: 1, ProgressEvery: 50, CheckpointEvery: 200}
+	cfg := train.DraftConfig{Layers: *layers, BlockSize: *block, Taps: taps, Steps: *steps, LR: *lr, Arch: *arch,
+		SelectorAlpha: *alpha, AnchorsPerSeq: *anchors, BatchSeqs: *seqs, Seed: 1, ProgressEvery: 50, CheckpointEvery: 200}
 	res, err := train.TrainDraft(ctx, t, d, cfg, *out, os.Stderr)
 	check(err)
 	fmt.Fprintf(os.Stderr, "trained %d steps in %s (%.0f tok/s), final loss %.4f\n", res.Steps, res.Elapsed.Round(time.Second), res.TokensSec, res.Loss)
-	dr, err := train.LoadDraft(*out, t)
-	check(err)
-	t1 := time.Now()
-	er, err := train.Evaluate(ctx, t, dr, ev, 2)
-	check(err)
-	dd, err := dflash.Load(*out, t, dflash.Options{})
+	if res.Config.Arch != train.ArchDFlash2 {
+		// The package's own acceptance walk covers DFlash only.
+		dr, err := train.LoadDraft(*out, t)
+		check(err)
+		t1 := time.Now()
+		er, err := train.Evaluate(ctx, t, dr, ev, 2)
+		check(err)
+		fmt.Printf("tau %.3f over %d rounds (%d emitted); accept>=k %v; eval %s\n", er.Tau, er.Rounds, er.Emitted, er.AcceptAt[1:], time.Since(t1).Round(time.Millisecond))
+	}
+	dd, err := (&engine.Engine{Target: t}).LoadDraft(*out)
 	check(err)
 	var all runner.Stats
 	t2 := time.Now()
 	for _, sq := range ev.Sequences {
 		p := sq.Tokens[:sq.Start]
-		capa := len(p) + *length + dd.BlockSize()
+		capa := len(p) + *length + dd.BlockSize
 		st, err := runner.Generate(ctx, runner.NewSequence(t, capa), runner.Request{
 			Prompt: p, Options: sample.Options{}, MaxTokens: *length, Stop: t.Config().EOS,
-			Drafter: runner.NewSession(dd, capa), Depth: &runner.Depth{Fixed: dd.BlockSize() - 1},
+			Drafter: dd.NewSession(capa), Depth: &runner.Depth{Fixed: dd.BlockSize - 1},
 		}, func(int) error { return nil })
 		check(err)
 		all.Add(st)
 	}
-	fmt.Printf("engine (runner.Generate + dflash session, greedy, depth %d): tau %.3f over %d prompts, %s\n", dd.BlockSize()-1, all.Tau(), len(ev.Sequences), time.Since(t2).Round(time.Millisecond))
-	fmt.Printf("tau %.3f over %d rounds (%d emitted); accept>=k %v; eval %s\n", er.Tau, er.Rounds, er.Emitted, er.AcceptAt[1:], time.Since(t1).Round(time.Millisecond))
+	fmt.Printf("engine (runner.Generate + %s session, greedy, depth %d): tau %.3f over %d prompts, %s\n", dd.Arch, dd.BlockSize-1, all.Tau(), len(ev.Sequences), time.Since(t2).Round(time.Millisecond))
 }
 
 func check(err error) {
