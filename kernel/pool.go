@@ -85,6 +85,7 @@ type segment struct {
 // pool.mu and read by workers between taking an offer and going idle. Its chunks are numbered
 // through the segments in order; a chunk never spans two matrices.
 type job struct {
+	fn      func(part int) // set for a Parallel job: chunk c is fn(c); the fields below are unused
 	p       *impl
 	x       []float32
 	rows    int
@@ -100,6 +101,10 @@ func (j *job) claim() {
 		c := j.next.Add(1) - 1
 		if c >= j.nchunks {
 			return
+		}
+		if j.fn != nil {
+			j.fn(int(c))
+			continue
 		}
 		s := &j.seg[0]
 		for k := 1; k < j.nseg && c >= j.seg[k].first; k++ {
@@ -310,4 +315,56 @@ func matmulEach(p *impl, x []float32, rows int, ps ...Product) {
 		j.seg[k].m, j.seg[k].y = nil, nil
 	}
 	pool.mu.Unlock()
+}
+
+// Parallel runs fn(0) .. fn(parts-1), each exactly once, on the calling goroutine and the pool's
+// idle workers, and returns when all have returned. Parts are claimed from a shared counter, so
+// a worker that does not start in time leaves its parts to the caller: Parallel never waits for
+// a goroutine that has not begun, and on a loaded machine (or with SetMaxThreads(1), a busy pool,
+// or after a stall, see afterJoin) it simply runs every part on the caller in order. fn must
+// therefore give the same results whichever goroutine runs a part and in whatever order; parts
+// usually own disjoint rows of a forward. Products fn runs find the pool taken and run unsplit.
+// It reports whether the parts may have run concurrently.
+//
+// It allocates nothing; callers on a hot path pass a method value they built once.
+func Parallel(parts int, fn func(part int)) (split bool) {
+	inline := func() {
+		for i := 0; i < parts; i++ {
+			fn(i)
+		}
+	}
+	if parts < 2 {
+		inline()
+		return false
+	}
+	pool.once.Do(startPool)
+	helpers := min(len(pool.workers), parts-1)
+	if c := int(maxThreads.Load()); c > 0 {
+		helpers = min(helpers, c-1)
+	}
+	if helpers <= 0 || !pool.mu.TryLock() {
+		inline()
+		return false
+	}
+	if pool.unsplit > 0 {
+		pool.unsplit--
+		pool.mu.Unlock()
+		inline()
+		return false
+	}
+	j := &pool.job
+	j.fn, j.nchunks = fn, int64(parts)
+	j.next.Store(0)
+	for _, w := range pool.workers[:helpers] {
+		w.offer()
+	}
+	j.claim()
+	stalled := false
+	for _, w := range pool.workers[:helpers] {
+		stalled = w.finish() || stalled
+	}
+	afterJoin(stalled)
+	j.fn = nil
+	pool.mu.Unlock()
+	return true
 }
