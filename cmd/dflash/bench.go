@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"strconv"
@@ -74,8 +75,20 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	probe := fs.Bool("probe", true, "measure the memory bandwidth ceiling in the same run")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	verifyFlag := fs.String("verify", "2,4,8,16", "row counts n at which to measure the verify cost c(n)/c(1) (empty: skip)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (read it with go tool pprof)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("bench: cpu profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("bench: cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if *n < 1 || *reps < 1 || *prefill < 1 {
 		return usagef("-n, --reps and --prefill must be positive")

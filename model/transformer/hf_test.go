@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -573,4 +574,46 @@ func TestRegistryLoadsHF(t *testing.T) {
 			t.Fatalf("model.Load(%s) gave arch %q", p, tg.Config().Arch)
 		}
 	}
+}
+
+func TestSplitForwardBitwise(t *testing.T) {
+	// A chunk split into row parts (run concurrently on the kernel's pool when it is free) must
+	// give the bits of the same chunk run whole: every row's computation is its own, and each
+	// phase joins before any row reads keys another part wrote. Forcing three parts exercises
+	// the partition on any machine; the default count exercises the pool where there are cores.
+	tc := tinyQwen3(safetensors.F32)
+	m, err := LoadHF(tc.write(t, 4, nil), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := testTokens(45, 50)
+	run := func(t *testing.T, parts, threads int) (logits, taps, keys []float32) {
+		defer kernel.SetMaxThreads(kernel.SetMaxThreads(threads))
+		saved := m.partScores
+		defer func() { m.partScores = saved }()
+		m.partScores = make([][]float32, parts)
+		for p := range m.partScores {
+			m.partScores[p] = make([]float32, 64)
+		}
+		c := m.NewCache(64)
+		// A prefix first, so the split chunk also attends to committed rows.
+		if _, err := m.Forward(c, model.Request{Tokens: tokens[:7]}); err != nil {
+			t.Fatal(err)
+		}
+		res, err := m.Forward(c, model.Request{Tokens: tokens[7:], Logits: model.LogitsAll, Taps: []int{0, 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		kv := c.(*headMajorCache).KV
+		return append([]float32(nil), res.Logits...), append(append([]float32(nil), res.Taps[0]...), res.Taps[1]...), append([]float32(nil), kv.K[1][:45*kv.Width]...)
+	}
+	forEachPath(t, func(t *testing.T) {
+		wantL, wantT, wantK := run(t, 1, 1)
+		for _, c := range []struct{ parts, threads int }{{3, 1}, {3, 0}, {2, 0}, {8, 0}} {
+			l, tp, k := run(t, c.parts, c.threads)
+			if !slices.Equal(l, wantL) || !slices.Equal(tp, wantT) || !slices.Equal(k, wantK) {
+				t.Errorf("%d parts, thread cap %d: logits, taps or keys differ from the unsplit forward", c.parts, c.threads)
+			}
+		}
+	})
 }

@@ -2,6 +2,7 @@ package transformer
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"sync"
@@ -255,5 +256,26 @@ func BenchmarkVerify16SyntheticQwen3_06B(b *testing.B) {
 			b.Fatal(err)
 		}
 		c.Rewind(64)
+	}
+}
+
+// BenchmarkVerifyStories260K is one forward of N rows with logits for all at 128 committed rows,
+// rewound after each; its time over BenchmarkDecodeStories260K's per-token time is c(N)/c(1).
+func BenchmarkVerifyStories260K(b *testing.B) {
+	m := loadStories(b)
+	c := m.NewCache(256)
+	if _, err := m.Forward(c, model.Request{Tokens: testTokens(128, m.Config().Vocab)}); err != nil {
+		b.Fatal(err)
+	}
+	for _, rows := range []int{1, 4, 8, 16} {
+		b.Run(fmt.Sprint(rows), func(b *testing.B) {
+			req := model.Request{Tokens: testTokens(rows, m.Config().Vocab), Logits: model.LogitsAll}
+			for b.Loop() {
+				if _, err := m.Forward(c, req); err != nil {
+					b.Fatal(err)
+				}
+				c.Rewind(128)
+			}
+		})
 	}
 }

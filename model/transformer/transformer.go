@@ -11,6 +11,7 @@ package transformer
 
 import (
 	"fmt"
+	"runtime"
 
 	"github.com/dflash/dflash/cache"
 	"github.com/dflash/dflash/kernel"
@@ -57,6 +58,11 @@ type Model struct {
 	attn      nn.Attention
 	headMajor bool // attention reads head-major key/value copies (small heads, see NewCache)
 	ws        workspace
+	// partScores is each part's attention scratch (see phase); its length is the most parts a
+	// chunk is split into.
+	partScores [][]float32
+	ph         phase
+	phaseFn    func(part int) // m.runPhase, bound once so that a forward allocates nothing
 }
 
 // workspace holds every buffer a forward writes: the per-chunk scratch of nn.Workspace, plus
@@ -92,6 +98,11 @@ func newModel(cfg model.Config, sp spec, emb, head *kernel.Matrix, layers []Laye
 		logits:    make([]float32, cfg.Vocab),
 		tapIdx:    make([]int, cfg.Layers),
 	}
+	m.partScores = make([][]float32, min(max(runtime.GOMAXPROCS(0), 1), maxParts))
+	for p := range m.partScores {
+		m.partScores[p] = make([]float32, m.rope.MaxPos())
+	}
+	m.phaseFn = m.runPhase
 	return m, nil
 }
 
@@ -138,6 +149,11 @@ func (m *Model) NewCache(capacity int) cache.Cache {
 func (m *Model) grow(positions int) {
 	m.rope.Grow(positions)
 	m.ws.GrowScores(positions)
+	for p, sc := range m.partScores {
+		if len(sc) < positions {
+			m.partScores[p] = make([]float32, positions)
+		}
+	}
 }
 
 // Embed writes token's raw embedding row into dst[:Hidden]; token must be in [0, Vocab).
@@ -233,13 +249,21 @@ func (m *Model) Forward(c cache.Cache, r model.Request) (model.Result, error) {
 	}
 	for start := 0; start < n; start += chunkRows {
 		rows := min(chunkRows, n-start)
-		m.chunk(kv, hm, r.Tokens[start:start+rows], pos+start, res.Taps, start)
+		lo, hi := 0, 0 // chunk rows whose logits are asked for
 		switch {
 		case r.Logits == model.LogitsAll:
-			m.logits(res.Logits[start*cfg.Vocab:], 0, rows)
+			lo, hi = 0, rows
 		case r.Logits == model.LogitsLast && start+rows == n:
-			m.logits(res.Logits, rows-1, 1)
+			lo, hi = rows-1, rows
 		}
+		var dst []float32
+		switch {
+		case r.Logits == model.LogitsAll:
+			dst = res.Logits[start*cfg.Vocab:]
+		case hi > lo:
+			dst = res.Logits
+		}
+		m.chunk(kv, hm, r.Tokens[start:start+rows], pos+start, res.Taps, start, dst, lo, hi)
 	}
 	if err := kv.Advance(n); err != nil {
 		return model.Result{}, fmt.Errorf("transformer: %w", err) // unreachable: Room was checked
@@ -247,64 +271,138 @@ func (m *Model) Forward(c cache.Cache, r model.Request) (model.Result, error) {
 	return res, nil
 }
 
+// parMinRows is the least rows a chunk splits across the kernel's pool (kernel.Parallel), and
+// rowsPerPart the least each part gets. A decode step (one row) always runs on the caller: its
+// work per layer is a few microseconds, about what a hand-off costs on a busy machine. A
+// verification or prefill chunk splits by rows: each part runs its own rows through a layer,
+// so a layer costs one hand-off, and since a row's result never depends on the rows computed
+// with it, a split changes no bit (TestSplitForwardBitwise).
+var parMinRows = 4
+
+const rowsPerPart = 2
+
+// maxParts bounds the parts of one chunk (one per core on the machines dflash targets).
+const maxParts = 8
+
+// phase is what one chunk's parts share: the inputs of chunk and, per part, its rows and a view
+// of the workspace at them. Phase l of a chunk finishes layer l-1 for a part's rows (attention,
+// output projection, MLP) and starts layer l (norm, q/k/v into the cache): a row's attention needs
+// the keys of every earlier row of the chunk, which other parts write, so that is where the
+// parts join; the rest of a layer reads only the part's own rows.
+type phase struct {
+	kv     *cache.KV
+	hm     *headMajorCache
+	tokens []int
+	pos    int
+	taps   [][]float32
+	tapRow int
+	layer  int
+	parts  int
+	// logits: rows [logitLo, logitHi) of the chunk write their logits to logits[(i-logitLo)*Vocab:]
+	// in the last phase.
+	logits           []float32
+	logitLo, logitHi int
+	views            [maxParts]nn.Workspace
+}
+
 // chunk runs up to chunkRows rows at positions [pos, pos+len(tokens)) through every layer,
-// leaving the last layer's output in ws.X and copying tapped layers' outputs to taps at row tapRow.
-func (m *Model) chunk(kv *cache.KV, hm *headMajorCache, tokens []int, pos int, taps [][]float32, tapRow int) {
+// copying tapped layers' outputs to taps at row tapRow, and writes the logits of chunk rows
+// [logitLo, logitHi) to logits.
+func (m *Model) chunk(kv *cache.KV, hm *headMajorCache, tokens []int, pos int, taps [][]float32, tapRow int, logits []float32, logitLo, logitHi int) {
+	n := len(tokens)
+	ph := &m.ph
+	ph.kv, ph.hm, ph.tokens, ph.pos, ph.taps, ph.tapRow = kv, hm, tokens, pos, taps, tapRow
+	ph.logits, ph.logitLo, ph.logitHi = logits, logitLo, logitHi
+	ph.parts = 1
+	if n >= parMinRows {
+		ph.parts = min(len(m.partScores), n/rowsPerPart)
+	}
+	for l := 0; l <= len(m.layers); l++ {
+		ph.layer = l
+		kernel.Parallel(ph.parts, m.phaseFn)
+	}
+	ph.kv, ph.hm, ph.tokens, ph.taps, ph.logits = nil, nil, nil, nil, nil
+}
+
+// partRows is the rows [lo, hi) of part p of n rows in parts parts.
+func partRows(p, parts, n int) (lo, hi int) { return p * n / parts, (p + 1) * n / parts }
+
+// runPhase is phase ph.layer for the rows of part p (see phase).
+func (m *Model) runPhase(p int) {
+	ph := &m.ph
 	cfg := &m.cfg
 	ws := &m.ws
-	n := len(tokens)
 	h := cfg.Hidden
 	d := cfg.HeadDim
 	kvw := cfg.KVHeads * d
 	qw := cfg.Heads * d
-	for i, t := range tokens {
-		m.embedding.Row(ws.X[i*h:(i+1)*h], t)
+	n := len(ph.tokens)
+	lo, hi := partRows(p, ph.parts, n)
+	rows := hi - lo
+	if rows == 0 {
+		return
 	}
-	x, xn := ws.X[:n*h], ws.XN[:n*h]
-	for li := range m.layers {
+	v := &ph.views[p]
+	v.Rows = rows
+	v.X, v.XN, v.Q, v.Att, v.Tmp = ws.X[lo*h:hi*h], ws.XN[lo*h:hi*h], ws.Q[lo*qw:hi*qw], ws.Att[lo*qw:hi*qw], ws.Tmp[lo*h:hi*h]
+	v.Gate, v.Up = ws.Gate[lo*cfg.Intermediate:hi*cfg.Intermediate], ws.Up[lo*cfg.Intermediate:hi*cfg.Intermediate]
+	v.Scores = m.partScores[p]
+	x, xn := v.X, v.XN
+	pos := ph.pos + lo // position of the part's first row
+	if ph.layer == 0 {
+		for i, t := range ph.tokens[lo:hi] {
+			m.embedding.Row(x[i*h:(i+1)*h], t)
+		}
+	} else {
+		li := ph.layer - 1
 		l := &m.layers[li]
-		nn.RMSNormRows(xn, x, l.AttnNorm, n, h, cfg.RMSEps)
-		// Keys and values go straight into the cache rows of these positions: rows past the
-		// committed offset are free to overwrite, and Advance commits them only on success.
-		kc := kv.K[li][pos*kvw : (pos+n)*kvw]
-		vc := kv.V[li][pos*kvw : (pos+n)*kvw]
-		// One hand-off to the kernel's pool for the three products of xn. The shapes were
-		// checked at load, so the error path (separate products) is never taken in practice.
-		if err := kernel.MatMulEach(xn, n, kernel.Product{M: l.Q, Y: ws.Q}, kernel.Product{M: l.K, Y: kc}, kernel.Product{M: l.V, Y: vc}); err != nil {
-			l.Q.MatMul(ws.Q, xn, n)
-			l.K.MatMul(kc, xn, n)
-			l.V.MatMul(vc, xn, n)
-		}
-		for i := 0; i < n; i++ {
-			qi := ws.Q[i*qw : (i+1)*qw]
-			ki := kc[i*kvw : (i+1)*kvw]
-			if l.QNorm != nil {
-				nn.RMSNormRows(qi, qi, l.QNorm, cfg.Heads, d, cfg.RMSEps)
-				nn.RMSNormRows(ki, ki, l.KNorm, cfg.KVHeads, d, cfg.RMSEps)
-			}
-			m.rope.Apply(qi, cfg.Heads, pos+i)
-			m.rope.Apply(ki, cfg.KVHeads, pos+i)
-		}
-		if hm != nil {
-			hm.layout.Scatter(hm.kt[li], kc, n, pos)
-			hm.layout.Scatter(hm.vt[li], vc, n, pos)
-			m.attn.RowsHeadMajor(ws.Att, ws.Q, n, hm.kt[li], hm.vt[li], hm.layout, pos, nn.Causal, ws.Scores)
+		if ph.hm != nil {
+			m.attn.RowsHeadMajor(v.Att, v.Q, rows, ph.hm.kt[li], ph.hm.vt[li], ph.hm.layout, pos, nn.Causal, v.Scores)
 		} else {
-			m.attn.Rows(ws.Att, ws.Q, n, kv.K[li], kv.V[li], pos, nn.Causal, ws.Scores)
+			m.attn.Rows(v.Att, v.Q, rows, ph.kv.K[li], ph.kv.V[li], pos, nn.Causal, v.Scores)
 		}
-		l.O.MatMul(ws.Tmp, ws.Att, n)
-		nn.Add(x, ws.Tmp)
-		ws.MLPResidual(x, n, h, l.MLPNorm, cfg.RMSEps, l.Gate, l.Up, l.Down)
+		l.O.MatMul(v.Tmp, v.Att, rows)
+		nn.Add(x, v.Tmp)
+		v.MLPResidual(x, rows, h, l.MLPNorm, cfg.RMSEps, l.Gate, l.Up, l.Down)
 		if ti := ws.tapIdx[li]; ti >= 0 {
-			copy(taps[ti][tapRow*h:], x)
+			copy(ph.taps[ti][(ph.tapRow+lo)*h:], x)
 		}
 	}
-}
-
-// logits writes the head's output for rows [first, first+rows) of the chunk just run.
-func (m *Model) logits(dst []float32, first, rows int) {
-	h := m.cfg.Hidden
-	xn := m.ws.XN[:rows*h]
-	nn.RMSNormRows(xn, m.ws.X[first*h:(first+rows)*h], m.norm, rows, h, m.cfg.RMSEps)
-	m.head.MatMul(dst, xn, rows)
+	if ph.layer == len(m.layers) {
+		a, b := max(lo, ph.logitLo), min(hi, ph.logitHi)
+		if a < b {
+			xn := ws.XN[a*h : b*h]
+			nn.RMSNormRows(xn, ws.X[a*h:b*h], m.norm, b-a, h, cfg.RMSEps)
+			m.head.MatMul(ph.logits[(a-ph.logitLo)*cfg.Vocab:], xn, b-a)
+		}
+		return
+	}
+	li := ph.layer
+	l := &m.layers[li]
+	nn.RMSNormRows(xn, x, l.AttnNorm, rows, h, cfg.RMSEps)
+	// Keys and values go straight into the cache rows of these positions: rows past the
+	// committed offset are free to overwrite, and Advance commits them only on success.
+	kc := ph.kv.K[li][pos*kvw : (pos+rows)*kvw]
+	vc := ph.kv.V[li][pos*kvw : (pos+rows)*kvw]
+	// One hand-off to the kernel's pool for the three products of xn. The shapes were
+	// checked at load, so the error path (separate products) is never taken in practice.
+	if err := kernel.MatMulEach(xn, rows, kernel.Product{M: l.Q, Y: v.Q}, kernel.Product{M: l.K, Y: kc}, kernel.Product{M: l.V, Y: vc}); err != nil {
+		l.Q.MatMul(v.Q, xn, rows)
+		l.K.MatMul(kc, xn, rows)
+		l.V.MatMul(vc, xn, rows)
+	}
+	for i := 0; i < rows; i++ {
+		qi := v.Q[i*qw : (i+1)*qw]
+		ki := kc[i*kvw : (i+1)*kvw]
+		if l.QNorm != nil {
+			nn.RMSNormRows(qi, qi, l.QNorm, cfg.Heads, d, cfg.RMSEps)
+			nn.RMSNormRows(ki, ki, l.KNorm, cfg.KVHeads, d, cfg.RMSEps)
+		}
+		m.rope.Apply(qi, cfg.Heads, pos+i)
+		m.rope.Apply(ki, cfg.KVHeads, pos+i)
+	}
+	if ph.hm != nil {
+		ph.hm.layout.Scatter(ph.hm.kt[li], kc, rows, pos)
+		ph.hm.layout.Scatter(ph.hm.vt[li], vc, rows, pos)
+	}
 }
