@@ -120,12 +120,18 @@ func (h *Heads) Write(c cache.Cache, li int, a *Attn, src []float32, rows, pos i
 // Attend is at.Rows over layer li of c, on the head-major copies when c has them. A cache gives
 // the same bits whatever the batching of its writes, but the two layouts differ in rounding.
 func Attend(at nn.Attention, out, q []float32, n int, c cache.Cache, li, pos int, vis nn.Visibility, scores []float32) {
+	AttendPart(at, out, q, 0, n, n, c, li, pos, vis, scores)
+}
+
+// AttendPart is Attend for rows [first, end) of an n-row block (out and q start at row first),
+// with the bits Attend gives those rows.
+func AttendPart(at nn.Attention, out, q []float32, first, end, n int, c cache.Cache, li, pos int, vis nn.Visibility, scores []float32) {
 	if hm, ok := c.(*headMajorKV); ok {
-		at.RowsHeadMajor(out, q, n, hm.kt[li], hm.vt[li], hm.layout, pos, vis, scores)
+		at.RowsHeadMajorPart(out, q, first, end, n, hm.kt[li], hm.vt[li], hm.layout, pos, vis, scores)
 		return
 	}
 	kv, _ := AsKV(c)
-	at.Rows(out, q, n, kv.K[li], kv.V[li], pos, vis, scores)
+	at.RowsPart(out, q, first, end, n, kv.K[li], kv.V[li], pos, vis, scores)
 }
 
 // MatMul is m.MatMul over any number of rows, in batches of chunkRows (kernel.MatMul is

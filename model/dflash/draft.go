@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 
 	"github.com/dflash/dflash/cache"
@@ -55,6 +56,11 @@ type Draft struct {
 	attn       nn.Attention
 	dtype      kernel.DType
 	ws         workspace
+	// partScores is each block part's attention scratch; its length is the most parts a block
+	// is split into.
+	partScores [][]float32
+	ph         blockPhase
+	phaseFn    func(part int) // d.runPhase, bound once so that a forward allocates nothing
 }
 
 // workspace holds every buffer a forward writes; all are sized at construction except scores,
@@ -117,6 +123,11 @@ func (d *Draft) grow(positions int) {
 	d.heads.Rope.Grow(positions)
 	if len(d.ws.scores) < positions {
 		d.ws.scores = make([]float32, positions)
+	}
+	for p, sc := range d.partScores {
+		if len(sc) < positions {
+			d.partScores[p] = make([]float32, positions)
+		}
 	}
 }
 
@@ -282,6 +293,11 @@ func build(cfg Config, target model.Target, src source) (*Draft, error) {
 		scores: make([]float32, 256),
 		logits: make([]float32, b*cfg.Vocab),
 	}
+	d.partScores = make([][]float32, min(max(runtime.GOMAXPROCS(0), 1), maxParts))
+	for p := range d.partScores {
+		d.partScores[p] = make([]float32, 256)
+	}
+	d.phaseFn = d.runPhase
 	return d, nil
 }
 
@@ -339,64 +355,128 @@ func (d *Draft) Forward(c cache.Cache, ctx []float32, ctxRows int, block []int) 
 	return logits, nil
 }
 
+// parMinRows is the least block rows split across the kernel's pool, and rowsPerPart the
+// least each part gets (see block).
+var parMinRows = 4
+
+const rowsPerPart = 2
+
+// maxParts bounds the parts of one block.
+const maxParts = 8
+
+// blockPhase is what the parts of one block forward share (see block): its inputs, the phase
+// being run, and per part a view of the workspace at its rows.
+type blockPhase struct {
+	c     cache.Cache
+	block []int
+	pos   int
+	layer int
+	parts int
+	views [maxParts]partView
+}
+
+// partView is a part's rows of the block workspace, and its own attention scratch.
+type partView struct {
+	x, xn, tmp, q, att, gate, up, logits, scores []float32
+}
+
 // block runs the block rows at positions [pos, pos+len(block)) through every layer and returns
-// their logits.
+// their logits. With enough rows and an idle core the rows are split into parts that run
+// concurrently (kernel.Parallel): phase l finishes layer l-1 for a part's rows (attention, output
+// projection, MLP) and starts layer l (norm, queries, keys and values into the cache). Block rows
+// attend to each other in both directions, so the parts join once per layer, after every row's
+// keys are written. A row's bits do not depend on the part it falls in.
 func (d *Draft) block(c cache.Cache, block []int, pos int) []float32 {
+	n := len(block)
+	ph := &d.ph
+	ph.c, ph.block, ph.pos = c, block, pos
+	ph.parts = 1
+	if n >= parMinRows {
+		ph.parts = min(len(d.partScores), n/rowsPerPart)
+	}
+	for l := 0; l <= len(d.layers); l++ {
+		ph.layer = l
+		kernel.Parallel(ph.parts, d.phaseFn)
+	}
+	ph.c, ph.block = nil, nil
+	return d.ws.logits[:n*d.cfg.Vocab]
+}
+
+// runPhase is phase ph.layer of the block for the rows of part p.
+func (d *Draft) runPhase(p int) {
 	cfg := &d.cfg
 	ws := &d.ws
-	n := len(block)
+	ph := &d.ph
+	n := len(ph.block)
+	lo, hi := p*n/ph.parts, (p+1)*n/ph.parts
+	rows := hi - lo
+	if rows == 0 {
+		return
+	}
 	h := cfg.Hidden
 	qw := cfg.Heads * cfg.HeadDim
+	im := cfg.Intermediate
 	eps := float32(cfg.RMSEps)
-	x, xn, tmp := ws.x[:n*h], ws.xn[:n*h], ws.tmp[:n*h]
-	for i, t := range block {
-		d.target.Embed(x[i*h:(i+1)*h], t)
-	}
-	if s := float32(cfg.EmbedScale); s != 0 && s != 1 {
-		for i := range x {
-			x[i] *= s
+	v := &ph.views[p]
+	v.x, v.xn, v.tmp = ws.x[lo*h:hi*h], ws.xn[lo*h:hi*h], ws.tmp[lo*h:hi*h]
+	v.q, v.att = ws.q[lo*qw:hi*qw], ws.att[lo*qw:hi*qw]
+	v.gate, v.up = ws.gate[lo*im:hi*im], ws.up[lo*im:hi*im]
+	v.logits = ws.logits[lo*cfg.Vocab : hi*cfg.Vocab]
+	v.scores = d.partScores[p]
+	x, xn, tmp := v.x, v.xn, v.tmp
+	pos := ph.pos + lo
+	if ph.layer == 0 {
+		for i, t := range ph.block[lo:hi] {
+			d.target.Embed(x[i*h:(i+1)*h], t)
 		}
-	}
-	for li := range d.layers {
-		l := &d.layers[li]
-		nn.RMSNormRows(xn, x, l.inNorm, n, h, eps)
-		q := ws.q[:n*qw]
-		d.heads.Queries(q, &l.attn, xn, n, pos)
-		// Every block row's key must be in the cache before any block row attends: with
-		// bidirectional attention row 0 sees row n-1.
-		d.heads.Write(c, li, &l.attn, xn, n, pos)
-		Attend(d.attn, ws.att, q, n, c, li, pos, l.vis, ws.scores)
-		MatMul(l.attn.O, tmp, ws.att[:n*qw], n)
-		addTo(x, tmp)
-		nn.RMSNormRows(xn, x, l.postNorm, n, h, eps)
-		// n <= BlockSize rows; SwiGLU's products take at most 32 (kernel.MatMul's limit).
-		if n <= chunkRows {
-			nn.SwiGLU(tmp, xn, n, l.gate, l.up, l.down, ws.gate, ws.up)
-		} else {
-			g, u := ws.gate[:n*cfg.Intermediate], ws.up[:n*cfg.Intermediate]
-			MatMul(l.gate, g, xn, n)
-			MatMul(l.up, u, xn, n)
-			for i, v := range g {
-				g[i] = nn.Silu(v) * u[i]
+		if s := float32(cfg.EmbedScale); s != 0 && s != 1 {
+			for i := range x {
+				x[i] *= s
 			}
-			MatMul(l.down, tmp, g, n)
+		}
+	} else {
+		li := ph.layer - 1
+		l := &d.layers[li]
+		AttendPart(d.attn, v.att, v.q, lo, hi, n, ph.c, li, ph.pos, l.vis, v.scores)
+		MatMul(l.attn.O, tmp, v.att, rows)
+		addTo(x, tmp)
+		nn.RMSNormRows(xn, x, l.postNorm, rows, h, eps)
+		// rows <= BlockSize; SwiGLU's products take at most 32 (kernel.MatMul's limit).
+		if rows <= chunkRows {
+			nn.SwiGLU(tmp, xn, rows, l.gate, l.up, l.down, v.gate, v.up)
+		} else {
+			g, u := v.gate, v.up
+			MatMul(l.gate, g, xn, rows)
+			MatMul(l.up, u, xn, rows)
+			for i, val := range g {
+				g[i] = nn.Silu(val) * u[i]
+			}
+			MatMul(l.down, tmp, g, rows)
 		}
 		addTo(x, tmp)
 	}
-	nn.RMSNormRows(xn, x, d.norm, n, h, eps)
-	logits := ws.logits[:n*cfg.Vocab]
-	MatMul(d.head, logits, xn, n)
-	if s := float32(cfg.LogitScale); s != 0 && s != 1 {
-		for i := range logits {
-			logits[i] *= s
+	if ph.layer == len(d.layers) {
+		nn.RMSNormRows(xn, x, d.norm, rows, h, eps)
+		logits := v.logits
+		MatMul(d.head, logits, xn, rows)
+		if s := float32(cfg.LogitScale); s != 0 && s != 1 {
+			for i := range logits {
+				logits[i] *= s
+			}
 		}
-	}
-	if c := cfg.LogitSoftcap; c > 0 {
-		for i, v := range logits {
-			logits[i] = float32(c * math.Tanh(float64(v)/c))
+		if c := cfg.LogitSoftcap; c > 0 {
+			for i, val := range logits {
+				logits[i] = float32(c * math.Tanh(float64(val)/c))
+			}
 		}
+		return
 	}
-	return logits
+	l := &d.layers[ph.layer]
+	nn.RMSNormRows(xn, x, l.inNorm, rows, h, eps)
+	d.heads.Queries(v.q, &l.attn, xn, rows, pos)
+	// Every block row's key must be in the cache before any block row attends: with
+	// bidirectional attention row 0 sees row n-1. The join after this phase guarantees it.
+	d.heads.Write(ph.c, ph.layer, &l.attn, xn, rows, pos)
 }
 
 func addTo(x, y []float32) {

@@ -640,3 +640,45 @@ func TestCacheLayouts(t *testing.T) {
 		t.Fatalf("head-major and row-major caches differ: relative error %.2g", e)
 	}
 }
+
+// TestSplitBlockBitwise: a block split into row parts (concurrently on the kernel's pool where
+// there are cores) gives the bits of the block run whole, on both cache layouts and with
+// bidirectional and causal blocks. Forced part counts exercise the partition on any machine.
+func TestSplitBlockBitwise(t *testing.T) {
+	target := testmodel.TinyQwen3(t)
+	for _, causal := range []bool{false, true} {
+		cfg := tinyConfig()
+		cfg.Causal = boolp(causal)
+		d := writeAndLoad(t, target, cfg, kernel.F32, Options{})
+		ctx := randomCtx(cfg, 9, 3)
+		block := []int{4, 96, 96, 17, 96, 96}
+		run := func(t *testing.T, rowMajor bool, parts, threads int) []float32 {
+			defer kernel.SetMaxThreads(kernel.SetMaxThreads(threads))
+			saved := d.partScores
+			defer func() { d.partScores = saved }()
+			d.partScores = make([][]float32, parts)
+			for p := range d.partScores {
+				d.partScores[p] = make([]float32, 32)
+			}
+			c := d.NewCache(32)
+			if rowMajor {
+				c = cache.NewKV(cfg.Layers, 32, cfg.KVHeads*cfg.HeadDim)
+			}
+			l, err := d.Forward(c, ctx, 9, block)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return slices.Clone(l)
+		}
+		kerneltest.ForEachPath(t, func(t *testing.T) {
+			for _, rowMajor := range []bool{false, true} {
+				want := run(t, rowMajor, 1, 1)
+				for _, c := range []struct{ parts, threads int }{{3, 1}, {2, 0}, {3, 0}} {
+					if got := run(t, rowMajor, c.parts, c.threads); !slices.Equal(got, want) {
+						t.Errorf("causal %v, row-major cache %v, %d parts, thread cap %d: logits differ from the whole block", causal, rowMajor, c.parts, c.threads)
+					}
+				}
+			}
+		})
+	}
+}

@@ -54,16 +54,24 @@ const smallHead = 32
 // forward. scores is scratch of at least the longest visible span. Each output row depends only
 // on its own query and the keys it sees, never on n, so decoding and verification agree bitwise.
 func (a Attention) Rows(out, q []float32, n int, k, v []float32, pos int, vis Visibility, scores []float32) {
+	a.RowsPart(out, q, 0, n, n, k, v, pos, vis, scores)
+}
+
+// RowsPart is Rows for rows [first, end) of an n-row forward at positions [pos, pos+n) (a part of
+// the forward that runs on its own core): out and q start at row first. A row's bits are those
+// Rows gives it, whatever part it falls in.
+func (a Attention) RowsPart(out, q []float32, first, end, n int, k, v []float32, pos int, vis Visibility, scores []float32) {
 	d := a.HeadDim
 	w := a.KVHeads * d
 	group := a.Heads / a.KVHeads
 	qw := a.Heads * d
-	for i := 0; i < n; i++ {
+	for i := first; i < end; i++ {
 		lo, hi := vis.Span(pos+i, pos, pos+n)
 		sc := scores[:hi-lo]
+		r := i - first
 		for h := 0; h < a.Heads; h++ {
-			qh := q[i*qw+h*d : i*qw+h*d+d]
-			oh := out[i*qw+h*d : i*qw+h*d+d]
+			qh := q[r*qw+h*d : r*qw+h*d+d]
+			oh := out[r*qw+h*d : r*qw+h*d+d]
 			koff := (h / group) * d
 			kh := k[lo*w+koff:]
 			vh := v[lo*w+koff:]
@@ -140,15 +148,22 @@ func (l HeadMajor) Scatter(dst, rows []float32, n, pos int) {
 // element at a time over all visible positions; the result of a row again depends only on its
 // query and its span. It does not compute the same bits as Rows: a model uses one layout.
 func (a Attention) RowsHeadMajor(out, q []float32, n int, kt, vt []float32, l HeadMajor, pos int, vis Visibility, scores []float32) {
+	a.RowsHeadMajorPart(out, q, 0, n, n, kt, vt, l, pos, vis, scores)
+}
+
+// RowsHeadMajorPart is RowsHeadMajor for rows [first, end) of an n-row forward, as RowsPart is
+// for Rows.
+func (a Attention) RowsHeadMajorPart(out, q []float32, first, end, n int, kt, vt []float32, l HeadMajor, pos int, vis Visibility, scores []float32) {
 	d := a.HeadDim
 	group := a.Heads / a.KVHeads
 	qw := a.Heads * d
-	for i := 0; i < n; i++ {
+	for i := first; i < end; i++ {
 		lo, hi := vis.Span(pos+i, pos, pos+n)
 		sc := scores[:hi-lo]
+		r := i - first
 		for h := 0; h < a.Heads; h++ {
-			qh := q[i*qw+h*d : i*qw+h*d+d]
-			oh := out[i*qw+h*d : i*qw+h*d+d]
+			qh := q[r*qw+h*d : r*qw+h*d+d]
+			oh := out[r*qw+h*d : r*qw+h*d+d]
 			base := (h/group)*d*l.Capacity + lo
 			m := kernel.AxpyRowsMax(sc, qh, kt[base:], l.Capacity)
 			inv := 1 / kernel.ExpShift(sc, sc, m, a.Scale)
