@@ -2808,6 +2808,343 @@ dotRowsF32x512done:
 	VZEROUPPER
 	RET
 
+// func scoresRowsF32x512(y *float32, ldy int, qt *float32, nq int, kt *float32, ldk int, d int, nv int)
+// Requires: AVX, AVX512F
+TEXT ·scoresRowsF32x512(SB), NOSPLIT, $0-64
+	MOVQ y+0(FP), AX
+	MOVQ ldy+8(FP), CX
+	MOVQ qt+16(FP), DX
+	MOVQ nq+24(FP), BX
+	MOVQ BX, SI
+	SHLQ $0x02, SI
+	MOVQ ldk+40(FP), DI
+	SHLQ $0x02, CX
+	SHLQ $0x02, DI
+	LEAQ (CX)(CX*2), R8
+
+scoresRowsF32x512four:
+	CMPQ BX, $0x04
+	JL   scoresRowsF32x512one
+	MOVQ AX, R9
+	MOVQ kt+32(FP), R10
+	MOVQ nv+56(FP), R11
+
+scoresRowsF32x512G4pair:
+	CMPQ   R11, $0x02
+	JL     scoresRowsF32x512G4single
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ   R10, R12
+	MOVQ   DX, R13
+	MOVQ   d+48(FP), R14
+
+scoresRowsF32x512G4p:
+	VMOVUPS      (R12), Z8
+	VMOVUPS      64(R12), Z9
+	VBROADCASTSS (R13), Z10
+	VFMADD231PS  Z8, Z10, Z0
+	VFMADD231PS  Z9, Z10, Z1
+	VBROADCASTSS 4(R13), Z10
+	VFMADD231PS  Z8, Z10, Z2
+	VFMADD231PS  Z9, Z10, Z3
+	VBROADCASTSS 8(R13), Z10
+	VFMADD231PS  Z8, Z10, Z4
+	VFMADD231PS  Z9, Z10, Z5
+	VBROADCASTSS 12(R13), Z10
+	VFMADD231PS  Z8, Z10, Z6
+	VFMADD231PS  Z9, Z10, Z7
+	ADDQ         DI, R12
+	ADDQ         SI, R13
+	DECQ         R14
+	JNZ          scoresRowsF32x512G4p
+	VMOVUPS      Z0, (R9)
+	VMOVUPS      Z1, 64(R9)
+	VMOVUPS      Z2, (R9)(CX*1)
+	VMOVUPS      Z3, 64(R9)(CX*1)
+	VMOVUPS      Z4, (R9)(CX*2)
+	VMOVUPS      Z5, 64(R9)(CX*2)
+	VMOVUPS      Z6, (R9)(R8*1)
+	VMOVUPS      Z7, 64(R9)(R8*1)
+	ADDQ         $0x00000080, R9
+	ADDQ         $0x00000080, R10
+	SUBQ         $0x02, R11
+	JMP          scoresRowsF32x512G4pair
+
+scoresRowsF32x512G4single:
+	TESTQ  R11, R11
+	JE     scoresRowsF32x512G4next
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	MOVQ   DX, R11
+	MOVQ   d+48(FP), R12
+
+scoresRowsF32x512G4s:
+	VMOVUPS      (R10), Z8
+	VBROADCASTSS (R11), Z9
+	VFMADD231PS  Z8, Z9, Z11
+	VBROADCASTSS 4(R11), Z9
+	VFMADD231PS  Z8, Z9, Z12
+	VBROADCASTSS 8(R11), Z9
+	VFMADD231PS  Z8, Z9, Z13
+	VBROADCASTSS 12(R11), Z9
+	VFMADD231PS  Z8, Z9, Z14
+	ADDQ         DI, R10
+	ADDQ         SI, R11
+	DECQ         R12
+	JNZ          scoresRowsF32x512G4s
+	VMOVUPS      Z11, (R9)
+	VMOVUPS      Z12, (R9)(CX*1)
+	VMOVUPS      Z13, (R9)(CX*2)
+	VMOVUPS      Z14, (R9)(R8*1)
+
+scoresRowsF32x512G4next:
+	ADDQ CX, AX
+	ADDQ CX, AX
+	ADDQ CX, AX
+	ADDQ CX, AX
+	ADDQ $0x10, DX
+	SUBQ $0x04, BX
+	JMP  scoresRowsF32x512four
+
+scoresRowsF32x512one:
+	TESTQ BX, BX
+	JE    scoresRowsF32x512done
+	MOVQ  AX, R8
+	MOVQ  kt+32(FP), R9
+	MOVQ  nv+56(FP), R10
+
+scoresRowsF32x512G1pair:
+	CMPQ   R10, $0x02
+	JL     scoresRowsF32x512G1single
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	MOVQ   R9, R11
+	MOVQ   DX, R12
+	MOVQ   d+48(FP), R13
+
+scoresRowsF32x512G1p:
+	VMOVUPS      (R11), Z0
+	VMOVUPS      64(R11), Z1
+	VBROADCASTSS (R12), Z2
+	VFMADD231PS  Z0, Z2, Z15
+	VFMADD231PS  Z1, Z2, Z16
+	ADDQ         DI, R11
+	ADDQ         SI, R12
+	DECQ         R13
+	JNZ          scoresRowsF32x512G1p
+	VMOVUPS      Z15, (R8)
+	VMOVUPS      Z16, 64(R8)
+	ADDQ         $0x00000080, R8
+	ADDQ         $0x00000080, R9
+	SUBQ         $0x02, R10
+	JMP          scoresRowsF32x512G1pair
+
+scoresRowsF32x512G1single:
+	TESTQ  R10, R10
+	JE     scoresRowsF32x512G1next
+	VPXORD Z17, Z17, Z17
+	MOVQ   DX, R10
+	MOVQ   d+48(FP), R11
+
+scoresRowsF32x512G1s:
+	VMOVUPS      (R9), Z0
+	VBROADCASTSS (R10), Z1
+	VFMADD231PS  Z0, Z1, Z17
+	ADDQ         DI, R9
+	ADDQ         SI, R10
+	DECQ         R11
+	JNZ          scoresRowsF32x512G1s
+	VMOVUPS      Z17, (R8)
+
+scoresRowsF32x512G1next:
+	ADDQ CX, AX
+	ADDQ $0x04, DX
+	SUBQ $0x01, BX
+	JMP  scoresRowsF32x512one
+
+scoresRowsF32x512done:
+	VZEROUPPER
+	RET
+
+// func weightedRows8F32x512(out *float32, p *float32, ldp int, nq int, v *float32, ldv int, n int)
+// Requires: AVX, FMA3
+TEXT ·weightedRows8F32x512(SB), NOSPLIT, $0-56
+	MOVQ out+0(FP), AX
+	MOVQ p+8(FP), CX
+	MOVQ ldp+16(FP), DX
+	MOVQ nq+24(FP), BX
+	MOVQ ldv+40(FP), SI
+	SHLQ $0x02, DX
+	SHLQ $0x02, SI
+	LEAQ (DX)(DX*2), DI
+
+weightedRows8F32x512four:
+	CMPQ   BX, $0x04
+	JL     weightedRows8F32x512one
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   v+32(FP), R8
+	MOVQ   CX, R9
+	MOVQ   n+48(FP), R10
+
+weightedRows8F32x512G4pair:
+	CMPQ         R10, $0x02
+	JL           weightedRows8F32x512G4last
+	VMOVUPS      (R8), Y8
+	VMOVUPS      (R8)(SI*1), Y9
+	VBROADCASTSS (R9), Y10
+	VFMADD231PS  Y8, Y10, Y0
+	VBROADCASTSS 4(R9), Y10
+	VFMADD231PS  Y9, Y10, Y1
+	VBROADCASTSS (R9)(DX*1), Y10
+	VFMADD231PS  Y8, Y10, Y2
+	VBROADCASTSS 4(R9)(DX*1), Y10
+	VFMADD231PS  Y9, Y10, Y3
+	VBROADCASTSS (R9)(DX*2), Y10
+	VFMADD231PS  Y8, Y10, Y4
+	VBROADCASTSS 4(R9)(DX*2), Y10
+	VFMADD231PS  Y9, Y10, Y5
+	VBROADCASTSS (R9)(DI*1), Y10
+	VFMADD231PS  Y8, Y10, Y6
+	VBROADCASTSS 4(R9)(DI*1), Y8
+	VFMADD231PS  Y9, Y8, Y7
+	LEAQ         (R8)(SI*2), R8
+	ADDQ         $0x08, R9
+	SUBQ         $0x02, R10
+	JMP          weightedRows8F32x512G4pair
+
+weightedRows8F32x512G4last:
+	TESTQ        R10, R10
+	JE           weightedRows8F32x512G4store
+	VMOVUPS      (R8), Y8
+	VBROADCASTSS (R9), Y9
+	VFMADD231PS  Y8, Y9, Y0
+	VBROADCASTSS (R9)(DX*1), Y9
+	VFMADD231PS  Y8, Y9, Y2
+	VBROADCASTSS (R9)(DX*2), Y9
+	VFMADD231PS  Y8, Y9, Y4
+	VBROADCASTSS (R9)(DI*1), Y9
+	VFMADD231PS  Y8, Y9, Y6
+
+weightedRows8F32x512G4store:
+	VADDPS  Y1, Y0, Y0
+	VMOVUPS Y0, (AX)
+	VADDPS  Y3, Y2, Y2
+	VMOVUPS Y2, 32(AX)
+	VADDPS  Y5, Y4, Y4
+	VMOVUPS Y4, 64(AX)
+	VADDPS  Y7, Y6, Y6
+	VMOVUPS Y6, 96(AX)
+	ADDQ    $0x80, AX
+	ADDQ    DX, CX
+	ADDQ    DX, CX
+	ADDQ    DX, CX
+	ADDQ    DX, CX
+	SUBQ    $0x04, BX
+	JMP     weightedRows8F32x512four
+
+weightedRows8F32x512one:
+	TESTQ  BX, BX
+	JE     weightedRows8F32x512done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ   v+32(FP), DI
+	MOVQ   CX, R8
+	MOVQ   n+48(FP), R9
+
+weightedRows8F32x512G1pair:
+	CMPQ         R9, $0x02
+	JL           weightedRows8F32x512G1last
+	VMOVUPS      (DI), Y2
+	VMOVUPS      (DI)(SI*1), Y3
+	VBROADCASTSS (R8), Y4
+	VFMADD231PS  Y2, Y4, Y0
+	VBROADCASTSS 4(R8), Y2
+	VFMADD231PS  Y3, Y2, Y1
+	LEAQ         (DI)(SI*2), DI
+	ADDQ         $0x08, R8
+	SUBQ         $0x02, R9
+	JMP          weightedRows8F32x512G1pair
+
+weightedRows8F32x512G1last:
+	TESTQ        R9, R9
+	JE           weightedRows8F32x512G1store
+	VMOVUPS      (DI), Y2
+	VBROADCASTSS (R8), Y3
+	VFMADD231PS  Y2, Y3, Y0
+
+weightedRows8F32x512G1store:
+	VADDPS  Y1, Y0, Y0
+	VMOVUPS Y0, (AX)
+	ADDQ    $0x20, AX
+	ADDQ    DX, CX
+	SUBQ    $0x01, BX
+	JMP     weightedRows8F32x512one
+
+weightedRows8F32x512done:
+	VZEROUPPER
+	RET
+
+// func maxF32x512(x []float32) float32
+// Requires: AVX, AVX512F, SSE
+TEXT ·maxF32x512(SB), NOSPLIT, $0-28
+	MOVQ    x_base+0(FP), AX
+	MOVQ    x_len+8(FP), CX
+	VMOVUPS expconsts<>+896(SB), Z0
+	VMOVUPS expconsts<>+896(SB), Z1
+
+maxF32x512pair:
+	CMPQ   CX, $0x00000020
+	JL     maxF32x512vec
+	VMAXPS (AX), Z0, Z0
+	VMAXPS 64(AX), Z1, Z1
+	ADDQ   $0x00000080, AX
+	SUBQ   $0x00000020, CX
+	JMP    maxF32x512pair
+
+maxF32x512vec:
+	CMPQ   CX, $0x00000010
+	JL     maxF32x512tail
+	VMAXPS (AX), Z0, Z0
+	ADDQ   $0x00000040, AX
+	SUBQ   $0x00000010, CX
+
+maxF32x512tail:
+	TESTQ     CX, CX
+	JE        maxF32x512reduce
+	LEAQ      expmask512<>+0(SB), DX
+	KMOVW     (DX)(CX*2), K1
+	VMOVUPS.Z (AX), K1, Z2
+	VMAXPS    Z2, Z1, K1, Z1
+
+maxF32x512reduce:
+	VMAXPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VMAXPS        Y1, Y0, Y1
+	VEXTRACTF128  $0x01, Y1, X0
+	VMAXPS        X0, X1, X0
+	VMOVHLPS      X0, X0, X1
+	VMAXPS        X1, X0, X0
+	VMOVSHDUP     X0, X1
+	VMAXSS        X1, X0, X0
+	VZEROUPPER
+	MOVSS         X0, ret+24(FP)
+	RET
+
 // func panelsBF16R1x256(w *uint16, x *float32, y *float32, k int, np int, ldx int, ldy int)
 // Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·panelsBF16R1x256(SB), NOSPLIT, $0-56
@@ -4834,6 +5171,344 @@ dotRowsF32x256store:
 
 dotRowsF32x256done:
 	VZEROUPPER
+	RET
+
+// func scoresRowsF32x256(y *float32, ldy int, qt *float32, nq int, kt *float32, ldk int, d int, nv int)
+// Requires: AVX, FMA3
+TEXT ·scoresRowsF32x256(SB), NOSPLIT, $0-64
+	MOVQ y+0(FP), AX
+	MOVQ ldy+8(FP), CX
+	MOVQ qt+16(FP), DX
+	MOVQ nq+24(FP), BX
+	MOVQ BX, SI
+	SHLQ $0x02, SI
+	MOVQ ldk+40(FP), DI
+	SHLQ $0x02, CX
+	SHLQ $0x02, DI
+	LEAQ (CX)(CX*2), R8
+
+scoresRowsF32x256four:
+	CMPQ BX, $0x04
+	JL   scoresRowsF32x256one
+	MOVQ AX, R9
+	MOVQ kt+32(FP), R10
+	MOVQ nv+56(FP), R11
+
+scoresRowsF32x256G4pair:
+	CMPQ   R11, $0x02
+	JL     scoresRowsF32x256G4single
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   R10, R12
+	MOVQ   DX, R13
+	MOVQ   d+48(FP), R14
+
+scoresRowsF32x256G4p:
+	VMOVUPS      (R12), Y8
+	VMOVUPS      32(R12), Y9
+	VBROADCASTSS (R13), Y10
+	VFMADD231PS  Y8, Y10, Y0
+	VFMADD231PS  Y9, Y10, Y1
+	VBROADCASTSS 4(R13), Y10
+	VFMADD231PS  Y8, Y10, Y2
+	VFMADD231PS  Y9, Y10, Y3
+	VBROADCASTSS 8(R13), Y10
+	VFMADD231PS  Y8, Y10, Y4
+	VFMADD231PS  Y9, Y10, Y5
+	VBROADCASTSS 12(R13), Y10
+	VFMADD231PS  Y8, Y10, Y6
+	VFMADD231PS  Y9, Y10, Y7
+	ADDQ         DI, R12
+	ADDQ         SI, R13
+	DECQ         R14
+	JNZ          scoresRowsF32x256G4p
+	VMOVUPS      Y0, (R9)
+	VMOVUPS      Y1, 32(R9)
+	VMOVUPS      Y2, (R9)(CX*1)
+	VMOVUPS      Y3, 32(R9)(CX*1)
+	VMOVUPS      Y4, (R9)(CX*2)
+	VMOVUPS      Y5, 32(R9)(CX*2)
+	VMOVUPS      Y6, (R9)(R8*1)
+	VMOVUPS      Y7, 32(R9)(R8*1)
+	ADDQ         $0x00000040, R9
+	ADDQ         $0x00000040, R10
+	SUBQ         $0x02, R11
+	JMP          scoresRowsF32x256G4pair
+
+scoresRowsF32x256G4single:
+	TESTQ  R11, R11
+	JE     scoresRowsF32x256G4next
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   DX, R11
+	MOVQ   d+48(FP), R12
+
+scoresRowsF32x256G4s:
+	VMOVUPS      (R10), Y4
+	VBROADCASTSS (R11), Y5
+	VFMADD231PS  Y4, Y5, Y0
+	VBROADCASTSS 4(R11), Y5
+	VFMADD231PS  Y4, Y5, Y1
+	VBROADCASTSS 8(R11), Y5
+	VFMADD231PS  Y4, Y5, Y2
+	VBROADCASTSS 12(R11), Y5
+	VFMADD231PS  Y4, Y5, Y3
+	ADDQ         DI, R10
+	ADDQ         SI, R11
+	DECQ         R12
+	JNZ          scoresRowsF32x256G4s
+	VMOVUPS      Y0, (R9)
+	VMOVUPS      Y1, (R9)(CX*1)
+	VMOVUPS      Y2, (R9)(CX*2)
+	VMOVUPS      Y3, (R9)(R8*1)
+
+scoresRowsF32x256G4next:
+	ADDQ CX, AX
+	ADDQ CX, AX
+	ADDQ CX, AX
+	ADDQ CX, AX
+	ADDQ $0x10, DX
+	SUBQ $0x04, BX
+	JMP  scoresRowsF32x256four
+
+scoresRowsF32x256one:
+	TESTQ BX, BX
+	JE    scoresRowsF32x256done
+	MOVQ  AX, R8
+	MOVQ  kt+32(FP), R9
+	MOVQ  nv+56(FP), R10
+
+scoresRowsF32x256G1pair:
+	CMPQ   R10, $0x02
+	JL     scoresRowsF32x256G1single
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ   R9, R11
+	MOVQ   DX, R12
+	MOVQ   d+48(FP), R13
+
+scoresRowsF32x256G1p:
+	VMOVUPS      (R11), Y2
+	VMOVUPS      32(R11), Y3
+	VBROADCASTSS (R12), Y4
+	VFMADD231PS  Y2, Y4, Y0
+	VFMADD231PS  Y3, Y4, Y1
+	ADDQ         DI, R11
+	ADDQ         SI, R12
+	DECQ         R13
+	JNZ          scoresRowsF32x256G1p
+	VMOVUPS      Y0, (R8)
+	VMOVUPS      Y1, 32(R8)
+	ADDQ         $0x00000040, R8
+	ADDQ         $0x00000040, R9
+	SUBQ         $0x02, R10
+	JMP          scoresRowsF32x256G1pair
+
+scoresRowsF32x256G1single:
+	TESTQ  R10, R10
+	JE     scoresRowsF32x256G1next
+	VXORPS Y0, Y0, Y0
+	MOVQ   DX, R10
+	MOVQ   d+48(FP), R11
+
+scoresRowsF32x256G1s:
+	VMOVUPS      (R9), Y1
+	VBROADCASTSS (R10), Y2
+	VFMADD231PS  Y1, Y2, Y0
+	ADDQ         DI, R9
+	ADDQ         SI, R10
+	DECQ         R11
+	JNZ          scoresRowsF32x256G1s
+	VMOVUPS      Y0, (R8)
+
+scoresRowsF32x256G1next:
+	ADDQ CX, AX
+	ADDQ $0x04, DX
+	SUBQ $0x01, BX
+	JMP  scoresRowsF32x256one
+
+scoresRowsF32x256done:
+	VZEROUPPER
+	RET
+
+// func weightedRows8F32x256(out *float32, p *float32, ldp int, nq int, v *float32, ldv int, n int)
+// Requires: AVX, FMA3
+TEXT ·weightedRows8F32x256(SB), NOSPLIT, $0-56
+	MOVQ out+0(FP), AX
+	MOVQ p+8(FP), CX
+	MOVQ ldp+16(FP), DX
+	MOVQ nq+24(FP), BX
+	MOVQ ldv+40(FP), SI
+	SHLQ $0x02, DX
+	SHLQ $0x02, SI
+	LEAQ (DX)(DX*2), DI
+
+weightedRows8F32x256four:
+	CMPQ   BX, $0x04
+	JL     weightedRows8F32x256one
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   v+32(FP), R8
+	MOVQ   CX, R9
+	MOVQ   n+48(FP), R10
+
+weightedRows8F32x256G4pair:
+	CMPQ         R10, $0x02
+	JL           weightedRows8F32x256G4last
+	VMOVUPS      (R8), Y8
+	VMOVUPS      (R8)(SI*1), Y9
+	VBROADCASTSS (R9), Y10
+	VFMADD231PS  Y8, Y10, Y0
+	VBROADCASTSS 4(R9), Y10
+	VFMADD231PS  Y9, Y10, Y1
+	VBROADCASTSS (R9)(DX*1), Y10
+	VFMADD231PS  Y8, Y10, Y2
+	VBROADCASTSS 4(R9)(DX*1), Y10
+	VFMADD231PS  Y9, Y10, Y3
+	VBROADCASTSS (R9)(DX*2), Y10
+	VFMADD231PS  Y8, Y10, Y4
+	VBROADCASTSS 4(R9)(DX*2), Y10
+	VFMADD231PS  Y9, Y10, Y5
+	VBROADCASTSS (R9)(DI*1), Y10
+	VFMADD231PS  Y8, Y10, Y6
+	VBROADCASTSS 4(R9)(DI*1), Y8
+	VFMADD231PS  Y9, Y8, Y7
+	LEAQ         (R8)(SI*2), R8
+	ADDQ         $0x08, R9
+	SUBQ         $0x02, R10
+	JMP          weightedRows8F32x256G4pair
+
+weightedRows8F32x256G4last:
+	TESTQ        R10, R10
+	JE           weightedRows8F32x256G4store
+	VMOVUPS      (R8), Y8
+	VBROADCASTSS (R9), Y9
+	VFMADD231PS  Y8, Y9, Y0
+	VBROADCASTSS (R9)(DX*1), Y9
+	VFMADD231PS  Y8, Y9, Y2
+	VBROADCASTSS (R9)(DX*2), Y9
+	VFMADD231PS  Y8, Y9, Y4
+	VBROADCASTSS (R9)(DI*1), Y9
+	VFMADD231PS  Y8, Y9, Y6
+
+weightedRows8F32x256G4store:
+	VADDPS  Y1, Y0, Y0
+	VMOVUPS Y0, (AX)
+	VADDPS  Y3, Y2, Y2
+	VMOVUPS Y2, 32(AX)
+	VADDPS  Y5, Y4, Y4
+	VMOVUPS Y4, 64(AX)
+	VADDPS  Y7, Y6, Y6
+	VMOVUPS Y6, 96(AX)
+	ADDQ    $0x80, AX
+	ADDQ    DX, CX
+	ADDQ    DX, CX
+	ADDQ    DX, CX
+	ADDQ    DX, CX
+	SUBQ    $0x04, BX
+	JMP     weightedRows8F32x256four
+
+weightedRows8F32x256one:
+	TESTQ  BX, BX
+	JE     weightedRows8F32x256done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ   v+32(FP), DI
+	MOVQ   CX, R8
+	MOVQ   n+48(FP), R9
+
+weightedRows8F32x256G1pair:
+	CMPQ         R9, $0x02
+	JL           weightedRows8F32x256G1last
+	VMOVUPS      (DI), Y2
+	VMOVUPS      (DI)(SI*1), Y3
+	VBROADCASTSS (R8), Y4
+	VFMADD231PS  Y2, Y4, Y0
+	VBROADCASTSS 4(R8), Y2
+	VFMADD231PS  Y3, Y2, Y1
+	LEAQ         (DI)(SI*2), DI
+	ADDQ         $0x08, R8
+	SUBQ         $0x02, R9
+	JMP          weightedRows8F32x256G1pair
+
+weightedRows8F32x256G1last:
+	TESTQ        R9, R9
+	JE           weightedRows8F32x256G1store
+	VMOVUPS      (DI), Y2
+	VBROADCASTSS (R8), Y3
+	VFMADD231PS  Y2, Y3, Y0
+
+weightedRows8F32x256G1store:
+	VADDPS  Y1, Y0, Y0
+	VMOVUPS Y0, (AX)
+	ADDQ    $0x20, AX
+	ADDQ    DX, CX
+	SUBQ    $0x01, BX
+	JMP     weightedRows8F32x256one
+
+weightedRows8F32x256done:
+	VZEROUPPER
+	RET
+
+// func maxF32x256(x []float32) float32
+// Requires: AVX, SSE
+TEXT ·maxF32x256(SB), NOSPLIT, $0-28
+	MOVQ    x_base+0(FP), AX
+	MOVQ    x_len+8(FP), CX
+	VMOVUPS expconsts<>+896(SB), Y0
+	VMOVUPS expconsts<>+896(SB), Y1
+
+maxF32x256pair:
+	CMPQ   CX, $0x00000010
+	JL     maxF32x256vec
+	VMAXPS (AX), Y0, Y0
+	VMAXPS 32(AX), Y1, Y1
+	ADDQ   $0x00000040, AX
+	SUBQ   $0x00000010, CX
+	JMP    maxF32x256pair
+
+maxF32x256vec:
+	CMPQ   CX, $0x00000008
+	JL     maxF32x256tail
+	VMAXPS (AX), Y0, Y0
+	ADDQ   $0x00000020, AX
+	SUBQ   $0x00000008, CX
+
+maxF32x256tail:
+	TESTQ      CX, CX
+	JE         maxF32x256reduce
+	LEAQ       expmask256<>+0(SB), DX
+	NEGQ       CX
+	VMOVUPS    32(DX)(CX*4), Y2
+	VMASKMOVPS (AX), Y2, Y3
+	VMOVUPS    expconsts<>+896(SB), Y4
+	VBLENDVPS  Y2, Y3, Y4, Y4
+	VMAXPS     Y4, Y1, Y1
+
+maxF32x256reduce:
+	VMAXPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VMAXPS       X1, X0, X0
+	VMOVHLPS     X0, X0, X1
+	VMAXPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VMAXSS       X1, X0, X0
+	VZEROUPPER
+	MOVSS        X0, ret+24(FP)
 	RET
 
 // func sumF32x256(a []float32) float32

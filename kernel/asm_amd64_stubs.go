@@ -69,6 +69,21 @@ func axpyRowsMaxF32x512(y []float32, a []float32, m *float32, ld int) float32
 //go:noescape
 func dotRowsF32x512(out []float32, x []float32, m *float32, ld int)
 
+// scoresRowsF32x512 sets y[i*ldy+t] = sum_j qt[j*nq+i]*kt[j*ldk+t] for nq queries, d elements and nv whole vectors of positions.
+//
+//go:noescape
+func scoresRowsF32x512(y *float32, ldy int, qt *float32, nq int, kt *float32, ldk int, d int, nv int)
+
+// weightedRows8F32x512 sets out[i*8+e] = sum_t p[i*ldp+t]*v[t*ldv+e] for nq queries, 8 elements and n positions.
+//
+//go:noescape
+func weightedRows8F32x512(out *float32, p *float32, ldp int, nq int, v *float32, ldv int, n int)
+
+// maxF32x512 returns the largest element of x, or -Inf for an empty x.
+//
+//go:noescape
+func maxF32x512(x []float32) float32
+
 // panelsBF16R1x256 computes 1 activation rows against np whole BF16 panels.
 //
 //go:noescape
@@ -133,6 +148,21 @@ func axpyRowsMaxF32x256(y []float32, a []float32, m *float32, ld int) float32
 //
 //go:noescape
 func dotRowsF32x256(out []float32, x []float32, m *float32, ld int)
+
+// scoresRowsF32x256 sets y[i*ldy+t] = sum_j qt[j*nq+i]*kt[j*ldk+t] for nq queries, d elements and nv whole vectors of positions.
+//
+//go:noescape
+func scoresRowsF32x256(y *float32, ldy int, qt *float32, nq int, kt *float32, ldk int, d int, nv int)
+
+// weightedRows8F32x256 sets out[i*8+e] = sum_t p[i*ldp+t]*v[t*ldv+e] for nq queries, 8 elements and n positions.
+//
+//go:noescape
+func weightedRows8F32x256(out *float32, p *float32, ldp int, nq int, v *float32, ldv int, n int)
+
+// maxF32x256 returns the largest element of x, or -Inf for an empty x.
+//
+//go:noescape
+func maxF32x256(x []float32) float32
 
 // sumF32x256 reads a (len a multiple of 64) and returns a sum of its elements.
 //

@@ -23,11 +23,16 @@ type impl struct {
 	// element and long enough (the exported wrappers check).
 	axpyRowsMax func(y, a []float32, m *float32, ld int) float32
 	dotRows     func(out, x []float32, m *float32, ld int)
+	// scoresRows, weightedRows8 and maxF32 are ScoresRows, WeightedRows8 and MaxF32 past the
+	// wrappers' checks.
+	scoresRows    func(y *float32, ldy int, qt *float32, nq int, kt *float32, ldk, d, n int)
+	weightedRows8 func(out, p *float32, ldp, nq int, v *float32, ldv, n int)
+	maxF32        func(x []float32) float32
 }
 
 var (
 	portable = &impl{name: "go", panels: panelsGo, dot: dotGo, axpy: axpyGo, expShift: expShiftGo,
-		axpyRowsMax: axpyRowsMaxGo, dotRows: dotRowsGo}
+		axpyRowsMax: axpyRowsMaxGo, dotRows: dotRowsGo, scoresRows: scoresRowsGo, weightedRows8: weightedRows8Go, maxF32: maxGo}
 	// registry lists paths in preference order; architecture files prepend theirs in init.
 	registry = []*impl{portable}
 	active   = portable

@@ -188,7 +188,10 @@ func (w *worker) offer() {
 // finish returns once w no longer reads the job: it retracts an offer not yet taken, or waits
 // for a taken one to run out of chunks (which the caller has just exhausted). It reports
 // whether that wait was long enough to mean the worker's thread was descheduled mid-chunk.
-func (w *worker) finish() (stalled bool) {
+func (w *worker) finish() (stalled bool) { return w.finishWithin(stallWait) }
+
+// finishWithin is finish with the wait that counts as a stall given.
+func (w *worker) finishWithin(stall time.Duration) (stalled bool) {
 	if w.state.CompareAndSwap(offered, idle) {
 		return false
 	}
@@ -201,7 +204,7 @@ func (w *worker) finish() (stalled bool) {
 			runtime.Gosched()
 		}
 	}
-	return !start.IsZero() && time.Since(start) > stallWait
+	return !start.IsZero() && time.Since(start) > stall
 }
 
 // stallWait is a join wait no chunk explains: a chunk is at most maxChunkBytes of weights, about
@@ -358,10 +361,15 @@ func Parallel(parts int, fn func(part int)) (split bool) {
 	for _, w := range pool.workers[:helpers] {
 		w.offer()
 	}
+	t0 := time.Now()
 	j.claim()
+	// A part may be long (a layer of many rows), and parts of equal rows need not take equal
+	// time: a join counts as a stall only when a worker takes longer again than the caller's
+	// whole share did, beyond the usual stallWait.
+	stall := max(stallWait, time.Since(t0))
 	stalled := false
 	for _, w := range pool.workers[:helpers] {
-		stalled = w.finish() || stalled
+		stalled = w.finishWithin(stall) || stalled
 	}
 	afterJoin(stalled)
 	j.fn = nil

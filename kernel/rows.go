@@ -55,3 +55,100 @@ func dotRowsGo(out, x []float32, m *float32, ld int) {
 		out[j] = dotGo(x, ms[j*ld:j*ld+len(x)])
 	}
 }
+
+// Pad16 is n rounded up to a whole number of 16-float vectors: the positions ScoresRows
+// computes, and so the length its key rows and score rows must have.
+func Pad16(n int) int { return (n + 15) &^ 15 }
+
+// ScoresRows sets y[i*ldy+t] = sum_j qt[j*nq+i]*kt[j*ldk+t] for i < nq, j < d and t < n: the
+// attention scores of nq queries, stored transposed (element j of every query together), over
+// one head-major key head of d rows at stride ldk. Each y[t] gets the bits AxpyRowsMax gives
+// it on the same path, so a query's scores depend neither on nq nor on the other queries. The
+// vector paths work in whole vectors: kt rows and y rows must hold Pad16(n) elements, and y
+// past n receives scores of whatever kt holds there.
+func ScoresRows(y []float32, ldy int, qt []float32, nq int, kt []float32, ldk, d, n int) {
+	if nq <= 0 || n <= 0 {
+		return
+	}
+	if d <= 0 {
+		panic("kernel: ScoresRows with no query elements")
+	}
+	p := Pad16(n)
+	if ldy < p || ldk < 1 {
+		panic("kernel: ScoresRows strides shorter than the padded positions")
+	}
+	_ = qt[d*nq-1]
+	_ = y[(nq-1)*ldy+p-1]
+	_ = kt[(d-1)*ldk+p-1]
+	active.scoresRows(unsafe.SliceData(y), ldy, unsafe.SliceData(qt), nq, unsafe.SliceData(kt), ldk, d, n)
+}
+
+// WeightedRows8 sets out[i*8+e] = sum_t p[i*ldp+t]*v[t*ldv+e] for i < nq, e < 8 and t < n:
+// attention's weighted sum of values for heads of 8 elements over a row-major cache (v at the
+// head's first element, ldv the cache row width). A query's sum depends only on its weights and
+// the values, in an order fixed by t: weights of 0 past a query's own span change nothing.
+func WeightedRows8(out, p []float32, ldp, nq int, v []float32, ldv, n int) {
+	if nq <= 0 {
+		return
+	}
+	if n <= 0 {
+		clear(out[:nq*8])
+		return
+	}
+	_ = out[nq*8-1]
+	_ = p[(nq-1)*ldp+n-1]
+	_ = v[(n-1)*ldv+7]
+	active.weightedRows8(unsafe.SliceData(out), unsafe.SliceData(p), ldp, nq, unsafe.SliceData(v), ldv, n)
+}
+
+// MaxF32 returns the largest element of x (NaNs aside), or -Inf for an empty x.
+func MaxF32(x []float32) float32 { return active.maxF32(x) }
+
+func scoresRowsGo(y *float32, ldy int, qt *float32, nq int, kt *float32, ldk, d, n int) {
+	ys := unsafe.Slice(y, (nq-1)*ldy+n)
+	qs := unsafe.Slice(qt, d*nq)
+	ks := unsafe.Slice(kt, (d-1)*ldk+n)
+	for i := 0; i < nq; i++ {
+		row := ys[i*ldy : i*ldy+n]
+		clear(row)
+		for j := 0; j < d; j++ {
+			axpyGo(row, qs[j*nq+i], ks[j*ldk:j*ldk+n])
+		}
+	}
+}
+
+func weightedRows8Go(out, p *float32, ldp, nq int, v *float32, ldv, n int) {
+	os := unsafe.Slice(out, nq*8)
+	ps := unsafe.Slice(p, (nq-1)*ldp+n)
+	vs := unsafe.Slice(v, (n-1)*ldv+8)
+	for i := 0; i < nq; i++ {
+		var even, odd [8]float32
+		pi := ps[i*ldp : i*ldp+n]
+		t := 0
+		for ; t+1 < n; t += 2 {
+			a, b := pi[t], pi[t+1]
+			va, vb := (*[8]float32)(vs[t*ldv:]), (*[8]float32)(vs[(t+1)*ldv:])
+			for e := range even {
+				even[e] += a * va[e]
+				odd[e] += b * vb[e]
+			}
+		}
+		if t < n {
+			a, va := pi[t], (*[8]float32)(vs[t*ldv:])
+			for e := range even {
+				even[e] += a * va[e]
+			}
+		}
+		for e := range even {
+			os[i*8+e] = even[e] + odd[e]
+		}
+	}
+}
+
+func maxGo(x []float32) float32 {
+	m := float32(math.Inf(-1))
+	for _, v := range x {
+		m = max(m, v)
+	}
+	return m
+}

@@ -80,6 +80,9 @@ func main() {
 		expShift(is)
 		axpyRowsMax(is)
 		dotRows(is)
+		scoresRows(is)
+		weightedRows8(is)
+		maxF32(is)
 	}
 	sum256()
 	cpuid()

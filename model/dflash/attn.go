@@ -75,8 +75,8 @@ func NewKV(layers, capacity, kvHeads, headDim int) cache.Cache {
 	c := &headMajorKV{KV: kv, layout: nn.HeadMajor{KVHeads: kvHeads, HeadDim: headDim, Capacity: headMajorStride(capacity)},
 		kt: make([][]float32, layers), vt: make([][]float32, layers)}
 	for l := range c.kt {
-		c.kt[l] = make([]float32, c.layout.Capacity*kv.Width)
-		c.vt[l] = make([]float32, c.layout.Capacity*kv.Width)
+		c.kt[l] = make([]float32, c.layout.Len())
+		c.vt[l] = make([]float32, c.layout.Len())
 	}
 	return c
 }
@@ -127,7 +127,7 @@ func Attend(at nn.Attention, out, q []float32, n int, c cache.Cache, li, pos int
 // with the bits Attend gives those rows.
 func AttendPart(at nn.Attention, out, q []float32, first, end, n int, c cache.Cache, li, pos int, vis nn.Visibility, scores []float32) {
 	if hm, ok := c.(*headMajorKV); ok {
-		at.RowsHeadMajorPart(out, q, first, end, n, hm.kt[li], hm.vt[li], hm.layout, pos, vis, scores)
+		at.RowsHeadMajorPart(out, q, first, end, n, hm.kt[li], hm.vt[li], hm.KV.V[li], hm.layout, pos, vis, scores)
 		return
 	}
 	kv, _ := AsKV(c)

@@ -125,8 +125,8 @@ func (d *Draft) grow(positions int) {
 		d.ws.scores = make([]float32, positions)
 	}
 	for p, sc := range d.partScores {
-		if len(sc) < positions {
-			d.partScores[p] = make([]float32, positions)
+		if need := nn.ScratchLen(positions); len(sc) < need {
+			d.partScores[p] = make([]float32, need)
 		}
 	}
 }
@@ -295,7 +295,7 @@ func build(cfg Config, target model.Target, src source) (*Draft, error) {
 	}
 	d.partScores = make([][]float32, min(max(runtime.GOMAXPROCS(0), 1), maxParts))
 	for p := range d.partScores {
-		d.partScores[p] = make([]float32, 256)
+		d.partScores[p] = make([]float32, nn.ScratchLen(256))
 	}
 	d.phaseFn = d.runPhase
 	return d, nil

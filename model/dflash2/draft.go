@@ -111,8 +111,8 @@ func (d *Draft) NewCache(capacity int) cache.Cache {
 	if d.heads.Rope.MaxPos() < capacity {
 		d.heads.Rope.Grow(capacity)
 	}
-	if len(d.ws.scores) < capacity {
-		d.ws.scores = make([]float32, capacity)
+	if need := nn.ScratchLen(capacity); len(d.ws.scores) < need {
+		d.ws.scores = make([]float32, need)
 	}
 	// The same layout as DFlash's draft: head-major K/V copies for small heads, so attention
 	// runs on the vectorised path.
@@ -244,7 +244,7 @@ func (d *Draft) init(inv []float64) {
 		q: make([]float32, rows*qw), att: make([]float32, rows*qw),
 		gate: make([]float32, rows*c.Intermediate), up: make([]float32, rows*c.Intermediate),
 		delta:  make([]float32, rows*2*c.ConvKernel*c.Groups()),
-		scores: make([]float32, 256),
+		scores: make([]float32, nn.ScratchLen(256)),
 	}
 	k, r := c.SelectorTopK, c.SelectorRank
 	d.walk = walk{
@@ -290,8 +290,8 @@ func (d *Draft) Forward(cc cache.Cache, ctx []float32, ctxRows int, block []int)
 	if d.heads.Rope.MaxPos() < pos+total {
 		d.heads.Rope.Grow(pos + total)
 	}
-	if len(d.ws.scores) < pos+total {
-		d.ws.scores = make([]float32, pos+total)
+	if need := nn.ScratchLen(pos + total); len(d.ws.scores) < need {
+		d.ws.scores = make([]float32, need)
 	}
 	for start := 0; start < ctxRows; start += chunkRows {
 		rows := min(chunkRows, ctxRows-start)

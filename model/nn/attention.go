@@ -144,16 +144,46 @@ func (l HeadMajor) Scatter(dst, rows []float32, n, pos int) {
 	}
 }
 
+// HeadMajorPad is the slack past a head-major layer's last row: the vector kernels read key
+// rows in whole vectors of 16 positions (kernel.ScoresRows).
+const HeadMajorPad = 16
+
+// Len is the floats one head-major layer needs: KVHeads*HeadDim rows of Capacity plus the pad.
+func (l HeadMajor) Len() int { return l.KVHeads*l.HeadDim*l.Capacity + HeadMajorPad }
+
+// fusedQueries is the most queries (rows times the heads of one key/value head) one fused
+// attention call of heads of 8 handles: their scores rows are scratch (ScratchLen).
+const fusedQueries = 16
+
+// ScratchLen is the scratch RowsHeadMajor and Rows need for spans of up to maxSpan keys.
+func ScratchLen(maxSpan int) int {
+	return fusedQueries*(kernel.Pad16(maxSpan)+16) + 2*fusedQueries*8 + fusedQueries
+}
+
 // RowsHeadMajor is Rows over a head-major layer (see HeadMajor). Scores accumulate one head
 // element at a time over all visible positions; the result of a row again depends only on its
 // query and its span. It does not compute the same bits as Rows: a model uses one layout.
-func (a Attention) RowsHeadMajor(out, q []float32, n int, kt, vt []float32, l HeadMajor, pos int, vis Visibility, scores []float32) {
-	a.RowsHeadMajorPart(out, q, 0, n, n, kt, vt, l, pos, vis, scores)
+// v is the same layer row-major (nil if the caller has none); scores needs ScratchLen of the
+// longest span.
+func (a Attention) RowsHeadMajor(out, q []float32, n int, kt, vt, v []float32, l HeadMajor, pos int, vis Visibility, scores []float32) {
+	a.RowsHeadMajorPart(out, q, 0, n, n, kt, vt, v, l, pos, vis, scores)
 }
 
 // RowsHeadMajorPart is RowsHeadMajor for rows [first, end) of an n-row forward, as RowsPart is
 // for Rows.
-func (a Attention) RowsHeadMajorPart(out, q []float32, first, end, n int, kt, vt []float32, l HeadMajor, pos int, vis Visibility, scores []float32) {
+//
+// Heads of 8 with a row-major v and a padded layer (Len) take the fused path: the queries of
+// several rows that read one key/value head, over the span they share, go through one
+// kernel.ScoresRows and one kernel.WeightedRows8 call, which load each key and value once for
+// all of them. A query's bits do not depend on the queries fused with it: scores are computed
+// per query, its softmax runs over its own span, and weights past that span are zero, which
+// WeightedRows8 adds without changing a bit. So decoding (one row) and verification (many)
+// agree bitwise on this path too.
+func (a Attention) RowsHeadMajorPart(out, q []float32, first, end, n int, kt, vt, v []float32, l HeadMajor, pos int, vis Visibility, scores []float32) {
+	if a.HeadDim == 8 && v != nil && len(kt) >= l.Len() && a.Heads/a.KVHeads <= fusedQueries {
+		a.fused8(out, q, first, end, n, kt, v, l, pos, vis, scores)
+		return
+	}
 	d := a.HeadDim
 	group := a.Heads / a.KVHeads
 	qw := a.Heads * d
@@ -171,6 +201,70 @@ func (a Attention) RowsHeadMajorPart(out, q []float32, first, end, n int, kt, vt
 			for j := range oh {
 				oh[j] *= inv
 			}
+		}
+	}
+}
+
+// fused8 is RowsHeadMajorPart's fused path for heads of 8 (see there).
+func (a Attention) fused8(out, q []float32, first, end, n int, kt, v []float32, l HeadMajor, pos int, vis Visibility, scratch []float32) {
+	const d = 8
+	group := a.Heads / a.KVHeads
+	qw := a.Heads * d
+	w := a.KVHeads * d
+	rowsPer := max(1, fusedQueries/group)
+	_, maxHi := vis.Span(pos+end-1, pos, pos+n)
+	minLo, _ := vis.Span(pos+first, pos, pos+n)
+	ldy := kernel.Pad16(maxHi-minLo) + 16
+	sc := scratch[:fusedQueries*ldy]
+	qt := scratch[fusedQueries*ldy : fusedQueries*ldy+fusedQueries*8]
+	ob := scratch[fusedQueries*ldy+fusedQueries*8 : fusedQueries*ldy+2*fusedQueries*8]
+	inv := scratch[fusedQueries*ldy+2*fusedQueries*8 : fusedQueries*ldy+2*fusedQueries*8+fusedQueries]
+	for g := 0; g < a.KVHeads; g++ {
+		for r0 := first; r0 < end; {
+			lo, _ := vis.Span(pos+r0, pos, pos+n)
+			r1 := r0 + 1
+			for r1 < min(end, r0+rowsPer) {
+				if l2, _ := vis.Span(pos+r1, pos, pos+n); l2 != lo {
+					break // rows fused together share the first key (sliding windows move it)
+				}
+				r1++
+			}
+			_, hi := vis.Span(pos+r1-1, pos, pos+n) // spans end no earlier for later rows
+			span := hi - lo
+			nq := (r1 - r0) * group
+			for r := r0; r < r1; r++ {
+				for k := 0; k < group; k++ {
+					qi := (r-r0)*group + k
+					src := q[(r-first)*qw+(g*group+k)*d:]
+					for j := 0; j < d; j++ {
+						qt[j*nq+qi] = src[j]
+					}
+				}
+			}
+			kernel.ScoresRows(sc, ldy, qt, nq, kt[g*d*l.Capacity+lo:], l.Capacity, d, span)
+			for r := r0; r < r1; r++ {
+				rlo, rhi := vis.Span(pos+r, pos, pos+n)
+				own := rhi - rlo
+				for k := 0; k < group; k++ {
+					qi := (r-r0)*group + k
+					row := sc[qi*ldy : qi*ldy+span]
+					m := kernel.MaxF32(row[:own])
+					inv[qi] = 1 / kernel.ExpShift(row[:own], row[:own], m, a.Scale)
+					clear(row[own:])
+				}
+			}
+			kernel.WeightedRows8(ob, sc, ldy, nq, v[lo*w+g*d:], w, span)
+			for r := r0; r < r1; r++ {
+				for k := 0; k < group; k++ {
+					qi := (r-r0)*group + k
+					dst := out[(r-first)*qw+(g*group+k)*d : (r-first)*qw+(g*group+k)*d+d]
+					s := inv[qi]
+					for e := range dst {
+						dst[e] = ob[qi*8+e] * s
+					}
+				}
+			}
+			r0 = r1
 		}
 	}
 }

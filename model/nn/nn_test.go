@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/dflash/dflash/kernel"
@@ -212,33 +213,51 @@ func TestAttentionRows(t *testing.T) {
 }
 
 func TestAttentionHeadMajor(t *testing.T) {
-	// The same keys and values scattered into the head-major layout give the textbook result too.
+	// The same keys and values scattered into the head-major layout give the textbook result
+	// too, on the general path and (heads of 8, a row-major v, a padded layer) the fused one, in
+	// batches of several kernel calls (8 heads over 2 kv heads, 12 rows: 48 queries per kv
+	// head). Every row computed alone, as a part of the forward, gets the bits it has in the
+	// batch; for causal attention so does a one-row forward (a decode step).
 	kerneltest.ForEachPath(t, func(t *testing.T) {
-		for _, d := range []int{8, 16} {
-			for _, vis := range []Visibility{Causal, {Bidirectional: true}, {Window: 3}, {Bidirectional: true, Window: 5}} {
-				a := NewAttention(4, 2, d)
-				r := rand.New(rand.NewPCG(uint64(d), 8))
-				const pos, n, capacity = 6, 4, 16
-				k, v := randVec(r, capacity*2*d), randVec(r, capacity*2*d)
-				l := HeadMajor{KVHeads: 2, HeadDim: d, Capacity: capacity}
-				kt, vt := make([]float32, capacity*2*d), make([]float32, capacity*2*d)
-				l.Scatter(kt, k, capacity, 0)
-				l.Scatter(vt, v, capacity, 0)
-				q := randVec(r, n*4*d)
-				out := make([]float32, n*4*d)
-				a.RowsHeadMajor(out, q, n, kt, vt, l, pos, vis, make([]float32, capacity))
-				want := naiveAttention(a, q, n, k, v, pos, vis)
-				for i := range out {
-					if math.Abs(float64(out[i])-want[i]) > 1e-5 {
-						t.Fatalf("d=%d vis=%+v: out[%d] = %g, want %g", d, vis, i, out[i], want[i])
-					}
-				}
-				if vis == Causal {
-					one := make([]float32, 4*d)
-					a.RowsHeadMajor(one, q[(n-1)*4*d:], 1, kt, vt, l, pos+n-1, vis, make([]float32, capacity))
-					for j := range one {
-						if one[j] != out[(n-1)*4*d+j] {
-							t.Fatalf("d=%d: single-row attention differs from batched at %d", d, j)
+		for _, fused := range []bool{false, true} {
+			for _, d := range []int{8, 16} {
+				for _, shape := range []struct{ heads, kvHeads, n int }{{4, 2, 4}, {8, 2, 12}} {
+					for _, vis := range []Visibility{Causal, {Bidirectional: true}, {Window: 3}, {Bidirectional: true, Window: 5}} {
+						a := NewAttention(shape.heads, shape.kvHeads, d)
+						r := rand.New(rand.NewPCG(uint64(d), 8))
+						const pos, capacity = 6, 32
+						n, qw, w := shape.n, shape.heads*d, shape.kvHeads*d
+						k, v := randVec(r, capacity*w), randVec(r, capacity*w)
+						l := HeadMajor{KVHeads: shape.kvHeads, HeadDim: d, Capacity: capacity}
+						kt, vt := make([]float32, l.Len()), make([]float32, l.Len())
+						l.Scatter(kt, k, capacity, 0)
+						l.Scatter(vt, v, capacity, 0)
+						rowMajor := v
+						if !fused {
+							rowMajor = nil
+						}
+						scratch := make([]float32, ScratchLen(capacity))
+						q := randVec(r, n*qw)
+						out := make([]float32, n*qw)
+						a.RowsHeadMajor(out, q, n, kt, vt, rowMajor, l, pos, vis, scratch)
+						want := naiveAttention(a, q, n, k, v, pos, vis)
+						for i := range out {
+							if math.Abs(float64(out[i])-want[i]) > 1e-5 {
+								t.Fatalf("fused %v d=%d %+v vis=%+v: out[%d] = %g, want %g", fused, d, shape, vis, i, out[i], want[i])
+							}
+						}
+						one := make([]float32, qw)
+						for i := 0; i < n; i++ {
+							a.RowsHeadMajorPart(one, q[i*qw:], i, i+1, n, kt, vt, rowMajor, l, pos, vis, scratch)
+							if !slices.Equal(one, out[i*qw:(i+1)*qw]) {
+								t.Fatalf("fused %v d=%d %+v vis=%+v: row %d alone differs from the batch", fused, d, shape, vis, i)
+							}
+						}
+						if vis == Causal {
+							a.RowsHeadMajor(one, q[(n-1)*qw:], 1, kt, vt, rowMajor, l, pos+n-1, vis, scratch)
+							if !slices.Equal(one, out[(n-1)*qw:]) {
+								t.Fatalf("fused %v d=%d %+v: single-row attention differs from batched", fused, d, shape)
+							}
 						}
 					}
 				}
@@ -271,7 +290,7 @@ func BenchmarkAttentionDecodeSmallHeadMajor(b *testing.B) {
 	kt, vt := randVec(r, 256*32), randVec(r, 256*32)
 	q, out, sc := randVec(r, 64), make([]float32, 64), make([]float32, 256)
 	for b.Loop() {
-		a.RowsHeadMajor(out, q, 1, kt, vt, l, 255, Causal, sc)
+		a.RowsHeadMajor(out, q, 1, kt, vt, nil, l, 255, Causal, sc)
 	}
 }
 
@@ -330,7 +349,7 @@ func BenchmarkAttentionBlockHeadMajorStride(b *testing.B) {
 		q, out, sc := randVec(r, 16*64), make([]float32, 16*64), make([]float32, 256)
 		b.Run(fmt.Sprintf("stride=%d", stride), func(b *testing.B) {
 			for b.Loop() {
-				a.RowsHeadMajor(out, q, 16, kt, vt, l, 200, Causal, sc)
+				a.RowsHeadMajor(out, q, 16, kt, vt, nil, l, 200, Causal, sc)
 			}
 		})
 	}

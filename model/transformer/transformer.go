@@ -100,7 +100,7 @@ func newModel(cfg model.Config, sp spec, emb, head *kernel.Matrix, layers []Laye
 	}
 	m.partScores = make([][]float32, min(max(runtime.GOMAXPROCS(0), 1), maxParts))
 	for p := range m.partScores {
-		m.partScores[p] = make([]float32, m.rope.MaxPos())
+		m.partScores[p] = make([]float32, nn.ScratchLen(m.rope.MaxPos()))
 	}
 	m.phaseFn = m.runPhase
 	return m, nil
@@ -140,8 +140,8 @@ func (m *Model) NewCache(capacity int) cache.Cache {
 	c := &headMajorCache{KV: kv, layout: nn.HeadMajor{KVHeads: m.cfg.KVHeads, HeadDim: m.cfg.HeadDim, Capacity: capacity},
 		kt: make([][]float32, m.cfg.Layers), vt: make([][]float32, m.cfg.Layers)}
 	for l := range c.kt {
-		c.kt[l] = make([]float32, capacity*kv.Width)
-		c.vt[l] = make([]float32, capacity*kv.Width)
+		c.kt[l] = make([]float32, c.layout.Len())
+		c.vt[l] = make([]float32, c.layout.Len())
 	}
 	return c
 }
@@ -150,8 +150,8 @@ func (m *Model) grow(positions int) {
 	m.rope.Grow(positions)
 	m.ws.GrowScores(positions)
 	for p, sc := range m.partScores {
-		if len(sc) < positions {
-			m.partScores[p] = make([]float32, positions)
+		if need := nn.ScratchLen(positions); len(sc) < need {
+			m.partScores[p] = make([]float32, need)
 		}
 	}
 }
@@ -357,7 +357,7 @@ func (m *Model) runPhase(p int) {
 		li := ph.layer - 1
 		l := &m.layers[li]
 		if ph.hm != nil {
-			m.attn.RowsHeadMajor(v.Att, v.Q, rows, ph.hm.kt[li], ph.hm.vt[li], ph.hm.layout, pos, nn.Causal, v.Scores)
+			m.attn.RowsHeadMajor(v.Att, v.Q, rows, ph.hm.kt[li], ph.hm.vt[li], ph.kv.V[li], ph.hm.layout, pos, nn.Causal, v.Scores)
 		} else {
 			m.attn.Rows(v.Att, v.Q, rows, ph.kv.K[li], ph.kv.V[li], pos, nn.Causal, v.Scores)
 		}
