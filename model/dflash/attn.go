@@ -113,7 +113,11 @@ func (h *Heads) Write(c cache.Cache, li int, a *Attn, src []float32, rows, pos i
 	if hm, ok := c.(*headMajorKV); ok {
 		w := kv.Width
 		hm.layout.Scatter(hm.kt[li], kv.K[li][pos*w:(pos+rows)*w], rows, pos)
-		hm.layout.Scatter(hm.vt[li], kv.V[li][pos*w:(pos+rows)*w], rows, pos)
+		// The fused attention path reads values row-major (see Attend): their head-major copy
+		// is then neither written nor read.
+		if !nn.FusedHeadMajor(h.Heads, h.KVHeads, h.HeadDim) {
+			hm.layout.Scatter(hm.vt[li], kv.V[li][pos*w:(pos+rows)*w], rows, pos)
+		}
 	}
 }
 
@@ -127,7 +131,11 @@ func Attend(at nn.Attention, out, q []float32, n int, c cache.Cache, li, pos int
 // with the bits Attend gives those rows.
 func AttendPart(at nn.Attention, out, q []float32, first, end, n int, c cache.Cache, li, pos int, vis nn.Visibility, scores []float32) {
 	if hm, ok := c.(*headMajorKV); ok {
-		at.RowsHeadMajorPart(out, q, first, end, n, hm.kt[li], hm.vt[li], hm.KV.V[li], hm.layout, pos, vis, scores)
+		vt := hm.vt[li]
+		if nn.FusedHeadMajor(at.Heads, at.KVHeads, at.HeadDim) {
+			vt = nil // not kept up to date (Heads.Write); the fused path does not read it
+		}
+		at.RowsHeadMajorPart(out, q, first, end, n, hm.kt[li], vt, hm.KV.V[li], hm.layout, pos, vis, scores)
 		return
 	}
 	kv, _ := AsKV(c)

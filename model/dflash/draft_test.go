@@ -646,9 +646,14 @@ func TestCacheLayouts(t *testing.T) {
 // bidirectional and causal blocks. Forced part counts exercise the partition on any machine.
 func TestSplitBlockBitwise(t *testing.T) {
 	target := testmodel.TinyQwen3(t)
-	for _, causal := range []bool{false, true} {
+	for _, c := range []struct {
+		causal  bool
+		headDim int // 8 takes nn's fused attention path
+	}{{false, 16}, {true, 16}, {false, 8}, {true, 8}} {
+		causal := c.causal
 		cfg := tinyConfig()
 		cfg.Causal = boolp(causal)
+		cfg.HeadDim = c.headDim
 		d := writeAndLoad(t, target, cfg, kernel.F32, Options{})
 		ctx := randomCtx(cfg, 9, 3)
 		block := []int{4, 96, 96, 17, 96, 96}
@@ -675,7 +680,7 @@ func TestSplitBlockBitwise(t *testing.T) {
 				want := run(t, rowMajor, 1, 1)
 				for _, c := range []struct{ parts, threads int }{{3, 1}, {2, 0}, {3, 0}} {
 					if got := run(t, rowMajor, c.parts, c.threads); !slices.Equal(got, want) {
-						t.Errorf("causal %v, row-major cache %v, %d parts, thread cap %d: logits differ from the whole block", causal, rowMajor, c.parts, c.threads)
+						t.Errorf("causal %v, head dim %d, row-major cache %v, %d parts, thread cap %d: logits differ from the whole block", causal, cfg.HeadDim, rowMajor, c.parts, c.threads)
 					}
 				}
 			}

@@ -160,6 +160,13 @@ func ScratchLen(maxSpan int) int {
 	return fusedQueries*(kernel.Pad16(maxSpan)+16) + 2*fusedQueries*8 + fusedQueries
 }
 
+// FusedHeadMajor reports whether RowsHeadMajor takes its fused path for this shape (given a
+// row-major v and padded layers): the path reads keys head-major and values row-major, so a
+// cache need not keep head-major values.
+func FusedHeadMajor(heads, kvHeads, headDim int) bool {
+	return headDim == 8 && kvHeads > 0 && heads/kvHeads <= fusedQueries
+}
+
 // RowsHeadMajor is Rows over a head-major layer (see HeadMajor). Scores accumulate one head
 // element at a time over all visible positions; the result of a row again depends only on its
 // query and its span. It does not compute the same bits as Rows: a model uses one layout.
@@ -180,7 +187,7 @@ func (a Attention) RowsHeadMajor(out, q []float32, n int, kt, vt, v []float32, l
 // WeightedRows8 adds without changing a bit. So decoding (one row) and verification (many)
 // agree bitwise on this path too.
 func (a Attention) RowsHeadMajorPart(out, q []float32, first, end, n int, kt, vt, v []float32, l HeadMajor, pos int, vis Visibility, scores []float32) {
-	if a.HeadDim == 8 && v != nil && len(kt) >= l.Len() && a.Heads/a.KVHeads <= fusedQueries {
+	if FusedHeadMajor(a.Heads, a.KVHeads, a.HeadDim) && v != nil && len(kt) >= l.Len() {
 		a.fused8(out, q, first, end, n, kt, v, l, pos, vis, scores)
 		return
 	}

@@ -29,8 +29,8 @@ const chunkRows = 32
 const headMajorMax = 16
 
 // headMajorCache is the cache of a model with small heads: the plain KV, which owns the offset
-// and the row-major rows, plus head-major copies of every layer's keys and values that attention
-// reads. Both are written together, and rows past the offset are dead in both, so rewinding the
+// and the row-major rows, plus head-major copies of every layer's keys and (unless attention
+// takes the fused path, which reads values row-major; vt is nil then) values. Both are written together, and rows past the offset are dead in both, so rewinding the
 // KV rewinds the copies too.
 type headMajorCache struct {
 	*cache.KV
@@ -138,10 +138,16 @@ func (m *Model) NewCache(capacity int) cache.Cache {
 		return kv
 	}
 	c := &headMajorCache{KV: kv, layout: nn.HeadMajor{KVHeads: m.cfg.KVHeads, HeadDim: m.cfg.HeadDim, Capacity: capacity},
-		kt: make([][]float32, m.cfg.Layers), vt: make([][]float32, m.cfg.Layers)}
+		kt: make([][]float32, m.cfg.Layers)}
+	// The fused attention path reads values row-major: no head-major copy of them then.
+	if !nn.FusedHeadMajor(m.cfg.Heads, m.cfg.KVHeads, m.cfg.HeadDim) {
+		c.vt = make([][]float32, m.cfg.Layers)
+	}
 	for l := range c.kt {
 		c.kt[l] = make([]float32, c.layout.Len())
-		c.vt[l] = make([]float32, c.layout.Len())
+		if c.vt != nil {
+			c.vt[l] = make([]float32, c.layout.Len())
+		}
 	}
 	return c
 }
@@ -357,7 +363,11 @@ func (m *Model) runPhase(p int) {
 		li := ph.layer - 1
 		l := &m.layers[li]
 		if ph.hm != nil {
-			m.attn.RowsHeadMajor(v.Att, v.Q, rows, ph.hm.kt[li], ph.hm.vt[li], ph.kv.V[li], ph.hm.layout, pos, nn.Causal, v.Scores)
+			var vt []float32
+			if ph.hm.vt != nil {
+				vt = ph.hm.vt[li]
+			}
+			m.attn.RowsHeadMajor(v.Att, v.Q, rows, ph.hm.kt[li], vt, ph.kv.V[li], ph.hm.layout, pos, nn.Causal, v.Scores)
 		} else {
 			m.attn.Rows(v.Att, v.Q, rows, ph.kv.K[li], ph.kv.V[li], pos, nn.Causal, v.Scores)
 		}
@@ -403,6 +413,8 @@ func (m *Model) runPhase(p int) {
 	}
 	if ph.hm != nil {
 		ph.hm.layout.Scatter(ph.hm.kt[li], kc, rows, pos)
-		ph.hm.layout.Scatter(ph.hm.vt[li], vc, rows, pos)
+		if ph.hm.vt != nil {
+			ph.hm.layout.Scatter(ph.hm.vt[li], vc, rows, pos)
+		}
 	}
 }
