@@ -21,7 +21,7 @@ const Prompt = "once upon a time"
 // Depth is the draft length the default pair runs at: the fastest fixed depth on held-out prompts
 // (BENCHMARKS.md, section 8). The depth controller, which starts every request from scratch in
 // `dflash run`, spends a short run learning what this constant already knows.
-const Depth = 3
+const Depth = 5
 
 // Dirs returns the folders of the default target and draft, copying the embedded files into the
 // user's cache folder the first time (DFLASH_CACHE overrides where).
