@@ -73,3 +73,13 @@ func TestParallelNoAllocation(t *testing.T) {
 		t.Errorf("Parallel allocated %.1f times per call", a)
 	}
 }
+
+// BenchmarkParallelHandOff is one Parallel call of two empty parts: the cost of a join with a
+// worker that is already spinning, which a row-split forward pays once per layer.
+func BenchmarkParallelHandOff(b *testing.B) {
+	c := &counter{}
+	fn := c.run
+	for b.Loop() {
+		Parallel(2, fn)
+	}
+}
