@@ -110,7 +110,15 @@ func AsKV(c cache.Cache) (kv *cache.KV, ok bool) {
 func (h *Heads) Write(c cache.Cache, li int, a *Attn, src []float32, rows, pos int) {
 	kv, _ := AsKV(c)
 	h.KeysValues(kv, li, a, src, rows, pos)
+	h.CopyHeadMajor(c, li, rows, pos)
+}
+
+// CopyHeadMajor copies rows [pos, pos+rows) of layer li of a cache from NewKV into its head-major
+// copies (nothing for a plain *cache.KV): the second half of Write, for callers that write the
+// row-major keys and values of one forward in parts.
+func (h *Heads) CopyHeadMajor(c cache.Cache, li, rows, pos int) {
 	if hm, ok := c.(*headMajorKV); ok {
+		kv := hm.KV
 		w := kv.Width
 		hm.layout.Scatter(hm.kt[li], kv.K[li][pos*w:(pos+rows)*w], rows, pos)
 		// The fused attention path reads values row-major (see Attend): their head-major copy

@@ -397,6 +397,11 @@ func (d *Draft) block(c cache.Cache, block []int, pos int) []float32 {
 	for l := 0; l <= len(d.layers); l++ {
 		ph.layer = l
 		kernel.Parallel(ph.parts, d.phaseFn)
+		// Head-major copies of layer l's keys for all rows, between the parts that wrote them
+		// and those that read them, so that no two cores write one cache line of a copy.
+		if l < len(d.layers) {
+			d.heads.CopyHeadMajor(c, l, n, pos)
+		}
 	}
 	ph.c, ph.block = nil, nil
 	return d.ws.logits[:n*d.cfg.Vocab]
@@ -475,8 +480,10 @@ func (d *Draft) runPhase(p int) {
 	nn.RMSNormRows(xn, x, l.inNorm, rows, h, eps)
 	d.heads.Queries(v.q, &l.attn, xn, rows, pos)
 	// Every block row's key must be in the cache before any block row attends: with
-	// bidirectional attention row 0 sees row n-1. The join after this phase guarantees it.
-	d.heads.Write(ph.c, ph.layer, &l.attn, xn, rows, pos)
+	// bidirectional attention row 0 sees row n-1. The join after this phase guarantees it;
+	// block copies the keys head-major there.
+	kv, _ := AsKV(ph.c)
+	d.heads.KeysValues(kv, ph.layer, &l.attn, xn, rows, pos)
 }
 
 func addTo(x, y []float32) {
