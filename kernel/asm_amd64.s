@@ -3145,6 +3145,80 @@ maxF32x512reduce:
 	MOVSS         X0, ret+24(FP)
 	RET
 
+// func siluMulF32x512(g []float32, u []float32)
+// Requires: AVX, AVX512F
+TEXT ·siluMulF32x512(SB), NOSPLIT, $0-48
+	MOVQ    g_base+0(FP), AX
+	MOVQ    g_len+8(FP), CX
+	MOVQ    u_base+24(FP), DX
+	VPXORD  Z0, Z0, Z0
+	VMOVUPS expconsts<>+768(SB), Z2
+	VSUBPS  Z2, Z0, Z1
+
+siluMulF32x512vec:
+	CMPQ         CX, $0x00000010
+	JL           siluMulF32x512tail
+	VMOVUPS      (AX), Z3
+	VMOVUPS      (DX), Z4
+	VMULPS       Z3, Z4, Z4
+	VSUBPS       Z0, Z3, Z3
+	VMULPS       Z1, Z3, Z3
+	VMAXPS       expconsts<>+0(SB), Z3, Z3
+	VMINPS       expconsts<>+64(SB), Z3, Z3
+	VMULPS       expconsts<>+128(SB), Z3, Z5
+	VRNDSCALEPS  $0x00, Z5, Z5
+	VFNMADD231PS expconsts<>+192(SB), Z5, Z3
+	VFNMADD231PS expconsts<>+256(SB), Z5, Z3
+	VMOVUPS      expconsts<>+320(SB), Z6
+	VFMADD213PS  expconsts<>+384(SB), Z3, Z6
+	VFMADD213PS  expconsts<>+448(SB), Z3, Z6
+	VFMADD213PS  expconsts<>+512(SB), Z3, Z6
+	VFMADD213PS  expconsts<>+576(SB), Z3, Z6
+	VFMADD213PS  expconsts<>+640(SB), Z3, Z6
+	VFMADD213PS  expconsts<>+704(SB), Z3, Z6
+	VFMADD213PS  expconsts<>+768(SB), Z3, Z6
+	VSCALEFPS    Z5, Z6, Z3
+	VADDPS       Z2, Z3, Z3
+	VDIVPS       Z3, Z4, Z4
+	VMOVUPS      Z4, (AX)
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000040, DX
+	SUBQ         $0x00000010, CX
+	JMP          siluMulF32x512vec
+
+siluMulF32x512tail:
+	TESTQ        CX, CX
+	JE           siluMulF32x512done
+	LEAQ         expmask512<>+0(SB), BX
+	KMOVW        (BX)(CX*2), K1
+	VMOVUPS.Z    (AX), K1, Z3
+	VMOVUPS.Z    (DX), K1, Z4
+	VMULPS       Z3, Z4, Z4
+	VSUBPS       Z0, Z3, Z3
+	VMULPS       Z1, Z3, Z3
+	VMAXPS       expconsts<>+0(SB), Z3, Z3
+	VMINPS       expconsts<>+64(SB), Z3, Z3
+	VMULPS       expconsts<>+128(SB), Z3, Z0
+	VRNDSCALEPS  $0x00, Z0, Z0
+	VFNMADD231PS expconsts<>+192(SB), Z0, Z3
+	VFNMADD231PS expconsts<>+256(SB), Z0, Z3
+	VMOVUPS      expconsts<>+320(SB), Z1
+	VFMADD213PS  expconsts<>+384(SB), Z3, Z1
+	VFMADD213PS  expconsts<>+448(SB), Z3, Z1
+	VFMADD213PS  expconsts<>+512(SB), Z3, Z1
+	VFMADD213PS  expconsts<>+576(SB), Z3, Z1
+	VFMADD213PS  expconsts<>+640(SB), Z3, Z1
+	VFMADD213PS  expconsts<>+704(SB), Z3, Z1
+	VFMADD213PS  expconsts<>+768(SB), Z3, Z1
+	VSCALEFPS    Z0, Z1, Z3
+	VADDPS       Z2, Z3, Z3
+	VDIVPS       Z3, Z4, Z4
+	VMOVUPS      Z4, K1, (AX)
+
+siluMulF32x512done:
+	VZEROUPPER
+	RET
+
 // func panelsBF16R1x256(w *uint16, x *float32, y *float32, k int, np int, ldx int, ldy int)
 // Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·panelsBF16R1x256(SB), NOSPLIT, $0-56
@@ -5509,6 +5583,97 @@ maxF32x256reduce:
 	VMAXSS       X1, X0, X0
 	VZEROUPPER
 	MOVSS        X0, ret+24(FP)
+	RET
+
+// func siluMulF32x256(g []float32, u []float32)
+// Requires: AVX, AVX2, FMA3
+TEXT ·siluMulF32x256(SB), NOSPLIT, $0-48
+	MOVQ    g_base+0(FP), AX
+	MOVQ    g_len+8(FP), CX
+	MOVQ    u_base+24(FP), DX
+	VXORPS  Y0, Y0, Y0
+	VMOVUPS expconsts<>+768(SB), Y2
+	VSUBPS  Y2, Y0, Y1
+
+siluMulF32x256vec:
+	CMPQ         CX, $0x00000008
+	JL           siluMulF32x256tail
+	VMOVUPS      (AX), Y3
+	VMOVUPS      (DX), Y4
+	VMULPS       Y3, Y4, Y4
+	VSUBPS       Y0, Y3, Y3
+	VMULPS       Y1, Y3, Y3
+	VMAXPS       expconsts<>+0(SB), Y3, Y3
+	VMINPS       expconsts<>+64(SB), Y3, Y3
+	VMULPS       expconsts<>+128(SB), Y3, Y5
+	VROUNDPS     $0x00, Y5, Y5
+	VFNMADD231PS expconsts<>+192(SB), Y5, Y3
+	VFNMADD231PS expconsts<>+256(SB), Y5, Y3
+	VMOVUPS      expconsts<>+320(SB), Y6
+	VFMADD213PS  expconsts<>+384(SB), Y3, Y6
+	VFMADD213PS  expconsts<>+448(SB), Y3, Y6
+	VFMADD213PS  expconsts<>+512(SB), Y3, Y6
+	VFMADD213PS  expconsts<>+576(SB), Y3, Y6
+	VFMADD213PS  expconsts<>+640(SB), Y3, Y6
+	VFMADD213PS  expconsts<>+704(SB), Y3, Y6
+	VFMADD213PS  expconsts<>+768(SB), Y3, Y6
+	VCVTPS2DQ    Y5, Y5
+	VPSRAD       $0x01, Y5, Y3
+	VPSUBD       Y3, Y5, Y5
+	VPADDD       expconsts<>+832(SB), Y3, Y3
+	VPADDD       expconsts<>+832(SB), Y5, Y5
+	VPSLLD       $0x17, Y3, Y3
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y3, Y6, Y6
+	VMULPS       Y5, Y6, Y3
+	VADDPS       Y2, Y3, Y3
+	VDIVPS       Y3, Y4, Y4
+	VMOVUPS      Y4, (AX)
+	ADDQ         $0x00000020, AX
+	ADDQ         $0x00000020, DX
+	SUBQ         $0x00000008, CX
+	JMP          siluMulF32x256vec
+
+siluMulF32x256tail:
+	TESTQ        CX, CX
+	JE           siluMulF32x256done
+	LEAQ         expmask256<>+0(SB), BX
+	NEGQ         CX
+	VMOVUPS      32(BX)(CX*4), Y3
+	VMASKMOVPS   (AX), Y3, Y4
+	VMASKMOVPS   (DX), Y3, Y5
+	VMULPS       Y4, Y5, Y5
+	VSUBPS       Y0, Y4, Y4
+	VMULPS       Y1, Y4, Y4
+	VMAXPS       expconsts<>+0(SB), Y4, Y4
+	VMINPS       expconsts<>+64(SB), Y4, Y4
+	VMULPS       expconsts<>+128(SB), Y4, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS expconsts<>+192(SB), Y0, Y4
+	VFNMADD231PS expconsts<>+256(SB), Y0, Y4
+	VMOVUPS      expconsts<>+320(SB), Y1
+	VFMADD213PS  expconsts<>+384(SB), Y4, Y1
+	VFMADD213PS  expconsts<>+448(SB), Y4, Y1
+	VFMADD213PS  expconsts<>+512(SB), Y4, Y1
+	VFMADD213PS  expconsts<>+576(SB), Y4, Y1
+	VFMADD213PS  expconsts<>+640(SB), Y4, Y1
+	VFMADD213PS  expconsts<>+704(SB), Y4, Y1
+	VFMADD213PS  expconsts<>+768(SB), Y4, Y1
+	VCVTPS2DQ    Y0, Y4
+	VPSRAD       $0x01, Y4, Y0
+	VPSUBD       Y0, Y4, Y4
+	VPADDD       expconsts<>+832(SB), Y0, Y0
+	VPADDD       expconsts<>+832(SB), Y4, Y4
+	VPSLLD       $0x17, Y0, Y0
+	VPSLLD       $0x17, Y4, Y4
+	VMULPS       Y0, Y1, Y1
+	VMULPS       Y4, Y1, Y4
+	VADDPS       Y2, Y4, Y4
+	VDIVPS       Y4, Y5, Y5
+	VMASKMOVPS   Y5, Y3, (AX)
+
+siluMulF32x256done:
+	VZEROUPPER
 	RET
 
 // func sumF32x256(a []float32) float32

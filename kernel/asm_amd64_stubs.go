@@ -84,6 +84,11 @@ func weightedRows8F32x512(out *float32, p *float32, ldp int, nq int, v *float32,
 //go:noescape
 func maxF32x512(x []float32) float32
 
+// siluMulF32x512 sets g[i] = u[i]*g[i] / (1 + exp(-g[i])) over len(g) elements.
+//
+//go:noescape
+func siluMulF32x512(g []float32, u []float32)
+
 // panelsBF16R1x256 computes 1 activation rows against np whole BF16 panels.
 //
 //go:noescape
@@ -163,6 +168,11 @@ func weightedRows8F32x256(out *float32, p *float32, ldp int, nq int, v *float32,
 //
 //go:noescape
 func maxF32x256(x []float32) float32
+
+// siluMulF32x256 sets g[i] = u[i]*g[i] / (1 + exp(-g[i])) over len(g) elements.
+//
+//go:noescape
+func siluMulF32x256(g []float32, u []float32)
 
 // sumF32x256 reads a (len a multiple of 64) and returns a sum of its elements.
 //

@@ -28,11 +28,12 @@ type impl struct {
 	scoresRows    func(y *float32, ldy int, qt *float32, nq int, kt *float32, ldk, d, n int)
 	weightedRows8 func(out, p *float32, ldp, nq int, v *float32, ldv, n int)
 	maxF32        func(x []float32) float32
+	siluMul       func(g, u []float32) // SiluMul with len(u) == len(g)
 }
 
 var (
 	portable = &impl{name: "go", panels: panelsGo, dot: dotGo, axpy: axpyGo, expShift: expShiftGo,
-		axpyRowsMax: axpyRowsMaxGo, dotRows: dotRowsGo, scoresRows: scoresRowsGo, weightedRows8: weightedRows8Go, maxF32: maxGo}
+		axpyRowsMax: axpyRowsMaxGo, dotRows: dotRowsGo, scoresRows: scoresRowsGo, weightedRows8: weightedRows8Go, maxF32: maxGo, siluMul: siluMulGo}
 	// registry lists paths in preference order; architecture files prepend theirs in init.
 	registry = []*impl{portable}
 	active   = portable

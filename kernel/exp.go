@@ -53,3 +53,21 @@ func expShiftGo(dst, src []float32, shift, scale float32) float32 {
 	}
 	return sum
 }
+
+// SiluMul sets g[i] = u[i]*g[i] / (1 + exp(-g[i])) for i < len(g) (SwiGLU's silu(gate) times
+// up), with exp as ExpShift(g, g, 0, -1) computes it on the same path: the bits of multiplying,
+// calling ExpShift and dividing element by element. u must be at least as long as g; its
+// contents are scratch afterwards.
+func SiluMul(g, u []float32) {
+	active.siluMul(g, u[:len(g)])
+}
+
+func siluMulGo(g, u []float32) {
+	for i, v := range g {
+		u[i] *= v
+	}
+	expShiftGo(g, g, 0, -1)
+	for i, e := range g {
+		g[i] = u[i] / (1 + e)
+	}
+}

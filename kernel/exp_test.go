@@ -144,3 +144,38 @@ func BenchmarkExpShift(b *testing.B) {
 		})
 	}
 }
+
+func TestSiluMulMatchesExpShift(t *testing.T) {
+	// SiluMul must give, on each path, the bits of the scalar product, ExpShift(g, g, 0, -1) and
+	// the scalar quotient, for every length (whole vectors and tails) and for arguments whose
+	// exponential overflows or underflows.
+	forEachPath(t, func(t *testing.T) {
+		for n := 0; n <= 40; n++ {
+			g := randVec(n, uint64(n)+100)
+			u := randVec(n, uint64(n)+200)
+			for i := range g {
+				g[i] *= 20
+			}
+			if n > 3 {
+				g[0], g[1], g[2] = -120, 95, 0
+			}
+			wantU := make([]float32, n)
+			for i := range g {
+				wantU[i] = u[i] * g[i]
+			}
+			e := make([]float32, n)
+			ExpShift(e, g, 0, -1)
+			want := make([]float32, n)
+			for i := range want {
+				want[i] = wantU[i] / (1 + e[i])
+			}
+			got := append([]float32(nil), g...)
+			SiluMul(got, append([]float32(nil), u...))
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("n=%d: element %d (g=%g): SiluMul %g, want %g", n, i, g[i], got[i], want[i])
+				}
+			}
+		}
+	})
+}

@@ -256,3 +256,63 @@ func maxF32(is isa) {
 	Store(r, ReturnIndex(0))
 	RET()
 }
+
+// siluMul emits siluMulF32x<ISA>(g, u []float32): g[i] = (u[i]*g[i]) / (1 + exp(-g[i])) over len(g)
+// elements, SwiGLU's activation. The exponential is expVec with shift 0 and scale -1, the bits
+// ExpShift(g, g, 0, -1) gives, and the product, sum and quotient are single IEEE operations:
+// the same bits as multiplying, calling ExpShift and dividing element by element on this path.
+func siluMul(is isa) {
+	name := "siluMulF32x" + is.name
+	TEXT(name, NOSPLIT, "func(g, u []float32)")
+	Pragma("noescape")
+	Doc(name + " sets g[i] = u[i]*g[i] / (1 + exp(-g[i])) over len(g) elements.")
+	gp := Load(Param("g").Base(), GP64())
+	n := Load(Param("g").Len(), GP64())
+	up := Load(Param("u").Base(), GP64())
+	lanes := 16 / is.halves
+	vb := lanes * 4
+	zeroV, minus, ones := is.vec(), is.vec(), is.vec()
+	zero(is, zeroV)
+	VMOVUPS(expTab.Offset(ecC0*64), ones) // the polynomial's constant term is 1
+	VSUBPS(ones, zeroV, minus)            // 0 - 1
+	one := func(load func(src Mem, dst reg.VecVirtual), store func(src reg.VecVirtual, dst Mem)) {
+		g, u := is.vec(), is.vec()
+		load(Mem{Base: gp}, g)
+		load(Mem{Base: up}, u)
+		prod := is.vec()
+		VMULPS(g, u, prod)
+		expVec(is, g, zeroV, minus)
+		VADDPS(ones, g, g)
+		VDIVPS(g, prod, prod)
+		store(prod, Mem{Base: gp})
+	}
+	plainLoad := func(src Mem, dst reg.VecVirtual) { VMOVUPS(src, dst) }
+	plainStore := func(src reg.VecVirtual, dst Mem) { VMOVUPS(src, dst) }
+	Label(name + "vec")
+	CMPQ(n, U32(lanes))
+	JL(LabelRef(name + "tail"))
+	one(plainLoad, plainStore)
+	ADDQ(U32(vb), gp)
+	ADDQ(U32(vb), up)
+	SUBQ(U32(lanes), n)
+	JMP(LabelRef(name + "vec"))
+	Label(name + "tail")
+	TESTQ(n, n)
+	JE(LabelRef(name + "done"))
+	tb := GP64()
+	if is.halves == 1 {
+		k := K()
+		LEAQ(expMask512, tb)
+		KMOVW(Mem{Base: tb, Index: n, Scale: 2}, k)
+		one(func(src Mem, dst reg.VecVirtual) { VMOVUPS_Z(src, k, dst) }, func(src reg.VecVirtual, dst Mem) { VMOVUPS(src, k, dst) })
+	} else {
+		mask := is.vec()
+		LEAQ(expMask256, tb)
+		NEGQ(n)
+		VMOVUPS(Mem{Base: tb, Index: n, Scale: 4, Disp: 32}, mask)
+		one(func(src Mem, dst reg.VecVirtual) { VMASKMOVPS(src, mask, dst) }, func(src reg.VecVirtual, dst Mem) { VMASKMOVPS(src, mask, dst) })
+	}
+	Label(name + "done")
+	VZEROUPPER()
+	RET()
+}

@@ -83,6 +83,7 @@ func main() {
 		scoresRows(is)
 		weightedRows8(is)
 		maxF32(is)
+		siluMul(is)
 	}
 	sum256()
 	cpuid()
@@ -658,50 +659,12 @@ func expShift(is isa) {
 		u := Load(Param("scale"), XMM())
 		VBROADCASTSS(u, scv)
 	}
-	c := func(i int) Mem {
-		m := expTab.Offset(i * 64)
-		return m
-	}
 	acc := make([]reg.VecVirtual, unroll)
 	for i := range acc {
 		acc[i] = is.vec()
 		zero(is, acc[i])
 	}
-	// body computes exp of the vector x in place.
-	body := func(x reg.VecVirtual) {
-		VSUBPS(shv, x, x)
-		VMULPS(scv, x, x)
-		VMAXPS(c(ecLo), x, x)
-		VMINPS(c(ecHi), x, x)
-		nv := is.vec()
-		VMULPS(c(ecLog2e), x, nv)
-		if is.halves == 1 {
-			VRNDSCALEPS(U8(0), nv, nv)
-		} else {
-			VROUNDPS(U8(0), nv, nv)
-		}
-		VFNMADD231PS(c(ecLn2Hi), nv, x)
-		VFNMADD231PS(c(ecLn2Lo), nv, x)
-		p := is.vec()
-		VMOVUPS(c(ecC7), p)
-		for k := ecC6; k <= ecC0; k++ {
-			VFMADD213PS(c(k), x, p)
-		}
-		if is.halves == 1 {
-			VSCALEFPS(nv, p, x)
-			return
-		}
-		n1, n2 := is.vec(), is.vec()
-		VCVTPS2DQ(nv, n2)
-		VPSRAD(U8(1), n2, n1)
-		VPSUBD(n1, n2, n2)
-		VPADDD(c(ecBias), n1, n1)
-		VPADDD(c(ecBias), n2, n2)
-		VPSLLD(U8(23), n1, n1)
-		VPSLLD(U8(23), n2, n2)
-		VMULPS(n1, p, p)
-		VMULPS(n2, p, x)
-	}
+	body := func(x reg.VecVirtual) { expVec(is, x, shv, scv) }
 	Label(name + "block")
 	CMPQ(n, U32(unroll*lanes))
 	JL(LabelRef(name + "vec"))
@@ -764,6 +727,44 @@ func expShift(is isa) {
 	VZEROUPPER()
 	Store(r, ReturnIndex(0))
 	RET()
+}
+
+// expVec sets x = exp((x-shv)*scv) in place with the constants of expShift; every kernel
+// that calls it computes the same bits for the same inputs.
+func expVec(is isa, x, shv, scv reg.VecVirtual) {
+	c := func(i int) Mem { return expTab.Offset(i * 64) }
+	VSUBPS(shv, x, x)
+	VMULPS(scv, x, x)
+	VMAXPS(c(ecLo), x, x)
+	VMINPS(c(ecHi), x, x)
+	nv := is.vec()
+	VMULPS(c(ecLog2e), x, nv)
+	if is.halves == 1 {
+		VRNDSCALEPS(U8(0), nv, nv)
+	} else {
+		VROUNDPS(U8(0), nv, nv)
+	}
+	VFNMADD231PS(c(ecLn2Hi), nv, x)
+	VFNMADD231PS(c(ecLn2Lo), nv, x)
+	p := is.vec()
+	VMOVUPS(c(ecC7), p)
+	for k := ecC6; k <= ecC0; k++ {
+		VFMADD213PS(c(k), x, p)
+	}
+	if is.halves == 1 {
+		VSCALEFPS(nv, p, x)
+		return
+	}
+	n1, n2 := is.vec(), is.vec()
+	VCVTPS2DQ(nv, n2)
+	VPSRAD(U8(1), n2, n1)
+	VPSUBD(n1, n2, n2)
+	VPADDD(c(ecBias), n1, n1)
+	VPADDD(c(ecBias), n2, n2)
+	VPSLLD(U8(23), n1, n1)
+	VPSLLD(U8(23), n2, n2)
+	VMULPS(n1, p, p)
+	VMULPS(n2, p, x)
 }
 
 // hmax reduces a vector to its lane maximum in the low lane of the returned xmm.

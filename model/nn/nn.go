@@ -64,17 +64,10 @@ func SwiGLU(y, x []float32, rows int, gateW, upW, downW *kernel.Matrix, gate, up
 	}
 	n := rows * gateW.N
 	g, u := gate[:n], up[:n]
-	// silu(g)*u = g*u / (1 + exp(-g)): u takes the product, then g its exponential from the
-	// vectorized kernel.ExpShift, in place (both are scratch). exp(-g) overflows to +Inf for g
-	// below about -89, which gives the 0 silu tends to. Every element is computed alone, so a
-	// row's bits do not depend on rows.
-	for i, v := range g {
-		u[i] *= v
-	}
-	kernel.ExpShift(g, g, 0, -1)
-	for i, e := range g {
-		g[i] = u[i] / (1 + e)
-	}
+	// silu(g)*u = g*u / (1 + exp(-g)) in one vector pass (kernel.SiluMul; both are scratch).
+	// exp(-g) overflows to +Inf for g below about -89, which gives the 0 silu tends to. Every
+	// element is computed alone, so a row's bits do not depend on rows.
+	kernel.SiluMul(g, u)
 	downW.MatMul(y, g, rows)
 }
 
