@@ -27,7 +27,7 @@ func (m *modelFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&m.dtype, "dtype", "", "weight dtype for the kernels: f32 or bf16 (default: as stored)")
 	fs.StringVar(&m.kernel, "kernel", "", "kernel path: "+strings.Join(kernel.Paths(), ", ")+" (default: fastest; env DFLASH_KERNEL)")
 	fs.Uint64Var(&m.seed, "weights-seed", 1, "seed of synthetic weights")
-	fs.IntVar(&m.threads, "threads", 0, "threads one matrix product may use (default: all cores)")
+	fs.IntVar(&m.threads, "threads", 0, "threads one matrix product or multi-row forward may use (default: all cores)")
 }
 
 func (m *modelFlags) open() (*engine.Engine, error) {
