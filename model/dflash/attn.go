@@ -65,11 +65,12 @@ type headMajorKV struct {
 }
 
 // NewKV returns the cache a draft with these attention shapes should use: a *cache.KV, which
-// also carries head-major copies of its rows when headDim <= 16 (see Heads.Attend). Read its
-// rows with AsKV.
+// also carries head-major copies of its rows when headDim <= 16 or the fused attention path
+// may take the heads (a multiple of 8 up to nn.FusedMaxHead; see Attend). Read its rows with
+// AsKV.
 func NewKV(layers, capacity, kvHeads, headDim int) cache.Cache {
 	kv := cache.NewKV(layers, capacity, kvHeads*headDim)
-	if headDim > headMajorMax {
+	if headDim > headMajorMax && (headDim%8 != 0 || headDim > nn.FusedMaxHead) {
 		return kv
 	}
 	c := &headMajorKV{KV: kv, layout: nn.HeadMajor{KVHeads: kvHeads, HeadDim: headDim, Capacity: headMajorStride(capacity)},

@@ -152,19 +152,24 @@ const HeadMajorPad = 16
 func (l HeadMajor) Len() int { return l.KVHeads*l.HeadDim*l.Capacity + HeadMajorPad }
 
 // fusedQueries is the most queries (rows times the heads of one key/value head) one fused
-// attention call of heads of 8 handles: their scores rows are scratch (ScratchLen).
+// attention call handles: their scores rows are scratch (ScratchLen).
 const fusedQueries = 16
+
+// FusedMaxHead is the largest head size the fused path takes. Caches keep head-major key
+// copies for it, which for long contexts of large models would cost more memory than the path
+// saves time; there attention is a small share of a step anyway.
+const FusedMaxHead = 64
 
 // ScratchLen is the scratch RowsHeadMajor and Rows need for spans of up to maxSpan keys.
 func ScratchLen(maxSpan int) int {
-	return fusedQueries*(kernel.Pad16(maxSpan)+16) + 2*fusedQueries*8 + fusedQueries
+	return fusedQueries*(kernel.Pad16(maxSpan)+16) + fusedQueries*FusedMaxHead + fusedQueries*8 + fusedQueries
 }
 
 // FusedHeadMajor reports whether RowsHeadMajor takes its fused path for this shape (given a
-// row-major v and padded layers): the path reads keys head-major and values row-major, so a
-// cache need not keep head-major values.
+// row-major v and padded layers): heads of a multiple of 8 up to FusedMaxHead elements. The
+// path reads keys head-major and values row-major, so a cache need not keep head-major values.
 func FusedHeadMajor(heads, kvHeads, headDim int) bool {
-	return headDim == 8 && kvHeads > 0 && heads/kvHeads <= fusedQueries
+	return headDim%8 == 0 && headDim > 0 && headDim <= FusedMaxHead && kvHeads > 0 && heads/kvHeads <= fusedQueries
 }
 
 // RowsHeadMajor is Rows over a head-major layer (see HeadMajor). Scores accumulate one head
@@ -179,16 +184,16 @@ func (a Attention) RowsHeadMajor(out, q []float32, n int, kt, vt, v []float32, l
 // RowsHeadMajorPart is RowsHeadMajor for rows [first, end) of an n-row forward, as RowsPart is
 // for Rows.
 //
-// Heads of 8 with a row-major v and a padded layer (Len) take the fused path: the queries of
-// several rows that read one key/value head, over the span they share, go through one
-// kernel.ScoresRows and one kernel.WeightedRows8 call, which load each key and value once for
-// all of them. A query's bits do not depend on the queries fused with it: scores are computed
+// Heads of a multiple of 8 (FusedHeadMajor) with a row-major v and a padded layer (Len) take the
+// fused path: the queries of several rows that read one key/value head, over the span they
+// share, go through one kernel.ScoresRows call and one kernel.WeightedRows8 call per 8 elements
+// of the head, which load each key and value once for all of them. A query's bits do not depend on the queries fused with it: scores are computed
 // per query, its softmax runs over its own span, and weights past that span are zero, which
 // WeightedRows8 adds without changing a bit. So decoding (one row) and verification (many)
 // agree bitwise on this path too.
 func (a Attention) RowsHeadMajorPart(out, q []float32, first, end, n int, kt, vt, v []float32, l HeadMajor, pos int, vis Visibility, scores []float32) {
 	if FusedHeadMajor(a.Heads, a.KVHeads, a.HeadDim) && v != nil && len(kt) >= l.Len() {
-		a.fused8(out, q, first, end, n, kt, v, l, pos, vis, scores)
+		a.fused(out, q, first, end, n, kt, v, l, pos, vis, scores)
 		return
 	}
 	d := a.HeadDim
@@ -212,9 +217,9 @@ func (a Attention) RowsHeadMajorPart(out, q []float32, first, end, n int, kt, vt
 	}
 }
 
-// fused8 is RowsHeadMajorPart's fused path for heads of 8 (see there).
-func (a Attention) fused8(out, q []float32, first, end, n int, kt, v []float32, l HeadMajor, pos int, vis Visibility, scratch []float32) {
-	const d = 8
+// fused is RowsHeadMajorPart's fused path (see there).
+func (a Attention) fused(out, q []float32, first, end, n int, kt, v []float32, l HeadMajor, pos int, vis Visibility, scratch []float32) {
+	d := a.HeadDim
 	group := a.Heads / a.KVHeads
 	qw := a.Heads * d
 	w := a.KVHeads * d
@@ -223,9 +228,10 @@ func (a Attention) fused8(out, q []float32, first, end, n int, kt, v []float32, 
 	minLo, _ := vis.Span(pos+first, pos, pos+n)
 	ldy := kernel.Pad16(maxHi-minLo) + 16
 	sc := scratch[:fusedQueries*ldy]
-	qt := scratch[fusedQueries*ldy : fusedQueries*ldy+fusedQueries*8]
-	ob := scratch[fusedQueries*ldy+fusedQueries*8 : fusedQueries*ldy+2*fusedQueries*8]
-	inv := scratch[fusedQueries*ldy+2*fusedQueries*8 : fusedQueries*ldy+2*fusedQueries*8+fusedQueries]
+	rest := scratch[fusedQueries*ldy:]
+	qt, rest := rest[:fusedQueries*d], rest[fusedQueries*FusedMaxHead:]
+	ob, rest := rest[:fusedQueries*8], rest[fusedQueries*8:]
+	inv := rest[:fusedQueries]
 	for g := 0; g < a.KVHeads; g++ {
 		for r0 := first; r0 < end; {
 			lo, _ := vis.Span(pos+r0, pos, pos+n)
@@ -260,14 +266,17 @@ func (a Attention) fused8(out, q []float32, first, end, n int, kt, v []float32, 
 					clear(row[own:])
 				}
 			}
-			kernel.WeightedRows8(ob, sc, ldy, nq, v[lo*w+g*d:], w, span)
-			for r := r0; r < r1; r++ {
-				for k := 0; k < group; k++ {
-					qi := (r-r0)*group + k
-					dst := out[(r-first)*qw+(g*group+k)*d : (r-first)*qw+(g*group+k)*d+d]
-					s := inv[qi]
-					for e := range dst {
-						dst[e] = ob[qi*8+e] * s
+			for e0 := 0; e0 < d; e0 += 8 {
+				kernel.WeightedRows8(ob, sc, ldy, nq, v[lo*w+g*d+e0:], w, span)
+				for r := r0; r < r1; r++ {
+					for k := 0; k < group; k++ {
+						qi := (r-r0)*group + k
+						o := (r-first)*qw + (g*group+k)*d + e0
+						dst := out[o : o+8]
+						s := inv[qi]
+						for e := range dst {
+							dst[e] = ob[qi*8+e] * s
+						}
 					}
 				}
 			}

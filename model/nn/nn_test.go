@@ -214,13 +214,14 @@ func TestAttentionRows(t *testing.T) {
 
 func TestAttentionHeadMajor(t *testing.T) {
 	// The same keys and values scattered into the head-major layout give the textbook result
-	// too, on the general path and (heads of 8, a row-major v, a padded layer) the fused one, in
+	// too, on the general path and (heads of a multiple of 8, a row-major v, a padded layer) the
+	// fused one, in
 	// batches of several kernel calls (8 heads over 2 kv heads, 12 rows: 48 queries per kv
 	// head). Every row computed alone, as a part of the forward, gets the bits it has in the
 	// batch; for causal attention so does a one-row forward (a decode step).
 	kerneltest.ForEachPath(t, func(t *testing.T) {
 		for _, fused := range []bool{false, true} {
-			for _, d := range []int{8, 16} {
+			for _, d := range []int{8, 12, 16, 48} { // 12 is no multiple of 8: never fused
 				for _, shape := range []struct{ heads, kvHeads, n int }{{4, 2, 4}, {8, 2, 12}} {
 					for _, vis := range []Visibility{Causal, {Bidirectional: true}, {Window: 3}, {Bidirectional: true, Window: 5}} {
 						a := NewAttention(shape.heads, shape.kvHeads, d)

@@ -24,8 +24,9 @@ import (
 // falls in, so chunking changes nothing numerically.
 const chunkRows = 32
 
-// headMajorMax is the largest head size whose caches get head-major copies: below it a key row
-// per head is too short for vector instructions, so attention runs over positions instead.
+// headMajorMax is the largest head size whose caches always get head-major copies: below it a
+// key row per head is too short for vector instructions, so attention runs over positions
+// instead. Heads the fused attention path takes (nn.FusedHeadMajor, up to 64) get them too.
 const headMajorMax = 16
 
 // headMajorCache is the cache of a model with small heads: the plain KV, which owns the offset
@@ -90,7 +91,7 @@ func newModel(cfg model.Config, sp spec, emb, head *kernel.Matrix, layers []Laye
 	}
 	m := &Model{cfg: cfg, embedding: emb, layers: layers, norm: norm, head: head}
 	m.attn = nn.NewAttention(cfg.Heads, cfg.KVHeads, cfg.HeadDim)
-	m.headMajor = cfg.HeadDim <= headMajorMax
+	m.headMajor = cfg.HeadDim <= headMajorMax || nn.FusedHeadMajor(cfg.Heads, cfg.KVHeads, cfg.HeadDim)
 	// Tables for a modest context up front; NewCache grows them to the cache's capacity.
 	m.rope = nn.NewRoPE(sp.style, cfg.HeadDim, sp.inv, min(cfg.MaxSeq, 256))
 	m.ws = workspace{
