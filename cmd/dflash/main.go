@@ -28,6 +28,7 @@ func commands() []command {
 		{"serve", "serve models over ollama- and OpenAI-compatible HTTP APIs", cmdServe},
 		{"tokenize", "print the token ids of text, or decode ids back to text", cmdTokenize},
 		{"train", "train a tokenizer or a DFlash draft", cmdTrain},
+		{"convert", "rewrite a model folder's tensors as bf16 (half the bytes of f32)", cmdConvert},
 		{"version", "print the version", func(_ []string, _ io.Reader, stdout, _ io.Writer) error {
 			fmt.Fprintln(stdout, "dflash", version)
 			return nil

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/dflash/dflash/format/safetensors"
+)
+
+// cmdConvert rewrites a Hugging Face folder (a target or a DFlash draft) with its floating-point
+// tensors in bf16: half the bytes of f32, which is what the decode of a bandwidth-bound model
+// reads. Every other file is copied unchanged, except config.json's torch_dtype. The output is a
+// new folder, written beside and renamed into place, so a failure leaves no half folder behind.
+func cmdConvert(args []string, _ io.Reader, stdout, stderr io.Writer) error {
+	fs := newFlags("convert", stderr)
+	in := fs.String("model", "", "Hugging Face folder to convert (config.json and model.safetensors or shards)")
+	out := fs.String("out", "", "folder to write (must not exist)")
+	dtype := fs.String("dtype", "bf16", "tensor type to write: bf16")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *in == "" || *out == "" {
+		return usagef("convert needs --model DIR and --out DIR")
+	}
+	if *dtype != "bf16" {
+		return usagef("--dtype %q: only bf16 is supported", *dtype)
+	}
+	if _, err := os.Stat(*out); err == nil {
+		return fmt.Errorf("%s exists; choose a new folder", *out)
+	}
+	n, err := convertBF16(*in, *out)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %d tensors as bf16 to %s\n", n, *out)
+	return nil
+}
+
+// convertBF16 writes dir's tensors as bf16 into out (which must not exist) and copies the rest.
+func convertBF16(dir, out string) (int, error) {
+	m, err := safetensors.OpenModel(dir)
+	if err != nil {
+		return 0, err
+	}
+	defer m.Close()
+	tmp := out + ".partial"
+	if err := os.RemoveAll(tmp); err != nil {
+		return 0, err
+	}
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(tmp) // a no-op after the rename
+	var tensors []safetensors.WriteTensor
+	for _, name := range m.Names() {
+		t, err := m.Tensor(name)
+		if err != nil {
+			return 0, err
+		}
+		v, err := t.BF16()
+		if err != nil {
+			return 0, err
+		}
+		tensors = append(tensors, safetensors.WriteTensor{Name: name, DType: safetensors.BF16, Shape: t.Shape, Data: safetensors.BF16Bytes(v)})
+	}
+	if err := safetensors.Write(filepath.Join(tmp, "model.safetensors"), tensors, map[string]string{"format": "pt"}); err != nil {
+		return 0, err
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || strings.HasSuffix(name, ".safetensors") || name == "model.safetensors.index.json" || name == "checkpoint.bin" {
+			continue // tensors are rewritten above; a training checkpoint does not belong in a model folder
+		}
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return 0, err
+		}
+		if name == "config.json" {
+			if data, err = withTorchDType(data, "bfloat16"); err != nil {
+				return 0, fmt.Errorf("%s: %w", filepath.Join(dir, name), err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(tmp, name), data, 0o644); err != nil {
+			return 0, err
+		}
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		return 0, err
+	}
+	return len(tensors), nil
+}
+
+// withTorchDType sets config.json's torch_dtype, keeping every other field (keys come out sorted).
+func withTorchDType(config []byte, dtype string) ([]byte, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(config, &fields); err != nil {
+		return nil, err
+	}
+	fields["torch_dtype"] = json.RawMessage(fmt.Sprintf("%q", dtype))
+	b, err := json.MarshalIndent(fields, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}

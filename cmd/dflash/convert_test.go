@@ -1,0 +1,77 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/dflash/dflash/internal/testmodel"
+)
+
+// Converting to bf16 gives the weights loading with --dtype bf16 gives: the same greedy ids. The
+// other files come along unchanged, config.json says bfloat16, and an existing output folder or a
+// missing flag is refused.
+func TestConvertBF16(t *testing.T) {
+	dir := testmodel.Qwen3(t, "")
+	out := filepath.Join(t.TempDir(), "bf16")
+	if code, _, errs := runCLI(t, "", "convert", "--model", dir, "--out", out); code != 0 {
+		t.Fatalf("convert: exit %d: %s", code, errs)
+	}
+	gen := []string{"run", "--prompt-ids", "1,2,3", "-n", "24", "--print-ids"}
+	code, want, errs := runCLI(t, "", append(gen, "--model", dir, "--dtype", "bf16")...)
+	if code != 0 {
+		t.Fatalf("run original as bf16: %s", errs)
+	}
+	code, got, errs := runCLI(t, "", append(gen, "--model", out)...)
+	if code != 0 {
+		t.Fatalf("run converted: %s", errs)
+	}
+	if got != want {
+		t.Errorf("converted folder generates %q, the original loaded as bf16 %q", got, want)
+	}
+	if st, err := os.Stat(filepath.Join(out, "model.safetensors")); err != nil {
+		t.Fatal(err)
+	} else if orig, _ := os.Stat(filepath.Join(dir, "model.safetensors")); st.Size() >= orig.Size() {
+		t.Errorf("bf16 file %d bytes, not smaller than the original's %d", st.Size(), orig.Size())
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.IsDir() || strings.HasSuffix(e.Name(), ".safetensors") {
+			continue
+		}
+		a, _ := os.ReadFile(filepath.Join(dir, e.Name()))
+		b, err := os.ReadFile(filepath.Join(out, e.Name()))
+		if err != nil {
+			t.Errorf("%s not copied: %v", e.Name(), err)
+			continue
+		}
+		if e.Name() == "config.json" {
+			var cfg map[string]any
+			if err := json.Unmarshal(b, &cfg); err != nil || cfg["torch_dtype"] != "bfloat16" {
+				t.Errorf("converted config.json: torch_dtype %v (%v), want bfloat16", cfg["torch_dtype"], err)
+			}
+			continue
+		}
+		if !bytes.Equal(a, b) {
+			t.Errorf("%s changed in the copy", e.Name())
+		}
+	}
+	if code, _, errs := runCLI(t, "", "convert", "--model", dir, "--out", out); code != 1 || !strings.Contains(errs, "exists") {
+		t.Errorf("existing output: exit %d, %q; want 1 naming the existing folder", code, errs)
+	}
+	if code, _, _ := runCLI(t, "", "convert", "--model", dir); code != 2 {
+		t.Errorf("missing --out: exit %d, want 2", code)
+	}
+	if code, _, errs := runCLI(t, "", "convert", "--model", filepath.Join(dir, "nothing"), "--out", out+"2"); code != 1 || !strings.Contains(errs, "nothing") {
+		t.Errorf("missing model: exit %d, %q; want 1 naming the path", code, errs)
+	}
+	if _, err := os.Stat(out + "2.partial"); !os.IsNotExist(err) {
+		t.Errorf("a failed conversion left %s.partial behind", out+"2")
+	}
+}
