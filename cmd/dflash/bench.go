@@ -66,7 +66,7 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	var sf sampleFlags
 	sf.register(fs)
 	draft := fs.String("draft", "", "DFlash draft folder, or 'oracle' (drafts the target's greedy continuation; ceiling of the engine)")
-	depthsFlag := fs.String("depths", "", "draft depths to measure, e.g. 1-15 or 2,4,8 (default: oracle 1-15, a draft: adaptive)")
+	depthsFlag := fs.String("depths", "", "draft depths to measure, e.g. 1-15 or 2,4,8; 0 is adaptive: one depth controller kept across all prompts after one unmeasured pass, as a server keeps one (default: oracle 1-15, a draft: adaptive)")
 	promptsFile := fs.String("prompts", "", "file of prompts, one per line (default: random token ids)")
 	maxPrompts := fs.Int("max-prompts", 8, "prompts to use from --prompts")
 	n := fs.Int("n", 128, "tokens to decode per measurement")
@@ -288,6 +288,35 @@ func benchSpeculation(e *engine.Engine, rep *benchReport, draft, depthsFlag stri
 	}
 	for _, d := range depths {
 		var tauSum, plainSum, specSum float64
+		// A fixed depth gets a fresh Depth per request. The adaptive one is a single controller
+		// kept across every prompt and repetition, as `dflash serve` keeps one per model pair,
+		// and it first learns over one unmeasured pass: the figure is the steady state a server
+		// reaches, not the first request of a cold process (`dflash run`).
+		ctl := &runner.Depth{Fixed: d}
+		generate := func(p, cont []int) (runner.Stats, error) {
+			var drafter runner.Drafter
+			if draft == "oracle" {
+				drafter = &runner.OracleDrafter{Tokens: append(append([]int(nil), p...), cont...), Depth: d, Vocab: e.Target.Config().Vocab}
+			} else {
+				drafter = dr.NewSession(capacity)
+			}
+			defer drafter.Close()
+			depth := ctl
+			if d > 0 {
+				depth = &runner.Depth{Fixed: d}
+			}
+			seq := runner.NewSequence(e.Target, capacity)
+			return runner.Generate(context.Background(), seq, runner.Request{
+				Prompt: p, Options: opts, MaxTokens: n, Stop: e.Stop, Drafter: drafter, Depth: depth,
+			}, func(int) error { return nil })
+		}
+		if d == 0 && draft != "oracle" {
+			for _, p := range prompts {
+				if _, err := generate(p, nil); err != nil {
+					return err
+				}
+			}
+		}
 		for _, p := range prompts {
 			pr, cont, err := plain(p, opts)
 			if err != nil {
@@ -296,17 +325,7 @@ func benchSpeculation(e *engine.Engine, rep *benchReport, draft, depthsFlag stri
 			var rates []float64
 			var tau float64
 			for r := 0; r < reps; r++ {
-				var drafter runner.Drafter
-				if draft == "oracle" {
-					drafter = &runner.OracleDrafter{Tokens: append(append([]int(nil), p...), cont...), Depth: d, Vocab: e.Target.Config().Vocab}
-				} else {
-					drafter = dr.NewSession(capacity)
-				}
-				seq := runner.NewSequence(e.Target, capacity)
-				st, err := runner.Generate(context.Background(), seq, runner.Request{
-					Prompt: p, Options: opts, MaxTokens: n, Stop: e.Stop, Drafter: drafter, Depth: &runner.Depth{Fixed: d},
-				}, func(int) error { return nil })
-				drafter.Close()
+				st, err := generate(p, cont)
 				if err != nil {
 					return err
 				}
