@@ -2824,7 +2824,7 @@ TEXT ·scoresRowsF32x512(SB), NOSPLIT, $0-64
 
 scoresRowsF32x512four:
 	CMPQ BX, $0x04
-	JL   scoresRowsF32x512one
+	JL   scoresRowsF32x512two
 	MOVQ AX, R9
 	MOVQ kt+32(FP), R10
 	MOVQ nv+56(FP), R11
@@ -2914,6 +2914,73 @@ scoresRowsF32x512G4next:
 	SUBQ $0x04, BX
 	JMP  scoresRowsF32x512four
 
+scoresRowsF32x512two:
+	CMPQ BX, $0x02
+	JL   scoresRowsF32x512one
+	MOVQ AX, R8
+	MOVQ kt+32(FP), R9
+	MOVQ nv+56(FP), R10
+
+scoresRowsF32x512G2pair:
+	CMPQ   R10, $0x02
+	JL     scoresRowsF32x512G2single
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	MOVQ   R9, R11
+	MOVQ   DX, R12
+	MOVQ   d+48(FP), R13
+
+scoresRowsF32x512G2p:
+	VMOVUPS      (R11), Z0
+	VMOVUPS      64(R11), Z1
+	VBROADCASTSS (R12), Z2
+	VFMADD231PS  Z0, Z2, Z15
+	VFMADD231PS  Z1, Z2, Z16
+	VBROADCASTSS 4(R12), Z2
+	VFMADD231PS  Z0, Z2, Z17
+	VFMADD231PS  Z1, Z2, Z18
+	ADDQ         DI, R11
+	ADDQ         SI, R12
+	DECQ         R13
+	JNZ          scoresRowsF32x512G2p
+	VMOVUPS      Z15, (R8)
+	VMOVUPS      Z16, 64(R8)
+	VMOVUPS      Z17, (R8)(CX*1)
+	VMOVUPS      Z18, 64(R8)(CX*1)
+	ADDQ         $0x00000080, R8
+	ADDQ         $0x00000080, R9
+	SUBQ         $0x02, R10
+	JMP          scoresRowsF32x512G2pair
+
+scoresRowsF32x512G2single:
+	TESTQ  R10, R10
+	JE     scoresRowsF32x512G2next
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	MOVQ   DX, R10
+	MOVQ   d+48(FP), R11
+
+scoresRowsF32x512G2s:
+	VMOVUPS      (R9), Z0
+	VBROADCASTSS (R10), Z1
+	VFMADD231PS  Z0, Z1, Z19
+	VBROADCASTSS 4(R10), Z1
+	VFMADD231PS  Z0, Z1, Z20
+	ADDQ         DI, R9
+	ADDQ         SI, R10
+	DECQ         R11
+	JNZ          scoresRowsF32x512G2s
+	VMOVUPS      Z19, (R8)
+	VMOVUPS      Z20, (R8)(CX*1)
+
+scoresRowsF32x512G2next:
+	ADDQ CX, AX
+	ADDQ CX, AX
+	ADDQ $0x08, DX
+	SUBQ $0x02, BX
+
 scoresRowsF32x512one:
 	TESTQ BX, BX
 	JE    scoresRowsF32x512done
@@ -2924,8 +2991,8 @@ scoresRowsF32x512one:
 scoresRowsF32x512G1pair:
 	CMPQ   R10, $0x02
 	JL     scoresRowsF32x512G1single
-	VPXORD Z15, Z15, Z15
-	VPXORD Z16, Z16, Z16
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
 	MOVQ   R9, R11
 	MOVQ   DX, R12
 	MOVQ   d+48(FP), R13
@@ -2934,14 +3001,14 @@ scoresRowsF32x512G1p:
 	VMOVUPS      (R11), Z0
 	VMOVUPS      64(R11), Z1
 	VBROADCASTSS (R12), Z2
-	VFMADD231PS  Z0, Z2, Z15
-	VFMADD231PS  Z1, Z2, Z16
+	VFMADD231PS  Z0, Z2, Z21
+	VFMADD231PS  Z1, Z2, Z22
 	ADDQ         DI, R11
 	ADDQ         SI, R12
 	DECQ         R13
 	JNZ          scoresRowsF32x512G1p
-	VMOVUPS      Z15, (R8)
-	VMOVUPS      Z16, 64(R8)
+	VMOVUPS      Z21, (R8)
+	VMOVUPS      Z22, 64(R8)
 	ADDQ         $0x00000080, R8
 	ADDQ         $0x00000080, R9
 	SUBQ         $0x02, R10
@@ -2950,19 +3017,19 @@ scoresRowsF32x512G1p:
 scoresRowsF32x512G1single:
 	TESTQ  R10, R10
 	JE     scoresRowsF32x512G1next
-	VPXORD Z17, Z17, Z17
+	VPXORD Z23, Z23, Z23
 	MOVQ   DX, R10
 	MOVQ   d+48(FP), R11
 
 scoresRowsF32x512G1s:
 	VMOVUPS      (R9), Z0
 	VBROADCASTSS (R10), Z1
-	VFMADD231PS  Z0, Z1, Z17
+	VFMADD231PS  Z0, Z1, Z23
 	ADDQ         DI, R9
 	ADDQ         SI, R10
 	DECQ         R11
 	JNZ          scoresRowsF32x512G1s
-	VMOVUPS      Z17, (R8)
+	VMOVUPS      Z23, (R8)
 
 scoresRowsF32x512G1next:
 	ADDQ CX, AX
@@ -2988,7 +3055,7 @@ TEXT ·weightedRows8F32x512(SB), NOSPLIT, $0-56
 
 weightedRows8F32x512four:
 	CMPQ   BX, $0x04
-	JL     weightedRows8F32x512one
+	JL     weightedRows8F32x512two
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -3056,6 +3123,54 @@ weightedRows8F32x512G4store:
 	ADDQ    DX, CX
 	SUBQ    $0x04, BX
 	JMP     weightedRows8F32x512four
+
+weightedRows8F32x512two:
+	CMPQ   BX, $0x02
+	JL     weightedRows8F32x512one
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   v+32(FP), DI
+	MOVQ   CX, R8
+	MOVQ   n+48(FP), R9
+
+weightedRows8F32x512G2pair:
+	CMPQ         R9, $0x02
+	JL           weightedRows8F32x512G2last
+	VMOVUPS      (DI), Y4
+	VMOVUPS      (DI)(SI*1), Y5
+	VBROADCASTSS (R8), Y6
+	VFMADD231PS  Y4, Y6, Y0
+	VBROADCASTSS 4(R8), Y6
+	VFMADD231PS  Y5, Y6, Y1
+	VBROADCASTSS (R8)(DX*1), Y6
+	VFMADD231PS  Y4, Y6, Y2
+	VBROADCASTSS 4(R8)(DX*1), Y4
+	VFMADD231PS  Y5, Y4, Y3
+	LEAQ         (DI)(SI*2), DI
+	ADDQ         $0x08, R8
+	SUBQ         $0x02, R9
+	JMP          weightedRows8F32x512G2pair
+
+weightedRows8F32x512G2last:
+	TESTQ        R9, R9
+	JE           weightedRows8F32x512G2store
+	VMOVUPS      (DI), Y4
+	VBROADCASTSS (R8), Y5
+	VFMADD231PS  Y4, Y5, Y0
+	VBROADCASTSS (R8)(DX*1), Y5
+	VFMADD231PS  Y4, Y5, Y2
+
+weightedRows8F32x512G2store:
+	VADDPS  Y1, Y0, Y0
+	VMOVUPS Y0, (AX)
+	VADDPS  Y3, Y2, Y2
+	VMOVUPS Y2, 32(AX)
+	ADDQ    $0x40, AX
+	ADDQ    DX, CX
+	ADDQ    DX, CX
+	SUBQ    $0x02, BX
 
 weightedRows8F32x512one:
 	TESTQ  BX, BX
@@ -5263,7 +5378,7 @@ TEXT ·scoresRowsF32x256(SB), NOSPLIT, $0-64
 
 scoresRowsF32x256four:
 	CMPQ BX, $0x04
-	JL   scoresRowsF32x256one
+	JL   scoresRowsF32x256two
 	MOVQ AX, R9
 	MOVQ kt+32(FP), R10
 	MOVQ nv+56(FP), R11
@@ -5353,6 +5468,73 @@ scoresRowsF32x256G4next:
 	SUBQ $0x04, BX
 	JMP  scoresRowsF32x256four
 
+scoresRowsF32x256two:
+	CMPQ BX, $0x02
+	JL   scoresRowsF32x256one
+	MOVQ AX, R8
+	MOVQ kt+32(FP), R9
+	MOVQ nv+56(FP), R10
+
+scoresRowsF32x256G2pair:
+	CMPQ   R10, $0x02
+	JL     scoresRowsF32x256G2single
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   R9, R11
+	MOVQ   DX, R12
+	MOVQ   d+48(FP), R13
+
+scoresRowsF32x256G2p:
+	VMOVUPS      (R11), Y4
+	VMOVUPS      32(R11), Y5
+	VBROADCASTSS (R12), Y6
+	VFMADD231PS  Y4, Y6, Y0
+	VFMADD231PS  Y5, Y6, Y1
+	VBROADCASTSS 4(R12), Y6
+	VFMADD231PS  Y4, Y6, Y2
+	VFMADD231PS  Y5, Y6, Y3
+	ADDQ         DI, R11
+	ADDQ         SI, R12
+	DECQ         R13
+	JNZ          scoresRowsF32x256G2p
+	VMOVUPS      Y0, (R8)
+	VMOVUPS      Y1, 32(R8)
+	VMOVUPS      Y2, (R8)(CX*1)
+	VMOVUPS      Y3, 32(R8)(CX*1)
+	ADDQ         $0x00000040, R8
+	ADDQ         $0x00000040, R9
+	SUBQ         $0x02, R10
+	JMP          scoresRowsF32x256G2pair
+
+scoresRowsF32x256G2single:
+	TESTQ  R10, R10
+	JE     scoresRowsF32x256G2next
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ   DX, R10
+	MOVQ   d+48(FP), R11
+
+scoresRowsF32x256G2s:
+	VMOVUPS      (R9), Y2
+	VBROADCASTSS (R10), Y3
+	VFMADD231PS  Y2, Y3, Y0
+	VBROADCASTSS 4(R10), Y3
+	VFMADD231PS  Y2, Y3, Y1
+	ADDQ         DI, R9
+	ADDQ         SI, R10
+	DECQ         R11
+	JNZ          scoresRowsF32x256G2s
+	VMOVUPS      Y0, (R8)
+	VMOVUPS      Y1, (R8)(CX*1)
+
+scoresRowsF32x256G2next:
+	ADDQ CX, AX
+	ADDQ CX, AX
+	ADDQ $0x08, DX
+	SUBQ $0x02, BX
+
 scoresRowsF32x256one:
 	TESTQ BX, BX
 	JE    scoresRowsF32x256done
@@ -5427,7 +5609,7 @@ TEXT ·weightedRows8F32x256(SB), NOSPLIT, $0-56
 
 weightedRows8F32x256four:
 	CMPQ   BX, $0x04
-	JL     weightedRows8F32x256one
+	JL     weightedRows8F32x256two
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -5495,6 +5677,54 @@ weightedRows8F32x256G4store:
 	ADDQ    DX, CX
 	SUBQ    $0x04, BX
 	JMP     weightedRows8F32x256four
+
+weightedRows8F32x256two:
+	CMPQ   BX, $0x02
+	JL     weightedRows8F32x256one
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   v+32(FP), DI
+	MOVQ   CX, R8
+	MOVQ   n+48(FP), R9
+
+weightedRows8F32x256G2pair:
+	CMPQ         R9, $0x02
+	JL           weightedRows8F32x256G2last
+	VMOVUPS      (DI), Y4
+	VMOVUPS      (DI)(SI*1), Y5
+	VBROADCASTSS (R8), Y6
+	VFMADD231PS  Y4, Y6, Y0
+	VBROADCASTSS 4(R8), Y6
+	VFMADD231PS  Y5, Y6, Y1
+	VBROADCASTSS (R8)(DX*1), Y6
+	VFMADD231PS  Y4, Y6, Y2
+	VBROADCASTSS 4(R8)(DX*1), Y4
+	VFMADD231PS  Y5, Y4, Y3
+	LEAQ         (DI)(SI*2), DI
+	ADDQ         $0x08, R8
+	SUBQ         $0x02, R9
+	JMP          weightedRows8F32x256G2pair
+
+weightedRows8F32x256G2last:
+	TESTQ        R9, R9
+	JE           weightedRows8F32x256G2store
+	VMOVUPS      (DI), Y4
+	VBROADCASTSS (R8), Y5
+	VFMADD231PS  Y4, Y5, Y0
+	VBROADCASTSS (R8)(DX*1), Y5
+	VFMADD231PS  Y4, Y5, Y2
+
+weightedRows8F32x256G2store:
+	VADDPS  Y1, Y0, Y0
+	VMOVUPS Y0, (AX)
+	VADDPS  Y3, Y2, Y2
+	VMOVUPS Y2, 32(AX)
+	ADDQ    $0x40, AX
+	ADDQ    DX, CX
+	ADDQ    DX, CX
+	SUBQ    $0x02, BX
 
 weightedRows8F32x256one:
 	TESTQ  BX, BX

@@ -11,7 +11,7 @@ func TestScoresRowsMatchesAxpyRowsMax(t *testing.T) {
 	// the number of queries in the call (groups of four and the single-query remainder).
 	forEachPath(t, func(t *testing.T) {
 		for _, d := range []int{1, 8, 16} {
-			for _, nq := range []int{1, 2, 4, 5, 9} {
+			for _, nq := range []int{1, 2, 3, 4, 5, 6, 9} {
 				for _, n := range []int{1, 15, 16, 17, 33, 150} {
 					ldk := Pad16(n) + 16
 					kt := randVec(d*ldk, uint64(d*1000+n))

@@ -98,9 +98,13 @@ func scoresRows(is isa) {
 	}
 	Label(name + "four")
 	CMPQ(nq, U8(4))
-	JL(LabelRef(name + "one"))
+	JL(LabelRef(name + "two"))
 	group("G4", 4)
 	JMP(LabelRef(name + "four"))
+	Label(name + "two") // the two heads of a decode step's kv head share one pass
+	CMPQ(nq, U8(2))
+	JL(LabelRef(name + "one"))
+	group("G2", 2)
 	Label(name + "one")
 	TESTQ(nq, nq)
 	JE(LabelRef(name + "done"))
@@ -185,9 +189,13 @@ func weightedRows8(is isa) {
 	}
 	Label(name + "four")
 	CMPQ(nq, U8(4))
-	JL(LabelRef(name + "one"))
+	JL(LabelRef(name + "two"))
 	group("G4", 4)
 	JMP(LabelRef(name + "four"))
+	Label(name + "two") // the two heads of a decode step's kv head share one pass
+	CMPQ(nq, U8(2))
+	JL(LabelRef(name + "one"))
+	group("G2", 2)
 	Label(name + "one")
 	TESTQ(nq, nq)
 	JE(LabelRef(name + "done"))
