@@ -18,9 +18,11 @@ var files embed.FS
 // trained on lower-cased children's stories.
 const Prompt = "once upon a time"
 
-// Depth is the draft length the default pair runs at: the fastest fixed depth on held-out prompts
-// (BENCHMARKS.md, section 8). The depth controller, which starts every request from scratch in
-// `dflash run`, spends a short run learning what this constant already knows.
+// Depth is the draft length the default pair runs at when decoding greedily: the fastest fixed
+// depth in `dflash run` (BENCHMARKS.md, section 8). The depth controller, which starts every
+// request from scratch in `dflash run`, spends a short run learning what this constant already
+// knows. Sampling keeps the controller: the draft, trained on greedy continuations, accepts
+// little there and the controller falls back to plain decoding.
 const Depth = 5
 
 // Dirs returns the folders of the default target and draft, copying the embedded files into the
