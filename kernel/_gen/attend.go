@@ -96,23 +96,7 @@ func scoresRows(is isa) {
 		ADDQ(U8(4*g), q)
 		SUBQ(U8(g), nq)
 	}
-	Label(name + "four")
-	CMPQ(nq, U8(4))
-	JL(LabelRef(name + "two"))
-	group("G4", 4)
-	JMP(LabelRef(name + "four"))
-	Label(name + "two") // the two heads of a decode step's kv head share one pass
-	CMPQ(nq, U8(2))
-	JL(LabelRef(name + "one"))
-	group("G2", 2)
-	Label(name + "one")
-	TESTQ(nq, nq)
-	JE(LabelRef(name + "done"))
-	group("G1", 1)
-	JMP(LabelRef(name + "one"))
-	Label(name + "done")
-	VZEROUPPER()
-	RET()
+	byQueryGroups(name, nq, group)
 }
 
 // weightedRows8 emits weightedRows8F32x<ISA>(out *float32, p *float32, ldp, nq int, v *float32,
@@ -187,23 +171,7 @@ func weightedRows8(is isa) {
 		}
 		SUBQ(U8(g), nq)
 	}
-	Label(name + "four")
-	CMPQ(nq, U8(4))
-	JL(LabelRef(name + "two"))
-	group("G4", 4)
-	JMP(LabelRef(name + "four"))
-	Label(name + "two") // the two heads of a decode step's kv head share one pass
-	CMPQ(nq, U8(2))
-	JL(LabelRef(name + "one"))
-	group("G2", 2)
-	Label(name + "one")
-	TESTQ(nq, nq)
-	JE(LabelRef(name + "done"))
-	group("G1", 1)
-	JMP(LabelRef(name + "one"))
-	Label(name + "done")
-	VZEROUPPER()
-	RET()
+	byQueryGroups(name, nq, group)
 }
 
 // maxF32 emits maxF32x<ISA>(x []float32) float32: the largest element, -Inf for none.
@@ -320,6 +288,29 @@ func siluMul(is isa) {
 		VMOVUPS(Mem{Base: tb, Index: n, Scale: 4, Disp: 32}, mask)
 		one(func(src Mem, dst reg.VecVirtual) { VMASKMOVPS(src, mask, dst) }, func(src reg.VecVirtual, dst Mem) { VMASKMOVPS(src, mask, dst) })
 	}
+	Label(name + "done")
+	VZEROUPPER()
+	RET()
+}
+
+// byQueryGroups emits the query loop of the attention kernels and their return: group(tag, g)
+// handles g queries and subtracts g from nq; groups of four run while four remain, then one of
+// two (the two query heads of a decode step's kv head share a pass), then single queries.
+func byQueryGroups(name string, nq reg.Register, group func(tag string, g int)) {
+	Label(name + "four")
+	CMPQ(nq, U8(4))
+	JL(LabelRef(name + "two"))
+	group("G4", 4)
+	JMP(LabelRef(name + "four"))
+	Label(name + "two")
+	CMPQ(nq, U8(2))
+	JL(LabelRef(name + "one"))
+	group("G2", 2)
+	Label(name + "one")
+	TESTQ(nq, nq)
+	JE(LabelRef(name + "done"))
+	group("G1", 1)
+	JMP(LabelRef(name + "one"))
 	Label(name + "done")
 	VZEROUPPER()
 	RET()
