@@ -73,25 +73,13 @@ func NewKV(layers, capacity, kvHeads, headDim int) cache.Cache {
 	if headDim > headMajorMax && (headDim%8 != 0 || headDim > nn.FusedMaxHead) {
 		return kv
 	}
-	c := &headMajorKV{KV: kv, layout: nn.HeadMajor{KVHeads: kvHeads, HeadDim: headDim, Capacity: headMajorStride(capacity)},
+	c := &headMajorKV{KV: kv, layout: nn.HeadMajor{KVHeads: kvHeads, HeadDim: headDim, Capacity: nn.HeadMajorStride(capacity)},
 		kt: make([][]float32, layers), vt: make([][]float32, layers)}
 	for l := range c.kt {
 		c.kt[l] = make([]float32, c.layout.Len())
 		c.vt[l] = make([]float32, c.layout.Len())
 	}
 	return c
-}
-
-// headMajorStride is the row stride of a head-major layer for capacity positions: a whole
-// number of cache lines plus one, never a multiple of 256 floats (1 KiB). Attention reads a
-// head's HeadDim rows together, and at a power-of-two stride such as 512 floats those rows map
-// to the same few L1 sets and evict each other; Scatter's column writes suffer the same way.
-func headMajorStride(capacity int) int {
-	s := (capacity+15)/16*16 + 16
-	if s%256 == 0 {
-		s += 16
-	}
-	return s
 }
 
 // AsKV returns the row-major rows of a cache made by NewKV, or c itself when it is a *cache.KV;

@@ -138,7 +138,7 @@ func (m *Model) NewCache(capacity int) cache.Cache {
 	if !m.headMajor {
 		return kv
 	}
-	c := &headMajorCache{KV: kv, layout: nn.HeadMajor{KVHeads: m.cfg.KVHeads, HeadDim: m.cfg.HeadDim, Capacity: capacity},
+	c := &headMajorCache{KV: kv, layout: nn.HeadMajor{KVHeads: m.cfg.KVHeads, HeadDim: m.cfg.HeadDim, Capacity: nn.HeadMajorStride(capacity)},
 		kt: make([][]float32, m.cfg.Layers)}
 	// The fused attention path reads values row-major: no head-major copy of them then.
 	if !nn.FusedHeadMajor(m.cfg.Heads, m.cfg.KVHeads, m.cfg.HeadDim) {
