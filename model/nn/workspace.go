@@ -4,33 +4,26 @@ import "github.com/dflash/dflash/kernel"
 
 // Workspace is the scratch one forward of a decoder stack needs for up to Rows rows at a time.
 // It is sized once (at model construction) and reused by every forward, so the hot path never
-// allocates; Scores grows only when a longer context than any before needs it (GrowScores).
+// allocates. A part of a row-split forward views its rows of a shared Workspace, with Scores its
+// own (attention scratch, ScratchLen long).
 type Workspace struct {
 	Rows     int
 	X, XN    []float32 // Rows x hidden: residual stream and its normed copy
 	Q, Att   []float32 // Rows x heads*headDim: queries and attention output
 	Tmp      []float32 // Rows x hidden: a sublayer's output before its residual add
 	Gate, Up []float32 // Rows x intermediate
-	Scores   []float32 // one query head's scores over its visible keys
+	Scores   []float32 // attention scratch (ScratchLen): set by the owner, not by NewWorkspace
 }
 
-// NewWorkspace sizes scratch for rows rows of a decoder with the given widths, and scores for
-// maxPos visible keys.
-func NewWorkspace(rows, hidden, qWidth, intermediate, maxPos int) *Workspace {
+// NewWorkspace sizes scratch for rows rows of a decoder with the given widths; Scores is left to
+// the owner, which sizes it per part (see ScratchLen).
+func NewWorkspace(rows, hidden, qWidth, intermediate int) *Workspace {
 	return &Workspace{
 		Rows: rows,
 		X:    make([]float32, rows*hidden), XN: make([]float32, rows*hidden),
 		Q: make([]float32, rows*qWidth), Att: make([]float32, rows*qWidth),
 		Tmp:  make([]float32, rows*hidden),
 		Gate: make([]float32, rows*intermediate), Up: make([]float32, rows*intermediate),
-		Scores: make([]float32, maxPos),
-	}
-}
-
-// GrowScores makes room for spans of up to n keys. It allocates only when n is a new maximum.
-func (ws *Workspace) GrowScores(n int) {
-	if len(ws.Scores) < n {
-		ws.Scores = make([]float32, n)
 	}
 }
 

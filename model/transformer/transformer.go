@@ -95,7 +95,7 @@ func newModel(cfg model.Config, sp spec, emb, head *kernel.Matrix, layers []Laye
 	// Tables for a modest context up front; NewCache grows them to the cache's capacity.
 	m.rope = nn.NewRoPE(sp.style, cfg.HeadDim, sp.inv, min(cfg.MaxSeq, 256))
 	m.ws = workspace{
-		Workspace: nn.NewWorkspace(chunkRows, cfg.Hidden, cfg.Heads*cfg.HeadDim, cfg.Intermediate, m.rope.MaxPos()),
+		Workspace: nn.NewWorkspace(chunkRows, cfg.Hidden, cfg.Heads*cfg.HeadDim, cfg.Intermediate),
 		logits:    make([]float32, cfg.Vocab),
 		tapIdx:    make([]int, cfg.Layers),
 	}
@@ -155,7 +155,6 @@ func (m *Model) NewCache(capacity int) cache.Cache {
 
 func (m *Model) grow(positions int) {
 	m.rope.Grow(positions)
-	m.ws.GrowScores(positions)
 	for p, sc := range m.partScores {
 		if need := nn.ScratchLen(positions); len(sc) < need {
 			m.partScores[p] = make([]float32, need)
