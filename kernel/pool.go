@@ -187,11 +187,8 @@ func (w *worker) offer() {
 
 // finish returns once w no longer reads the job: it retracts an offer not yet taken, or waits
 // for a taken one to run out of chunks (which the caller has just exhausted). It reports
-// whether that wait was long enough to mean the worker's thread was descheduled mid-chunk.
-func (w *worker) finish() (stalled bool) { return w.finishWithin(stallWait) }
-
-// finishWithin is finish with the wait that counts as a stall given.
-func (w *worker) finishWithin(stall time.Duration) (stalled bool) {
+// whether that wait took longer than stall: the worker's thread was descheduled mid-chunk.
+func (w *worker) finish(stall time.Duration) (stalled bool) {
 	if w.state.CompareAndSwap(offered, idle) {
 		return false
 	}
@@ -243,6 +240,51 @@ func afterJoin(stalled bool) {
 	}
 }
 
+// acquire takes the pool for one job and returns how many workers (at most want; want <= 0:
+// all) to offer it to, or 0 when the job must run inline: no worker may help (SetMaxThreads, one core), another
+// job holds the pool, or a stall's backoff run is in progress (which this call shortens).
+func acquire(want int) int {
+	pool.once.Do(startPool)
+	helpers := len(pool.workers)
+	if want > 0 {
+		helpers = min(helpers, want)
+	}
+	if c := int(maxThreads.Load()); c > 0 {
+		helpers = min(helpers, c-1)
+	}
+	if helpers <= 0 || !pool.mu.TryLock() {
+		return 0
+	}
+	if pool.unsplit > 0 {
+		pool.unsplit--
+		pool.mu.Unlock()
+		return 0
+	}
+	return helpers
+}
+
+// runJob runs pool.job, already set up, on the caller and helpers workers, joins them and
+// updates the stall backoff; the caller still holds pool.mu and releases it after clearing
+// the job. With ownTime, a join is a stall only past the caller's own share of the time too.
+func runJob(helpers int, ownTime bool) {
+	j := &pool.job
+	j.next.Store(0)
+	for _, w := range pool.workers[:helpers] {
+		w.offer()
+	}
+	t0 := time.Now()
+	j.claim()
+	stall := stallWait
+	if ownTime {
+		stall = max(stallWait, time.Since(t0))
+	}
+	stalled := false
+	for _, w := range pool.workers[:helpers] {
+		stalled = w.finish(stall) || stalled
+	}
+	afterJoin(stalled)
+}
+
 // matmul runs p over all panels of m, split across the pool when the product is large enough
 // and the pool is free (a concurrent product simply runs on its own goroutine).
 func matmul(p *impl, m *Matrix, y, x []float32, rows int) {
@@ -267,18 +309,8 @@ func matmulEach(p *impl, x []float32, rows int, ps ...Product) {
 		inline()
 		return
 	}
-	pool.once.Do(startPool)
-	helpers := len(pool.workers)
-	if c := int(maxThreads.Load()); c > 0 {
-		helpers = min(helpers, c-1)
-	}
-	if helpers <= 0 || !pool.mu.TryLock() {
-		inline()
-		return
-	}
-	if pool.unsplit > 0 {
-		pool.unsplit--
-		pool.mu.Unlock()
+	helpers := acquire(0)
+	if helpers == 0 {
 		inline()
 		return
 	}
@@ -303,16 +335,7 @@ func matmulEach(p *impl, x []float32, rows int, ps ...Product) {
 		s.chunks = int64((s.np + s.per - 1) / s.per)
 		j.nchunks += s.chunks
 	}
-	j.next.Store(0)
-	for _, w := range pool.workers[:helpers] {
-		w.offer()
-	}
-	j.claim()
-	stalled := false
-	for _, w := range pool.workers[:helpers] {
-		stalled = w.finish() || stalled
-	}
-	afterJoin(stalled)
+	runJob(helpers, false)
 	j.x = nil // drop references to the caller's buffers
 	for k := range j.seg[:j.nseg] {
 		j.seg[k].m, j.seg[k].y = nil, nil
@@ -340,38 +363,17 @@ func Parallel(parts int, fn func(part int)) (split bool) {
 		inline()
 		return false
 	}
-	pool.once.Do(startPool)
-	helpers := min(len(pool.workers), parts-1)
-	if c := int(maxThreads.Load()); c > 0 {
-		helpers = min(helpers, c-1)
-	}
-	if helpers <= 0 || !pool.mu.TryLock() {
-		inline()
-		return false
-	}
-	if pool.unsplit > 0 {
-		pool.unsplit--
-		pool.mu.Unlock()
+	helpers := acquire(parts - 1)
+	if helpers == 0 {
 		inline()
 		return false
 	}
 	j := &pool.job
 	j.fn, j.nchunks = fn, int64(parts)
-	j.next.Store(0)
-	for _, w := range pool.workers[:helpers] {
-		w.offer()
-	}
-	t0 := time.Now()
-	j.claim()
 	// A part may be long (a layer of many rows), and parts of equal rows need not take equal
 	// time: a join counts as a stall only when a worker takes longer again than the caller's
 	// whole share did, beyond the usual stallWait.
-	stall := max(stallWait, time.Since(t0))
-	stalled := false
-	for _, w := range pool.workers[:helpers] {
-		stalled = w.finishWithin(stall) || stalled
-	}
-	afterJoin(stalled)
+	runJob(helpers, true)
 	j.fn = nil
 	pool.mu.Unlock()
 	return true
