@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"slices"
 
 	"github.com/dflash/dflash/cache"
@@ -58,7 +57,7 @@ type Draft struct {
 	ws         workspace
 	// partScores is each block part's attention scratch; its length is the most parts a block
 	// is split into.
-	partScores [][]float32
+	partScores nn.PartScratch
 	ph         blockPhase
 	phaseFn    func(part int) // d.runPhase, bound once so that a forward allocates nothing
 }
@@ -124,11 +123,7 @@ func (d *Draft) grow(positions int) {
 	if len(d.ws.scores) < positions {
 		d.ws.scores = make([]float32, positions)
 	}
-	for p, sc := range d.partScores {
-		if need := nn.ScratchLen(positions); len(sc) < need {
-			d.partScores[p] = make([]float32, need)
-		}
-	}
+	d.partScores.Grow(positions)
 }
 
 // Load reads a draft folder in z-lab's layout and checks it against target: every tensor
@@ -293,10 +288,7 @@ func build(cfg Config, target model.Target, src source) (*Draft, error) {
 		scores: make([]float32, 256),
 		logits: make([]float32, b*cfg.Vocab),
 	}
-	d.partScores = make([][]float32, min(max(runtime.GOMAXPROCS(0), 1), maxParts))
-	for p := range d.partScores {
-		d.partScores[p] = make([]float32, nn.ScratchLen(256))
-	}
+	d.partScores = nn.NewPartScratch(256)
 	d.phaseFn = d.runPhase
 	return d, nil
 }
@@ -355,15 +347,6 @@ func (d *Draft) Forward(c cache.Cache, ctx []float32, ctxRows int, block []int) 
 	return logits, nil
 }
 
-// parMinRows is the least block rows split across the kernel's pool, and rowsPerPart the
-// least each part gets (see block).
-var parMinRows = 4
-
-const rowsPerPart = 2
-
-// maxParts bounds the parts of one block.
-const maxParts = 8
-
 // blockPhase is what the parts of one block forward share (see block): its inputs, the phase
 // being run, and per part a view of the workspace at its rows.
 type blockPhase struct {
@@ -372,7 +355,7 @@ type blockPhase struct {
 	pos   int
 	layer int
 	parts int
-	views [maxParts]partView
+	views [nn.MaxParts]partView
 }
 
 // partView is a part's rows of the block workspace, and its own attention scratch.
@@ -390,10 +373,7 @@ func (d *Draft) block(c cache.Cache, block []int, pos int) []float32 {
 	n := len(block)
 	ph := &d.ph
 	ph.c, ph.block, ph.pos = c, block, pos
-	ph.parts = 1
-	if n >= parMinRows {
-		ph.parts = min(len(d.partScores), n/rowsPerPart)
-	}
+	ph.parts = d.partScores.Parts(n)
 	for l := 0; l <= len(d.layers); l++ {
 		ph.layer = l
 		kernel.Parallel(ph.parts, d.phaseFn)
@@ -413,7 +393,7 @@ func (d *Draft) runPhase(p int) {
 	ws := &d.ws
 	ph := &d.ph
 	n := len(ph.block)
-	lo, hi := p*n/ph.parts, (p+1)*n/ph.parts
+	lo, hi := nn.PartRows(p, ph.parts, n)
 	rows := hi - lo
 	if rows == 0 {
 		return

@@ -16,6 +16,7 @@ import (
 	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/kernel/kerneltest"
 	"github.com/dflash/dflash/model"
+	"github.com/dflash/dflash/model/nn"
 )
 
 // tinyConfig is a 2-layer draft for testmodel.TinyQwen3 whose attention shape differs from the target's
@@ -661,10 +662,7 @@ func TestSplitBlockBitwise(t *testing.T) {
 			defer kernel.SetMaxThreads(kernel.SetMaxThreads(threads))
 			saved := d.partScores
 			defer func() { d.partScores = saved }()
-			d.partScores = make([][]float32, parts)
-			for p := range d.partScores {
-				d.partScores[p] = make([]float32, 32)
-			}
+			d.partScores = make(nn.PartScratch, parts) // NewCache sizes the buffers
 			c := d.NewCache(32)
 			if rowMajor {
 				c = cache.NewKV(cfg.Layers, 32, cfg.KVHeads*cfg.HeadDim)

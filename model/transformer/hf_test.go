@@ -15,6 +15,7 @@ import (
 	"github.com/dflash/dflash/format/safetensors"
 	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/model"
+	"github.com/dflash/dflash/model/nn"
 )
 
 // tiny describes a small model written in Hugging Face layout for tests.
@@ -591,10 +592,7 @@ func TestSplitForwardBitwise(t *testing.T) {
 		defer kernel.SetMaxThreads(kernel.SetMaxThreads(threads))
 		saved := m.partScores
 		defer func() { m.partScores = saved }()
-		m.partScores = make([][]float32, parts)
-		for p := range m.partScores {
-			m.partScores[p] = make([]float32, 64)
-		}
+		m.partScores = make(nn.PartScratch, parts) // NewCache sizes the buffers
 		c := m.NewCache(64)
 		// A prefix first, so the split chunk also attends to committed rows.
 		if _, err := m.Forward(c, model.Request{Tokens: tokens[:7]}); err != nil {

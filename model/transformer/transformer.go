@@ -11,7 +11,6 @@ package transformer
 
 import (
 	"fmt"
-	"runtime"
 
 	"github.com/dflash/dflash/cache"
 	"github.com/dflash/dflash/kernel"
@@ -61,7 +60,7 @@ type Model struct {
 	ws        workspace
 	// partScores is each part's attention scratch (see phase); its length is the most parts a
 	// chunk is split into.
-	partScores [][]float32
+	partScores nn.PartScratch
 	ph         phase
 	phaseFn    func(part int) // m.runPhase, bound once so that a forward allocates nothing
 }
@@ -99,10 +98,7 @@ func newModel(cfg model.Config, sp spec, emb, head *kernel.Matrix, layers []Laye
 		logits:    make([]float32, cfg.Vocab),
 		tapIdx:    make([]int, cfg.Layers),
 	}
-	m.partScores = make([][]float32, min(max(runtime.GOMAXPROCS(0), 1), maxParts))
-	for p := range m.partScores {
-		m.partScores[p] = make([]float32, nn.ScratchLen(m.rope.MaxPos()))
-	}
+	m.partScores = nn.NewPartScratch(m.rope.MaxPos())
 	m.phaseFn = m.runPhase
 	return m, nil
 }
@@ -155,11 +151,7 @@ func (m *Model) NewCache(capacity int) cache.Cache {
 
 func (m *Model) grow(positions int) {
 	m.rope.Grow(positions)
-	for p, sc := range m.partScores {
-		if need := nn.ScratchLen(positions); len(sc) < need {
-			m.partScores[p] = make([]float32, need)
-		}
-	}
+	m.partScores.Grow(positions)
 }
 
 // Embed writes token's raw embedding row into dst[:Hidden]; token must be in [0, Vocab).
@@ -277,19 +269,11 @@ func (m *Model) Forward(c cache.Cache, r model.Request) (model.Result, error) {
 	return res, nil
 }
 
-// parMinRows is the least rows a chunk splits across the kernel's pool (kernel.Parallel), and
-// rowsPerPart the least each part gets. A decode step (one row) always runs on the caller: its
-// work per layer is a few microseconds, about what a hand-off costs on a busy machine. A
-// verification or prefill chunk splits by rows: each part runs its own rows through a layer,
-// so a layer costs one hand-off, and since a row's result never depends on the rows computed
-// with it, a split changes no bit (TestSplitForwardBitwise).
-var parMinRows = 4
-
-const rowsPerPart = 2
-
-// maxParts bounds the parts of one chunk (one per core on the machines dflash targets).
-const maxParts = 8
-
+// A chunk of several rows splits them into parts (nn.PartScratch.Parts) that run concurrently
+// on the kernel's pool (kernel.Parallel): each part runs its own rows through a layer, so a layer
+// costs one hand-off, and since a row's result never depends on the rows computed with it, a
+// split changes no bit (TestSplitForwardBitwise).
+//
 // phase is what one chunk's parts share: the inputs of chunk and, per part, its rows and a view
 // of the workspace at them. Phase l of a chunk finishes layer l-1 for a part's rows (attention,
 // output projection, MLP) and starts layer l (norm, q/k/v into the cache): a row's attention needs
@@ -308,7 +292,7 @@ type phase struct {
 	// in the last phase.
 	logits           []float32
 	logitLo, logitHi int
-	views            [maxParts]nn.Workspace
+	views            [nn.MaxParts]nn.Workspace
 }
 
 // chunk runs up to chunkRows rows at positions [pos, pos+len(tokens)) through every layer,
@@ -319,10 +303,7 @@ func (m *Model) chunk(kv *cache.KV, hm *headMajorCache, tokens []int, pos int, t
 	ph := &m.ph
 	ph.kv, ph.hm, ph.tokens, ph.pos, ph.taps, ph.tapRow = kv, hm, tokens, pos, taps, tapRow
 	ph.logits, ph.logitLo, ph.logitHi = logits, logitLo, logitHi
-	ph.parts = 1
-	if n >= parMinRows {
-		ph.parts = min(len(m.partScores), n/rowsPerPart)
-	}
+	ph.parts = m.partScores.Parts(n)
 	kvw := m.cfg.KVHeads * m.cfg.HeadDim
 	for l := 0; l <= len(m.layers); l++ {
 		ph.layer = l
@@ -341,9 +322,6 @@ func (m *Model) chunk(kv *cache.KV, hm *headMajorCache, tokens []int, pos int, t
 	ph.kv, ph.hm, ph.tokens, ph.taps, ph.logits = nil, nil, nil, nil, nil
 }
 
-// partRows is the rows [lo, hi) of part p of n rows in parts parts.
-func partRows(p, parts, n int) (lo, hi int) { return p * n / parts, (p + 1) * n / parts }
-
 // runPhase is phase ph.layer for the rows of part p (see phase).
 func (m *Model) runPhase(p int) {
 	ph := &m.ph
@@ -354,7 +332,7 @@ func (m *Model) runPhase(p int) {
 	kvw := cfg.KVHeads * d
 	qw := cfg.Heads * d
 	n := len(ph.tokens)
-	lo, hi := partRows(p, ph.parts, n)
+	lo, hi := nn.PartRows(p, ph.parts, n)
 	rows := hi - lo
 	if rows == 0 {
 		return
