@@ -288,10 +288,10 @@ func benchSpeculation(e *engine.Engine, rep *benchReport, draft, depthsFlag stri
 	}
 	for _, d := range depths {
 		var tauSum, plainSum, specSum float64
-		// A fixed depth gets a fresh Depth per request. The adaptive one is a single controller
-		// kept across every prompt and repetition, as `dflash serve` keeps one per model pair,
-		// and it first learns over one unmeasured pass: the figure is the steady state a server
-		// reaches, not the first request of a cold process (`dflash run`).
+		// One controller for every prompt and repetition, as `dflash serve` keeps one per model
+		// pair (a fixed one has no state). The adaptive one first learns over one unmeasured
+		// pass: the figure is the steady state a server reaches, not the first request of a cold
+		// process (`dflash run`).
 		ctl := &runner.Depth{Fixed: d}
 		generate := func(p, cont []int) (runner.Stats, error) {
 			var drafter runner.Drafter
@@ -301,13 +301,9 @@ func benchSpeculation(e *engine.Engine, rep *benchReport, draft, depthsFlag stri
 				drafter = dr.NewSession(capacity)
 			}
 			defer drafter.Close()
-			depth := ctl
-			if d > 0 {
-				depth = &runner.Depth{Fixed: d}
-			}
 			seq := runner.NewSequence(e.Target, capacity)
 			return runner.Generate(context.Background(), seq, runner.Request{
-				Prompt: p, Options: opts, MaxTokens: n, Stop: e.Stop, Drafter: drafter, Depth: depth,
+				Prompt: p, Options: opts, MaxTokens: n, Stop: e.Stop, Drafter: drafter, Depth: ctl,
 			}, func(int) error { return nil })
 		}
 		if d == 0 && draft != "oracle" {
