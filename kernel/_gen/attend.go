@@ -204,25 +204,15 @@ func maxF32(is isa) {
 	Label(name + "tail")
 	TESTQ(n, n)
 	JE(LabelRef(name + "reduce"))
-	tb := GP64()
+	tm := newTailMask(is, n)
+	t := is.vec()
+	tm.load(Mem{Base: xp}, t)
 	if is.halves == 1 {
-		k := K()
-		LEAQ(expMask512, tb)
-		KMOVW(Mem{Base: tb, Index: n, Scale: 2}, k)
-		t := is.vec()
-		VMOVUPS_Z(Mem{Base: xp}, k, t)
-		VMAXPS(t, m1, k, m1) // merge-masked: dead lanes keep m1
-
+		VMAXPS(t, m1, tm.k, m1) // merge-masked: dead lanes keep m1
 	} else {
-		mask := is.vec()
-		LEAQ(expMask256, tb)
-		NEGQ(n)
-		VMOVUPS(Mem{Base: tb, Index: n, Scale: 4, Disp: 32}, mask)
-		t := is.vec()
-		VMASKMOVPS(Mem{Base: xp}, mask, t)
 		ni := is.vec()
 		VMOVUPS(expTab.Offset(ecNegInf*64), ni)
-		VBLENDVPS(mask, t, ni, ni)
+		VBLENDVPS(tm.mask, t, ni, ni)
 		VMAXPS(ni, m1, m1)
 	}
 	Label(name + "reduce")
@@ -275,19 +265,8 @@ func siluMul(is isa) {
 	Label(name + "tail")
 	TESTQ(n, n)
 	JE(LabelRef(name + "done"))
-	tb := GP64()
-	if is.halves == 1 {
-		k := K()
-		LEAQ(expMask512, tb)
-		KMOVW(Mem{Base: tb, Index: n, Scale: 2}, k)
-		one(func(src Mem, dst reg.VecVirtual) { VMOVUPS_Z(src, k, dst) }, func(src reg.VecVirtual, dst Mem) { VMOVUPS(src, k, dst) })
-	} else {
-		mask := is.vec()
-		LEAQ(expMask256, tb)
-		NEGQ(n)
-		VMOVUPS(Mem{Base: tb, Index: n, Scale: 4, Disp: 32}, mask)
-		one(func(src Mem, dst reg.VecVirtual) { VMASKMOVPS(src, mask, dst) }, func(src reg.VecVirtual, dst Mem) { VMASKMOVPS(src, mask, dst) })
-	}
+	tm := newTailMask(is, n)
+	one(tm.load, tm.store)
 	Label(name + "done")
 	VZEROUPPER()
 	RET()
@@ -314,4 +293,46 @@ func byQueryGroups(name string, nq reg.Register, group func(tag string, g int)) 
 	Label(name + "done")
 	VZEROUPPER()
 	RET()
+}
+
+// tailMask selects the first n lanes (0 < n < lanes) of a kernel's last, partial vector: an
+// opmask on AVX-512, a vector with all-ones lanes on AVX2 (building it negates n).
+type tailMask struct {
+	is   isa
+	k    reg.Register   // AVX-512
+	mask reg.VecVirtual // AVX2
+}
+
+func newTailMask(is isa, n reg.Register) tailMask {
+	t := tailMask{is: is}
+	tb := GP64()
+	if is.halves == 1 {
+		t.k = K()
+		LEAQ(expMask512, tb)
+		KMOVW(Mem{Base: tb, Index: n, Scale: 2}, t.k)
+		return t
+	}
+	t.mask = is.vec()
+	LEAQ(expMask256, tb)
+	NEGQ(n)
+	VMOVUPS(Mem{Base: tb, Index: n, Scale: 4, Disp: 32}, t.mask)
+	return t
+}
+
+// load reads the selected lanes of src into dst and zeroes the others.
+func (t tailMask) load(src Mem, dst reg.VecVirtual) {
+	if t.is.halves == 1 {
+		VMOVUPS_Z(src, t.k, dst)
+		return
+	}
+	VMASKMOVPS(src, t.mask, dst)
+}
+
+// store writes the selected lanes of src to dst.
+func (t tailMask) store(src reg.VecVirtual, dst Mem) {
+	if t.is.halves == 1 {
+		VMOVUPS(src, t.k, dst)
+		return
+	}
+	VMASKMOVPS(src, t.mask, dst)
 }
