@@ -19,18 +19,12 @@ import (
 // and then parks on a channel.
 
 // splitMin is the least estimated work (see work) for which a product is split. Below it the
-// hand-off costs more than the second core saves. In a tight loop (BenchmarkSplit, workers
-// spinning hot) a forced split costs about 0.33 us on a 64x64 matvec and wins from 512x128 bf16
-// (160K); but inside a forward the products are separated by norms, attention and sampling, the
-// workers have often parked, and waking one costs microseconds. A speculative round of
-// stories260K (16-row products of 64x64 .. 512x64 f32, work 48K .. 384K) spent 14% of its CPU
-// in hand-offs; on the shared 2-core machine (load average about 3.5) split 16-row 512x64 f32 took 6.9 us against 5.9 us
-// unsplit, 172x64 5.0 against 1.8, 16-row 512x256 (1.3M .. 1.5M) 24.7 against 18.5, and
-// 1-row 768x288 f32 (972K) 12.9 against 6.9, 1024x512 bf16 (1.3M) 14.2 against 8.8. So only
-// products of at least 2M split: every 1-row product of Qwen3-0.6B's shape (1024x1024 bf16 and
-// up, 2.5M) still does, as do stories110M's 768x768 f32 (2.4M); nothing of stories260K's
-// does. On a quiet machine products of 0.3M .. 2M may gain a little from splitting again; under
-// heavy load no split won, which SetMaxThreads(1) lets a host choose.
+// hand-off costs more than the second core saves: inside a forward the products are separated by
+// norms, attention and sampling, the workers have often parked, and waking one costs
+// microseconds, far more than a tight-loop split suggests. At 2M every 1-row product of
+// Qwen3-0.6B's shape (1024x1024 bf16 and up) still splits and nothing of stories260K's does; a
+// loaded host can turn splitting off with SetMaxThreads(1). The measurements behind the figure
+// are in BENCHMARKS.md ("Thread split thresholds").
 // A variable so tests can force the split.
 var splitMin int64 = 2 << 20
 
@@ -212,14 +206,10 @@ const stallWait = 50 * time.Microsecond
 // After a stall the next products run on the caller alone, for a backoff that doubles with each
 // stall (from stallBackoffMin up to stallBackoffMax) and halves after every cleanBeforeShrink
 // split products in a row that did not stall. On a machine whose cores other processes keep
-// busy, a split product waits for a descheduled worker for a whole time slice: decoding
-// Qwen3-0.6B (bf16, 2 threads) beside a 2-thread training run measured 27 GB/s effective
-// splitting every product, 30 with a fixed backoff of 256 products after a 200 us wait, 31 with
-// 1024 after 50 us (and 31 on one thread); stalls that frequent drive the backoff to its cap
-// within a few stalls. But a fixed backoff of 1024 products (about nine decode steps of a
-// 28-layer model) turned the occasional stall of a mostly quiet machine (other processes at a
-// load of about 1) into thousands of one-thread products: a cold one-row bf16 stream measured
-// 39-42 GB/s split against 47-50 with no backoff, the probe 48-49.
+// busy, a split product waits for a descheduled worker for a whole time slice, and such stalls
+// come often enough to drive the backoff to its cap within a few; a fixed backoff instead would
+// turn the occasional stall of a mostly quiet machine into thousands of one-thread products.
+// The measurements are in BENCHMARKS.md ("Thread split thresholds").
 const (
 	stallBackoffMin   = 16
 	stallBackoffMax   = 1024

@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// Backend loads models by name. The server knows models only through it: the lead implements it
-// with the real engine, tests implement it with a fake. Implementations must be safe for
+// Backend loads models by name. The server knows models only through it: package server/backend
+// implements it with the real engine, server/fake with a fake for tests. Implementations must be safe for
 // concurrent use.
 type Backend interface {
 	// Models lists the configured models. The list may change between calls (it is read on

@@ -22,8 +22,9 @@ import (
 	"github.com/dflash/dflash/server/fake"
 )
 
-// backendCase is one backend the HTTP tests run against. The fake is always here; the lead
-// adds a small real model (skipping when its weights are absent) by appending to backendCases.
+// backendCase is one backend the HTTP tests run against. The fake is always here; the real
+// backend's tests add a small real model (skipping when its weights are absent) by appending to
+// backendCases.
 type backendCase struct {
 	name string
 	// new builds a fresh backend; ctxLen and delay are hints a real backend may ignore.

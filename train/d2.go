@@ -11,7 +11,7 @@ import (
 	"github.com/dflash/dflash/model/dflash2"
 )
 
-// DFlash2 training (the notes in /work/notes/dflash2-spec.md): the DFlash backbone with a grouped
+// DFlash2 training (DFLASH.md section 5): the DFlash backbone with a grouped
 // dynamic depthwise convolution on both sides of every attention and MLP sublayer, and the
 // low-rank candidate selector over each slot's top-K unary candidates. The DFlash tensors keep
 // their place at the front of the flat vectors, so with the same seed a fresh DFlash2 draft holds

@@ -1,4 +1,4 @@
-// Package dflash2 owns the DFlash2 draft (DFLASH.md section 5; /work/notes/dflash2-spec.md): the
+// Package dflash2 owns the DFlash2 draft (../shared/docs/DFLASH.md section 5): the
 // DFlash block-diffusion backbone with a grouped dynamic depthwise convolution around every
 // attention and MLP sublayer, and a low-rank candidate selector that scores the target head's
 // top-K tokens per slot given the token chosen for the slot before. It loads and checks
@@ -181,7 +181,9 @@ func (c *Config) JSON(dtype string) ([]byte, error) {
 }
 
 // Tensors lists every weight of a DFlash2 draft of this config: DFlash's, each layer's two
-// convolutions and the selector (shapes [out, in] for matrices; see dflash2-spec.md).
+// convolutions and the selector. Matrices are [out, in]. A base kernel is [side, tap, channel]
+// (side 0 acts before the sublayer, side 1 after it); a kernel projection maps the normed
+// sublayer input to [side][tap][group] deltas; the codebooks are [vocab, rank].
 func (c *Config) Tensors() []dflash.TensorShape {
 	out := c.Config.Tensors()
 	h, k, g := c.Hidden, c.ConvKernel, c.Groups()
