@@ -12,6 +12,7 @@ import (
 	"github.com/dflash/dflash/cache"
 	"github.com/dflash/dflash/format/hf"
 	"github.com/dflash/dflash/format/safetensors"
+	"github.com/dflash/dflash/internal/splitmix"
 	"github.com/dflash/dflash/internal/testmodel"
 	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/kernel/kerneltest"
@@ -35,7 +36,7 @@ func randomCtx(cfg Config, rows int, seed uint64) []float32 {
 	out := make([]float32, rows*w)
 	s := seed
 	for i := range out {
-		s = splitmix(s)
+		s = splitmix.Mix(s)
 		out[i] = float32(float64(s>>11)/(1<<53)*2 - 1)
 	}
 	return out

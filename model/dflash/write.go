@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/dflash/dflash/format/safetensors"
+	"github.com/dflash/dflash/internal/splitmix"
 	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/model"
 )
@@ -101,7 +102,7 @@ func randomTensor(s TensorShape, seed uint64, dtype kernel.DType) []float32 {
 	}
 	st := seed
 	for _, c := range []byte(s.Name) {
-		st = splitmix(st ^ uint64(c))
+		st = splitmix.Mix(st ^ uint64(c))
 	}
 	w := make([]float32, n)
 	// Uniform on [-a, a] has standard deviation a/sqrt(3).
@@ -110,7 +111,7 @@ func randomTensor(s TensorShape, seed uint64, dtype kernel.DType) []float32 {
 		lo, width = 0.9, 0.2
 	}
 	for i := range w {
-		st = splitmix(st)
+		st = splitmix.Mix(st)
 		v := float32(lo + width*float64(st>>11)/(1<<53))
 		if dtype == kernel.BF16 {
 			v = kernel.BF16ToF32(kernel.F32ToBF16(v))
@@ -171,12 +172,4 @@ func (s *randomSource) matrix(name string, n, k int) *kernel.Matrix {
 		return kernel.NewBF16(b, n, k)
 	}
 	return kernel.NewF32(slices.Clip(w), n, k)
-}
-
-func splitmix(x uint64) uint64 {
-	x += 0x9e3779b97f4a7c15
-	z := x
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-	return z ^ (z >> 31)
 }

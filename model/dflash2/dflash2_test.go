@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/dflash/dflash/cache"
+	"github.com/dflash/dflash/internal/splitmix"
 	"github.com/dflash/dflash/internal/testmodel"
 	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/model"
@@ -28,10 +29,10 @@ func tinyConfig() Config {
 }
 
 func randomFloats(n int, seed uint64) []float32 {
-	r := splitmix{seed}
+	r := splitmix.Stream{State: seed}
 	out := make([]float32, n)
 	for i := range out {
-		out[i] = float32(float64(r.next()>>11)/(1<<53)*2 - 1)
+		out[i] = float32(r.Float64()*2 - 1)
 	}
 	return out
 }

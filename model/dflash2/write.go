@@ -6,8 +6,10 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/dflash/dflash/format/safetensors"
+	"github.com/dflash/dflash/internal/splitmix"
 	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/model"
 )
@@ -82,7 +84,7 @@ func Write(dir string, cfg Config, weights map[string][]float32, dtype kernel.DT
 // base kernels identity plus N(0, 0.1) (so every tap contributes), codebooks N(0, 0.5) (so
 // the selector's transition term moves candidate rankings).
 func RandomWeights(cfg Config, seed uint64) map[string][]float32 {
-	rng := splitmix{seed}
+	rng := &splitmix.Stream{State: seed}
 	out := map[string][]float32{}
 	for _, t := range cfg.Tensors() {
 		n := 1
@@ -96,21 +98,21 @@ func RandomWeights(cfg Config, seed uint64) map[string][]float32 {
 			for i := range w {
 				w[i] = 1
 			}
-		case hasSuffix(name, "base_kernel"):
+		case strings.HasSuffix(name, "base_kernel"):
 			taps, h := t.Shape[1], t.Shape[2]
 			for i := range w {
-				w[i] = float32(0.1 * rng.normal())
+				w[i] = float32(0.1 * normal(rng))
 				if (i/h)%taps == 0 {
 					w[i] += 1
 				}
 			}
-		case hasSuffix(name, "_codebook"):
+		case strings.HasSuffix(name, "_codebook"):
 			for i := range w {
-				w[i] = float32(0.5 * rng.normal())
+				w[i] = float32(0.5 * normal(rng))
 			}
 		default:
 			for i := range w {
-				w[i] = float32(0.02 * rng.normal())
+				w[i] = float32(0.02 * normal(rng))
 			}
 		}
 		out[name] = w
@@ -128,22 +130,9 @@ func WriteRandom(dir string, target model.Config, cfg Config, seed uint64, dtype
 	return Write(dir, cfg, RandomWeights(cfg, seed), dtype)
 }
 
-func hasSuffix(s, suf string) bool { return len(s) >= len(suf) && s[len(s)-len(suf):] == suf }
-
-// splitmix is a small deterministic generator: test weights need only be reproducible.
-type splitmix struct{ s uint64 }
-
-func (r *splitmix) next() uint64 {
-	r.s += 0x9e3779b97f4a7c15
-	z := r.s
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-	return z ^ (z >> 31)
-}
-
-// normal is a standard normal draw (Box-Muller).
-func (r *splitmix) normal() float64 {
-	u1 := (float64(r.next()>>11) + 0.5) / (1 << 53)
-	u2 := float64(r.next()>>11) / (1 << 53)
+// normal is a standard normal draw (Box-Muller): test weights need only be reproducible.
+func normal(r *splitmix.Stream) float64 {
+	u1 := (float64(r.Next()>>11) + 0.5) / (1 << 53)
+	u2 := r.Float64()
 	return math.Sqrt(-2*math.Log(u1)) * math.Cos(2*math.Pi*u2)
 }

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/dflash/dflash/internal/splitmix"
 	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/model"
 	"github.com/dflash/dflash/model/nn"
@@ -141,30 +142,20 @@ func generate(jobs []genJob, seed uint64) {
 func fill(n, k int, seed, id uint64, table *[1 << 16]uint16) []uint16 {
 	w := make([]uint16, n*k)
 	for b := 0; b*genBlockRows < n; b++ {
-		s := splitmix(seed ^ splitmix(id<<32|uint64(b)))
+		s := splitmix.Mix(seed ^ splitmix.Mix(id<<32|uint64(b)))
 		part := w[b*genBlockRows*k : min((b+1)*genBlockRows, n)*k]
 		i := 0
 		for ; i+4 <= len(part); i += 4 {
-			s = splitmix(s)
+			s = splitmix.Mix(s)
 			part[i] = table[uint16(s)]
 			part[i+1] = table[uint16(s>>16)]
 			part[i+2] = table[uint16(s>>32)]
 			part[i+3] = table[uint16(s>>48)]
 		}
 		for ; i < len(part); i++ {
-			s = splitmix(s)
+			s = splitmix.Mix(s)
 			part[i] = table[uint16(s)]
 		}
 	}
 	return w
-}
-
-// splitmix is SplitMix64's output function applied to x plus its increment: a fast, well-mixed
-// stream when iterated.
-func splitmix(x uint64) uint64 {
-	x += 0x9e3779b97f4a7c15
-	z := x
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-	return z ^ (z >> 31)
 }
