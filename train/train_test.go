@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -30,22 +31,10 @@ func TestDefaultTaps(t *testing.T) {
 		{4, 3, []int{1, 2, 3}}, // the rule gives [1 1 1]; made ascending
 	} {
 		got := DefaultTaps(c.layers, c.n)
-		if !equalInts(got, c.want) {
+		if !slices.Equal(got, c.want) {
 			t.Errorf("DefaultTaps(%d, %d) = %v, want %v", c.layers, c.n, got, c.want)
 		}
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // randomData is sequences of a fixed chain t[i+1] = (5*t[i] + 3) mod vocab from a random start:

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -106,21 +107,9 @@ func TestClassic(t *testing.T) {
 	tok := load(t, r)
 	got := tok.Encode("aaabdaaabac")
 	wantIDs := []int{258, 'd', 258, 'a', 'c'}
-	if !equal(got, wantIDs) {
+	if !slices.Equal(got, wantIDs) {
 		t.Errorf("Encode = %v, want %v", got, wantIDs)
 	}
-}
-
-func equal(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestRoundTripAndVocab(t *testing.T) {
