@@ -100,8 +100,11 @@ func d2Case(t *testing.T, block int) (*trainer, *example) {
 
 // checkGradFloor is checkGrad with its step and absolute floor as parameters: the DFlash2 chain
 // is more curved (the convolutions multiply activations by activations), so the central
-// difference needs a smaller step (3e-3), at which the float32 loss's rounding noise is ~1e-3 in
-// the quotient; the floor keeps that noise from failing gradients that small.
+// difference needs a smaller step (3e-3), at which the float32 loss's rounding noise and the
+// step's h^2 truncation term each reach a few 1e-4 in the quotient. The floor must keep errors
+// of that size from failing gradients that small: with the 3% tolerance, a floor of 3e-2 allows
+// about 1e-3 absolute. (A floor of 1e-2 allowed 3e-4: on the AVX2 path a norm weight whose
+// gradient is 0.0039 read 0.0042 at h = 3e-3 and 0.003859 at h = 1e-3.)
 func checkGradFloor(t *testing.T, name string, x, grad []float32, f func() float64, idx []int, eps float32, floor float64) {
 	t.Helper()
 	var worst float64
@@ -227,7 +230,7 @@ func TestDFlash2DraftGrad(t *testing.T) {
 			for j := range idx {
 				idx[j] += s.off
 			}
-			checkGradFloor(t, s.name, tr.params, grad, f, idx, 3e-3, 1e-2)
+			checkGradFloor(t, s.name, tr.params, grad, f, idx, 3e-3, 3e-2)
 		}
 	}
 }
