@@ -41,6 +41,12 @@ func TestEngine(t *testing.T) {
 			// The spaces follow "a" on the same line, so they stay.
 			"a  b"},
 		{"comments vanish with their line", "{# c #}\n  {# d #}\nafter", "after"},
+		{"minus trims only its own side", "{%- if true -%}A: {{ x }}{%- endif -%}",
+			// "-%}" strips the whitespace after the tag; the space before "{{" is the text's own.
+			"A: 1"},
+		{"space between expression and block tag", "{{ x }} {% if true %}y{% endif %}",
+			// lstrip_blocks strips only whitespace that starts a line.
+			"1 y"},
 
 		// Control flow.
 		{"if elif else", "{% if false %}a{% elif 0 %}b{% elif 'x' %}c{% else %}d{% endif %}", "c"},
@@ -95,6 +101,12 @@ func TestEngine(t *testing.T) {
 		{"tojson indent", "{{ [1, {'k': 'v'}]|tojson(indent=2) }}",
 			// With indent, Python's item separator becomes "," (no trailing space).
 			"[\n  1,\n  {\n    \"k\": \"v\"\n  }\n]"},
+		{"tojson indent keeps insertion order", "{{ {'type': 'function', 'function': {'name': 'f', 'description': 'd'}}|tojson(indent=4) }}",
+			// Llama 3.1's tools block dumps each tool this way; sorting keys would change the prompt.
+			"{\n    \"type\": \"function\",\n    \"function\": {\n        \"name\": \"f\",\n        \"description\": \"d\"\n    }\n}"},
+		{"tojson floats", "{{ [0.0, 2.0, 1e-7, 1.5, 3]|tojson }}",
+			// A float stays a float (a tool schema's "minimum": 0.0 is "0.0"), in Python's repr.
+			"[0.0, 2.0, 1e-07, 1.5, 3]"},
 		{"map selectattr", "{{ messages|map(attribute='role')|join(',') }} {{ messages|selectattr('role', 'equalto', 'user')|list|length }}",
 			"user,assistant 1"},
 
