@@ -203,6 +203,9 @@ func init() {
 			return strMethod(str(x), "replace", args, kw)
 		},
 		"map": func(st *state, x any, args []any, kw *Dict) (any, error) {
+			if !truthy(x) {
+				return []any{}, nil // as select: a false value maps to nothing, unchecked
+			}
 			items, err := iterate(x)
 			if err != nil {
 				return nil, err
@@ -424,6 +427,11 @@ func defaultFilter(_ *state, x any, args []any, kw *Dict) (any, error) {
 
 func selectFilter(reject, byAttr bool) filterFunc {
 	return func(_ *state, x any, args []any, kw *Dict) (any, error) {
+		if !truthy(x) {
+			// jinja2 looks at neither the value nor the arguments when the value is false:
+			// "tools|selectattr(...)" with tools=None is empty, not a TypeError.
+			return []any{}, nil
+		}
 		items, err := iterate(x)
 		if err != nil {
 			return nil, err

@@ -109,6 +109,10 @@ func TestEngine(t *testing.T) {
 			"[0.0, 2.0, 1e-07, 1.5, 3]"},
 		{"map selectattr", "{{ messages|map(attribute='role')|join(',') }} {{ messages|selectattr('role', 'equalto', 'user')|list|length }}",
 			"user,assistant 1"},
+		{"select and map of a false value", "{{ none|selectattr('type', 'equalto', 'x')|list|length }} {{ none|map(attribute='x')|list }} {{ ''|reject|list }} {{ nothing|rejectattr('a')|list }}",
+			// jinja2 yields nothing without iterating when the value is false, so a template
+			// may filter tools=None (functionary's does); "none|list" is still a TypeError.
+			"0 [] [] []"},
 
 		// Tests.
 		{"is tests", "{{ x is defined }} {{ nothing is defined }} {{ none is none }} {{ 'a' is string }} {{ 1 is string }} {{ false is false }} {{ 0 is false }} {{ x is not none }}",
