@@ -265,7 +265,7 @@ func init() {
 		},
 		"callable": func(x any, _ []any) (bool, error) {
 			switch x.(type) {
-			case builtin, method, *loopCycle:
+			case builtin, method, *loopCycle, *macro:
 				return true, nil
 			}
 			return false, nil

@@ -69,6 +69,18 @@ func TestEngine(t *testing.T) {
 		{"multiple set", "{% set a, b = 1, 2 %}{{ a }}{{ b }}", "12"},
 		{"block set", "{% set x %}v{{ 1 }}{% endset %}[{{ x }}]", "[v1]"},
 
+		// Macros (Qwen3.5's render_content, gpt-oss's and Gemma 4's helpers).
+		{"macro arguments", "{%- macro f(a, b='B', c=a ~ '!') -%}[{{ a }}|{{ b }}|{{ c }}]{%- endmacro -%}{{ f(1) }}{{ f(2, 'x') }}{{ f(3, c='k') }}{{ f() }}",
+			// Positional, then keyword, then the default, evaluated per call after the
+			// parameters before it; a missing one is undefined.
+			"[1|B|1!][2|x|2!][3|B|k][|B|!]"},
+		{"macro scope", "{% set ns = namespace(n=0) %}{% set top = 'T' %}{% macro g(x) %}{% set local = 1 %}{% set ns.n = ns.n + x %}{{ top }}{{ item is defined }}{% endmacro %}{% for item in [1, 2] %}{{ g(item) }}{% endfor %}{{ ns.n }}{{ local is defined }}",
+			// The macro sees where it is defined (top, ns), not its caller's loop variable, and
+			// its own sets do not leak; a namespace carries state out.
+			"TFalseTFalse3False"},
+		{"macro output is a string", "{% macro m(s) %}  {{ s }}  {% endmacro %}[{{ m('v')|trim }}]{{ m is callable }}",
+			"[v]True"},
+
 		// Slicing and indexing, with Python's semantics.
 		{"slices", "{{ 'abcdef'[1:4] }} {{ 'abcdef'[::-1] }} {{ 'abcdef'[-2:] }} {{ [1,2,3,4,5][::2] }} {{ [1,2,3][5:] }}",
 			"bcd fedcba ef [1, 3, 5] []"},
@@ -157,7 +169,13 @@ func TestEngineErrors(t *testing.T) {
 	}{
 		{"unknown filter", "a\nb\n{{ x|nofilter }}", []string{"line 3", `unknown filter "nofilter"`}},
 		{"unknown test", "{% if x is nothere %}{% endif %}", []string{"line 1", `unknown test "nothere"`}},
-		{"macro unsupported", "\n{% macro f() %}{% endmacro %}", []string{"line 2", "unsupported statement {% macro %}"}},
+		{"call unsupported", "\n{% call f() %}{% endcall %}", []string{"line 2", "unsupported statement {% call %}"}},
+		{"macro too many arguments", "{% macro f(a) %}{% endmacro %}{{ f(1, 2) }}", []string{"line 1", "macro f takes not more than 1 argument(s)"}},
+		{"macro unknown keyword", "{% macro f(a) %}{% endmacro %}{{ f(b=1) }}", []string{"macro f takes no keyword argument b"}},
+		{"macro twice the same argument", "{% macro f(a) %}{% endmacro %}{{ f(1, a=1) }}", []string{"multiple values for argument a"}},
+		{"macro recursion", "{% macro r(n) %}{{ r(n + 1) }}{% endmacro %}{{ r(0) }}", []string{"nested deeper than 100"}},
+		{"macro varargs unsupported", "{% macro f() %}\n{{ varargs }}{% endmacro %}", []string{"line 2", "unsupported varargs in macro f"}},
+		{"macro default order", "{% macro f(a=1, b) %}{% endmacro %}", []string{"parameter b without a default follows one with a default"}},
 		{"include unsupported", "{% include 'x' %}", []string{"line 1", "{% include %}"}},
 		{"unknown statement", "{% frobnicate %}", []string{"unknown statement {% frobnicate %}"}},
 		{"unclosed if", "{% if x %}a", []string{"missing {% endif %}"}},
@@ -259,7 +277,7 @@ func TestLoadConfig(t *testing.T) {
 	}
 
 	// A template that does not parse is an error at load time, with the file named.
-	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(`{"chat_template": "{% macro x() %}{% endmacro %}"}`), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(`{"chat_template": "{% extends 'base' %}"}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, err = LoadConfig(dir); err == nil || !strings.Contains(err.Error(), "tokenizer_config.json") {
@@ -284,7 +302,8 @@ func TestToolsFromGoMap(t *testing.T) {
 func FuzzTemplate(f *testing.F) {
 	for _, s := range []string{"{{ x }}", "{% for a in b %}{{ loop.index }}{% endfor %}", "{{ 'a'[::-1] }}",
 		"{% if x is not none %}{{ x|tojson(indent=2) }}{% endif %}", "{{ not", "{{ x[1:2:", "{% set ns.a = 1 %}",
-		"{{ {'a': [1, 2]}|items|list }}", "{{ '%s' % 1 }}", "{{ -x|abs }}", "{% for k, v in x %}{% endfor %}"} {
+		"{{ {'a': [1, 2]}|items|list }}", "{{ '%s' % 1 }}", "{{ -x|abs }}", "{% for k, v in x %}{% endfor %}",
+		"{% macro f(a, b=1) %}{{ a }}{{ f(b) }}{% endmacro %}{{ f(x, b=2)|trim }}"} {
 		f.Add(s)
 	}
 	msgs := []Message{{Role: "user", Content: "hi"}, {Role: "assistant", Content: "<think>a</think>b"}}
