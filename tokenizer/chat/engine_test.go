@@ -121,6 +121,16 @@ func TestEngine(t *testing.T) {
 			"[0.0, 2.0, 1e-07, 1.5, 3]"},
 		{"map selectattr", "{{ messages|map(attribute='role')|join(',') }} {{ messages|selectattr('role', 'equalto', 'user')|list|length }}",
 			"user,assistant 1"},
+		{"sort", "{{ ['b', 'A', 'c']|sort }} {{ ['b', 'A', 'c']|sort(case_sensitive=true) }} {{ [3, 1, 2]|sort(reverse=true) }} {{ [{'t': 'b', 'n': 1}, {'t': 'a', 'n': 2}, {'t': 'b', 'n': 0}]|sort(attribute='t')|map(attribute='n')|list }} {{ [{'t': 'b', 'n': 1}, {'t': 'a', 'n': 2}, {'t': 'b', 'n': 0}]|sort(attribute='t,n')|map(attribute='n')|list }}",
+			// Case-insensitive unless asked, stable (equal keys keep their order), "a,b" sorts
+			// by a then b. Mistral 3 sorts tools by attribute='type'.
+			"['A', 'b', 'c'] ['A', 'b', 'c'] [3, 2, 1] [2, 1, 0] [2, 0, 1]"},
+		{"dictsort", "{% for k, v in {'b': 1, 'A': 2, 'c': 0}|dictsort %}{{ k }}{{ v }} {% endfor %}|{% for k, v in {'b': 1, 'A': 2, 'c': 0}|dictsort(by='value', reverse=true) %}{{ k }} {% endfor %}|{% for k, v in {'b': 1, 'a': 2, 'B': 0}|dictsort(case_sensitive=true) %}{{ k }} {% endfor %}",
+			// Gemma 4 and Kimi K3 walk tool parameters this way.
+			"A2 b1 c0 |A b c |B a b "},
+		{"unique", "{{ ['a', 'A', 'b', 'a']|unique|list }} {{ [{'k': 1}, {'k': 1}, {'k': 2}]|unique(attribute='k')|list|length }}",
+			// The first of each case-folded value is kept.
+			"['a', 'b'] 2"},
 		{"select and map of a false value", "{{ none|selectattr('type', 'equalto', 'x')|list|length }} {{ none|map(attribute='x')|list }} {{ ''|reject|list }} {{ nothing|rejectattr('a')|list }}",
 			// jinja2 yields nothing without iterating when the value is false, so a template
 			// may filter tools=None (functionary's does); "none|list" is still a TypeError.
