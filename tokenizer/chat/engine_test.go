@@ -245,6 +245,111 @@ func TestLlama3(t *testing.T) {
 	}
 }
 
+// chatFormat is a chat template written for TestChatFormat: one of each construct that real
+// templates (Qwen3.5, Llama 3.1, Mistral 3, Gemma 4) lean on, in the layout they use them in.
+const chatFormat = `{#- A chat format written for this test: each construct real templates lean on, once. -#}
+{%- macro render(content) -%}
+    {%- if content is string -%}
+        {{- content -}}
+    {%- else -%}
+        {%- for part in content if part.type == 'text' -%}{{ part.text }}{%- endfor -%}
+    {%- endif -%}
+{%- endmacro -%}
+{%- if not messages -%}{{ raise_exception('no messages') }}{%- endif -%}
+{%- set ns = namespace(last_user=-1) -%}
+{%- for m in messages[::-1] -%}
+    {%- if ns.last_user < 0 and m.role == 'user' -%}
+        {%- set ns.last_user = messages|length - 1 - loop.index0 -%}
+    {%- endif -%}
+{%- endfor -%}
+{%- if tools %}
+<tools>
+    {% for t in tools|sort(attribute='function.name') %}
+    {{ t|tojson }}
+    {% endfor %}
+</tools>
+{% endif -%}
+{%- for m in messages -%}
+    {%- set text = render(m.content)|trim -%}
+    {%- if m.role == 'assistant' -%}
+        {%- set reasoning = '' -%}
+        {%- if m.reasoning_content is defined -%}
+            {%- set reasoning = m.reasoning_content.strip('\n') -%}
+        {%- elif '</think>' in text -%}
+            {%- set reasoning = text.split('</think>')[0].split('<think>')[-1].strip('\n') -%}
+            {%- set text = text.split('</think>')[-1].lstrip('\n') -%}
+        {%- endif -%}
+        <a>{% if loop.index0 > ns.last_user and reasoning %}[{{ reasoning }}]{% endif %}{{ text }}
+        {%- for c in m.tool_calls|default([]) %}
+<call>{{ {'name': c.function.name, 'arguments': c.function.arguments}|tojson }}</call>
+        {%- endfor %}</a>
+    {%- elif m.role == 'tool' -%}
+        {%- if loop.previtem is not defined or loop.previtem.role != 'tool' %}<u>{% endif -%}
+        <r>{{ text }}</r>
+        {%- if loop.last or loop.nextitem.role != 'tool' %}</u>{% endif -%}
+    {%- elif m.role.startswith('sys') and m.role.endswith('tem') -%}
+        <s>{{ text }}</s>
+    {%- else -%}
+        <{{ m.role[0] }}>{{ text }}</{{ m.role[0] }}>
+    {%- endif %}
+{% endfor -%}
+{%- if add_generation_prompt -%}
+    <a>{% if enable_thinking is defined and enable_thinking is false %}[]{% endif %}
+{%- endif -%}
+`
+
+// TestChatFormat renders chatFormat through Template's API; the expected strings are what
+// jinja2 renders with transformers' settings for the same variables.
+func TestChatFormat(t *testing.T) {
+	tmpl, err := Parse(chatFormat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := []Message{
+		{Role: "system", Content: "  You are helpful.\n"},
+		{Role: "user", Content: "Weather in Paris?"},
+		{Role: "assistant", Content: "<think>\nold\n</think>\n\nLet me look.",
+			ToolCalls: []ToolCall{{ID: "c1", Name: "get_weather", Arguments: `{"city":"Paris","days":2}`}}},
+		{Role: "tool", Content: "sunny"},
+		{Role: "tool", Content: "22.5"},
+		{Role: "user", Content: "And tomorrow?"},
+		{Role: "assistant", Content: "<think>\nnew\n</think>\n\nRain."},
+	}
+	tools := []any{
+		json.RawMessage(`{"type":"function","function":{"name":"search","parameters":{"type":"object","properties":{"q":{"type":"string"}}}}}`),
+		json.RawMessage(`{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"},"days":{"type":"integer","minimum":0.0}}}}}`),
+	}
+	no := false
+	got, err := tmpl.Render(msgs, Options{AddGenerationPrompt: true, EnableThinking: &no, Tools: tools})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "<tools>\n" +
+		// Sorted by function.name; an expression tag keeps its indentation (lstrip_blocks
+		// strips only before block tags); 0.0 stays a float.
+		`    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 0.0}}}}}` + "\n" +
+		`    {"type": "function", "function": {"name": "search", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}` + "\n" +
+		"</tools>\n" +
+		"<s>You are helpful.</s><u>Weather in Paris?</u>" +
+		// Before the last user turn: the reasoning is dropped, the call's arguments are a dict.
+		`<a>Let me look.<call>{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}</call></a>` +
+		// Consecutive tool results share one wrapper (loop.previtem / loop.nextitem).
+		"<u><r>sunny</r><r>22.5</r></u><u>And tomorrow?</u>" +
+		"<a>[new]Rain.</a>" + // after the last user turn the reasoning is kept
+		"<a>[]" // enable_thinking=false
+	if got != want {
+		t.Errorf("render:\n got %q\nwant %q", got, want)
+	}
+
+	if got, err = tmpl.Render(msgs[1:2], Options{AddGenerationPrompt: true}); err != nil || got != "<u>Weather in Paris?</u><a>" {
+		t.Errorf("one user turn, tools None: %q, %v", got, err)
+	}
+	var te *TemplateException
+	if _, err = tmpl.Render(nil, Options{}); !errors.As(err, &te) || te.Message != "no messages" {
+		t.Errorf("no messages: got %v, want the template's raise_exception", err)
+	}
+}
+
 func TestChatML(t *testing.T) {
 	got, err := ChatML().Render([]Message{{Role: "user", Content: "hi"}, {Role: "assistant", Content: "yo"}},
 		Options{AddGenerationPrompt: true})
