@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -142,6 +143,67 @@ func init() {
 			}
 			return slice(items, nil, nil, int64(-1))
 		},
+		"sort": func(_ *state, x any, args []any, kw *Dict) (any, error) {
+			items, err := iterate(x)
+			if err != nil {
+				return nil, err
+			}
+			reverse := truthy(arg(args, kw, 0, "reverse", false))
+			cs := truthy(arg(args, kw, 1, "case_sensitive", false))
+			attrs, err := attrPaths(arg(args, kw, 2, "attribute", nil))
+			if err != nil {
+				return nil, err
+			}
+			return sortedBy(items, func(v any) ([]any, error) { return sortKeys(v, attrs, cs) }, reverse)
+		},
+		"dictsort": func(_ *state, x any, args []any, kw *Dict) (any, error) {
+			d, ok := x.(*Dict)
+			if !ok {
+				return nil, fmt.Errorf("expected a dict, got %s", typeName(x))
+			}
+			cs := truthy(arg(args, kw, 0, "case_sensitive", false))
+			pos := 0
+			switch by := arg(args, kw, 1, "by", "key"); by {
+			case "key":
+			case "value":
+				pos = 1
+			default:
+				return nil, fmt.Errorf("can only sort by either 'key' or 'value', not %s", repr(by))
+			}
+			reverse := truthy(arg(args, kw, 2, "reverse", false))
+			pairs := make([]any, len(d.keys))
+			for i, k := range d.keys {
+				pairs[i] = []any{k, d.m[k]}
+			}
+			return sortedBy(pairs, func(v any) ([]any, error) { return []any{foldCase(v.([]any)[pos], cs)}, nil }, reverse)
+		},
+		"unique": func(_ *state, x any, args []any, kw *Dict) (any, error) {
+			items, err := iterate(x)
+			if err != nil {
+				return nil, err
+			}
+			cs := truthy(arg(args, kw, 0, "case_sensitive", false))
+			attrs, err := attrPaths(arg(args, kw, 1, "attribute", nil))
+			if err != nil {
+				return nil, err
+			}
+			if len(attrs) > 1 {
+				return nil, errors.New("unique takes one attribute")
+			}
+			out := []any{}
+			var seen []any
+			for _, v := range items {
+				k, err := sortKeys(v, attrs, cs)
+				if err != nil {
+					return nil, err
+				}
+				if !slices.ContainsFunc(seen, func(s any) bool { return equal(s, k[0]) }) {
+					seen = append(seen, k[0])
+					out = append(out, v)
+				}
+			}
+			return out, nil
+		},
 		"items": func(_ *state, x any, _ []any, _ *Dict) (any, error) {
 			if _, ok := x.(undefined); ok {
 				return []any{}, nil
@@ -203,6 +265,9 @@ func init() {
 			return strMethod(str(x), "replace", args, kw)
 		},
 		"map": func(st *state, x any, args []any, kw *Dict) (any, error) {
+			if !truthy(x) {
+				return []any{}, nil // as select: a false value maps to nothing, unchecked
+			}
 			items, err := iterate(x)
 			if err != nil {
 				return nil, err
@@ -262,7 +327,7 @@ func init() {
 		},
 		"callable": func(x any, _ []any) (bool, error) {
 			switch x.(type) {
-			case builtin, method, *loopCycle:
+			case builtin, method, *loopCycle, *macro:
 				return true, nil
 			}
 			return false, nil
@@ -422,8 +487,110 @@ func defaultFilter(_ *state, x any, args []any, kw *Dict) (any, error) {
 	return x, nil
 }
 
+// foldCase is jinja2's ignore_case for sort, dictsort and unique: strings compare lowercased
+// unless case_sensitive is set; other values compare as they are.
+func foldCase(v any, caseSensitive bool) any {
+	if s, ok := v.(string); ok && !caseSensitive {
+		return strings.ToLower(s)
+	}
+	return v
+}
+
+// attrPaths splits an attribute= argument as jinja2 does: "a,b" sorts by a then b, "a.b" reaches
+// into a, and a part that is a number indexes a list.
+func attrPaths(a any) ([][]any, error) {
+	if a == nil {
+		return nil, nil
+	}
+	s, ok := a.(string)
+	if !ok {
+		if n, isInt := a.(int64); isInt {
+			return [][]any{{n}}, nil
+		}
+		return nil, fmt.Errorf("attribute must be a string, got %s", typeName(a))
+	}
+	var paths [][]any
+	for _, one := range strings.Split(s, ",") {
+		var path []any
+		for _, part := range strings.Split(one, ".") {
+			if n, err := strconv.ParseInt(part, 10, 64); err == nil {
+				path = append(path, n)
+			} else {
+				path = append(path, part)
+			}
+		}
+		paths = append(paths, path)
+	}
+	return paths, nil
+}
+
+// sortKeys returns v's sort key: v itself, or the value at each attribute path.
+func sortKeys(v any, paths [][]any, caseSensitive bool) ([]any, error) {
+	if len(paths) == 0 {
+		return []any{foldCase(v, caseSensitive)}, nil
+	}
+	keys := make([]any, len(paths))
+	for i, path := range paths {
+		k := v
+		for _, part := range path {
+			var err error
+			if k, err = getItem(k, part); err != nil {
+				return nil, err
+			}
+		}
+		keys[i] = foldCase(k, caseSensitive)
+	}
+	return keys, nil
+}
+
+// sortedBy is Python's sorted(items, key=..., reverse=...): stable, and stable under reverse too
+// (equal keys keep their order), failing where Python cannot order two keys.
+func sortedBy(items []any, key func(any) ([]any, error), reverse bool) ([]any, error) {
+	keys := make([][]any, len(items))
+	for i, v := range items {
+		k, err := key(v)
+		if err != nil {
+			return nil, err
+		}
+		keys[i] = k
+	}
+	idx := make([]int, len(items))
+	for i := range idx {
+		idx[i] = i
+	}
+	var cmpErr error
+	slices.SortStableFunc(idx, func(i, j int) int {
+		for n := range keys[i] {
+			c, err := compare(keys[i][n], keys[j][n])
+			if err != nil && cmpErr == nil {
+				cmpErr = err
+			}
+			if c != 0 {
+				if reverse {
+					return -c
+				}
+				return c
+			}
+		}
+		return 0
+	})
+	if cmpErr != nil {
+		return nil, cmpErr
+	}
+	out := make([]any, len(items))
+	for i, j := range idx {
+		out[i] = items[j]
+	}
+	return out, nil
+}
+
 func selectFilter(reject, byAttr bool) filterFunc {
 	return func(_ *state, x any, args []any, kw *Dict) (any, error) {
+		if !truthy(x) {
+			// jinja2 looks at neither the value nor the arguments when the value is false:
+			// "tools|selectattr(...)" with tools=None is empty, not a TypeError.
+			return []any{}, nil
+		}
 		items, err := iterate(x)
 		if err != nil {
 			return nil, err

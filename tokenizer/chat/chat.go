@@ -5,13 +5,14 @@
 // Face's transformers renders templates: jinja2's ImmutableSandboxedEnvironment with
 // trim_blocks=True and lstrip_blocks=True, the loopcontrols extension (break/continue), the
 // {% generation %} tag, a tojson filter that is json.dumps(ensure_ascii=False) and the globals
-// raise_exception and strftime_now. Values follow Python's semantics (None, str(), repr of lists,
-// dict key order, slicing, str methods) because templates are written against Python.
+// raise_exception and strftime_now, with macros. Values follow Python's semantics (None, str(),
+// repr of lists, dict key order, slicing, str methods) because templates are written against
+// Python.
 //
 // It must never render a template it does not understand: a construct outside the supported
-// subset (macros, includes, unknown filters or tests, ...) fails Parse or Render with an error
-// naming the construct and its line. It never tokenizes, never decides stop tokens and never
-// touches the network or anything outside the folder it is given.
+// subset ({% call %}, includes, a macro's varargs, unknown filters or tests, ...) fails Parse or
+// Render with an error naming the construct and its line. It never tokenizes, never decides stop
+// tokens and never touches the network or anything outside the folder it is given.
 package chat
 
 import (

@@ -41,6 +41,12 @@ func TestEngine(t *testing.T) {
 			// The spaces follow "a" on the same line, so they stay.
 			"a  b"},
 		{"comments vanish with their line", "{# c #}\n  {# d #}\nafter", "after"},
+		{"minus trims only its own side", "{%- if true -%}A: {{ x }}{%- endif -%}",
+			// "-%}" strips the whitespace after the tag; the space before "{{" is the text's own.
+			"A: 1"},
+		{"space between expression and block tag", "{{ x }} {% if true %}y{% endif %}",
+			// lstrip_blocks strips only whitespace that starts a line.
+			"1 y"},
 
 		// Control flow.
 		{"if elif else", "{% if false %}a{% elif 0 %}b{% elif 'x' %}c{% else %}d{% endif %}", "c"},
@@ -62,6 +68,18 @@ func TestEngine(t *testing.T) {
 		{"set in if is visible", "{% if true %}{% set y = 'in' %}{% endif %}{{ y }}", "in"},
 		{"multiple set", "{% set a, b = 1, 2 %}{{ a }}{{ b }}", "12"},
 		{"block set", "{% set x %}v{{ 1 }}{% endset %}[{{ x }}]", "[v1]"},
+
+		// Macros (Qwen3.5's render_content, gpt-oss's and Gemma 4's helpers).
+		{"macro arguments", "{%- macro f(a, b='B', c=a ~ '!') -%}[{{ a }}|{{ b }}|{{ c }}]{%- endmacro -%}{{ f(1) }}{{ f(2, 'x') }}{{ f(3, c='k') }}{{ f() }}",
+			// Positional, then keyword, then the default, evaluated per call after the
+			// parameters before it; a missing one is undefined.
+			"[1|B|1!][2|x|2!][3|B|k][|B|!]"},
+		{"macro scope", "{% set ns = namespace(n=0) %}{% set top = 'T' %}{% macro g(x) %}{% set local = 1 %}{% set ns.n = ns.n + x %}{{ top }}{{ item is defined }}{% endmacro %}{% for item in [1, 2] %}{{ g(item) }}{% endfor %}{{ ns.n }}{{ local is defined }}",
+			// The macro sees where it is defined (top, ns), not its caller's loop variable, and
+			// its own sets do not leak; a namespace carries state out.
+			"TFalseTFalse3False"},
+		{"macro output is a string", "{% macro m(s) %}  {{ s }}  {% endmacro %}[{{ m('v')|trim }}]{{ m is callable }}",
+			"[v]True"},
 
 		// Slicing and indexing, with Python's semantics.
 		{"slices", "{{ 'abcdef'[1:4] }} {{ 'abcdef'[::-1] }} {{ 'abcdef'[-2:] }} {{ [1,2,3,4,5][::2] }} {{ [1,2,3][5:] }}",
@@ -95,8 +113,28 @@ func TestEngine(t *testing.T) {
 		{"tojson indent", "{{ [1, {'k': 'v'}]|tojson(indent=2) }}",
 			// With indent, Python's item separator becomes "," (no trailing space).
 			"[\n  1,\n  {\n    \"k\": \"v\"\n  }\n]"},
+		{"tojson indent keeps insertion order", "{{ {'type': 'function', 'function': {'name': 'f', 'description': 'd'}}|tojson(indent=4) }}",
+			// Llama 3.1's tools block dumps each tool this way; sorting keys would change the prompt.
+			"{\n    \"type\": \"function\",\n    \"function\": {\n        \"name\": \"f\",\n        \"description\": \"d\"\n    }\n}"},
+		{"tojson floats", "{{ [0.0, 2.0, 1e-7, 1.5, 3]|tojson }}",
+			// A float stays a float (a tool schema's "minimum": 0.0 is "0.0"), in Python's repr.
+			"[0.0, 2.0, 1e-07, 1.5, 3]"},
 		{"map selectattr", "{{ messages|map(attribute='role')|join(',') }} {{ messages|selectattr('role', 'equalto', 'user')|list|length }}",
 			"user,assistant 1"},
+		{"sort", "{{ ['b', 'A', 'c']|sort }} {{ ['b', 'A', 'c']|sort(case_sensitive=true) }} {{ [3, 1, 2]|sort(reverse=true) }} {{ [{'t': 'b', 'n': 1}, {'t': 'a', 'n': 2}, {'t': 'b', 'n': 0}]|sort(attribute='t')|map(attribute='n')|list }} {{ [{'t': 'b', 'n': 1}, {'t': 'a', 'n': 2}, {'t': 'b', 'n': 0}]|sort(attribute='t,n')|map(attribute='n')|list }}",
+			// Case-insensitive unless asked, stable (equal keys keep their order), "a,b" sorts
+			// by a then b. Mistral 3 sorts tools by attribute='type'.
+			"['A', 'b', 'c'] ['A', 'b', 'c'] [3, 2, 1] [2, 1, 0] [2, 0, 1]"},
+		{"dictsort", "{% for k, v in {'b': 1, 'A': 2, 'c': 0}|dictsort %}{{ k }}{{ v }} {% endfor %}|{% for k, v in {'b': 1, 'A': 2, 'c': 0}|dictsort(by='value', reverse=true) %}{{ k }} {% endfor %}|{% for k, v in {'b': 1, 'a': 2, 'B': 0}|dictsort(case_sensitive=true) %}{{ k }} {% endfor %}",
+			// Gemma 4 and Kimi K3 walk tool parameters this way.
+			"A2 b1 c0 |A b c |B a b "},
+		{"unique", "{{ ['a', 'A', 'b', 'a']|unique|list }} {{ [{'k': 1}, {'k': 1}, {'k': 2}]|unique(attribute='k')|list|length }}",
+			// The first of each case-folded value is kept.
+			"['a', 'b'] 2"},
+		{"select and map of a false value", "{{ none|selectattr('type', 'equalto', 'x')|list|length }} {{ none|map(attribute='x')|list }} {{ ''|reject|list }} {{ nothing|rejectattr('a')|list }}",
+			// jinja2 yields nothing without iterating when the value is false, so a template
+			// may filter tools=None (functionary's does); "none|list" is still a TypeError.
+			"0 [] [] []"},
 
 		// Tests.
 		{"is tests", "{{ x is defined }} {{ nothing is defined }} {{ none is none }} {{ 'a' is string }} {{ 1 is string }} {{ false is false }} {{ 0 is false }} {{ x is not none }}",
@@ -141,7 +179,13 @@ func TestEngineErrors(t *testing.T) {
 	}{
 		{"unknown filter", "a\nb\n{{ x|nofilter }}", []string{"line 3", `unknown filter "nofilter"`}},
 		{"unknown test", "{% if x is nothere %}{% endif %}", []string{"line 1", `unknown test "nothere"`}},
-		{"macro unsupported", "\n{% macro f() %}{% endmacro %}", []string{"line 2", "unsupported statement {% macro %}"}},
+		{"call unsupported", "\n{% call f() %}{% endcall %}", []string{"line 2", "unsupported statement {% call %}"}},
+		{"macro too many arguments", "{% macro f(a) %}{% endmacro %}{{ f(1, 2) }}", []string{"line 1", "macro f takes not more than 1 argument(s)"}},
+		{"macro unknown keyword", "{% macro f(a) %}{% endmacro %}{{ f(b=1) }}", []string{"macro f takes no keyword argument b"}},
+		{"macro twice the same argument", "{% macro f(a) %}{% endmacro %}{{ f(1, a=1) }}", []string{"multiple values for argument a"}},
+		{"macro recursion", "{% macro r(n) %}{{ r(n + 1) }}{% endmacro %}{{ r(0) }}", []string{"nested deeper than 100"}},
+		{"macro varargs unsupported", "{% macro f() %}\n{{ varargs }}{% endmacro %}", []string{"line 2", "unsupported varargs in macro f"}},
+		{"macro default order", "{% macro f(a=1, b) %}{% endmacro %}", []string{"parameter b without a default follows one with a default"}},
 		{"include unsupported", "{% include 'x' %}", []string{"line 1", "{% include %}"}},
 		{"unknown statement", "{% frobnicate %}", []string{"unknown statement {% frobnicate %}"}},
 		{"unclosed if", "{% if x %}a", []string{"missing {% endif %}"}},
@@ -201,6 +245,111 @@ func TestLlama3(t *testing.T) {
 	}
 }
 
+// chatFormat is a chat template written for TestChatFormat: one of each construct that real
+// templates (Qwen3.5, Llama 3.1, Mistral 3, Gemma 4) lean on, in the layout they use them in.
+const chatFormat = `{#- A chat format written for this test: each construct real templates lean on, once. -#}
+{%- macro render(content) -%}
+    {%- if content is string -%}
+        {{- content -}}
+    {%- else -%}
+        {%- for part in content if part.type == 'text' -%}{{ part.text }}{%- endfor -%}
+    {%- endif -%}
+{%- endmacro -%}
+{%- if not messages -%}{{ raise_exception('no messages') }}{%- endif -%}
+{%- set ns = namespace(last_user=-1) -%}
+{%- for m in messages[::-1] -%}
+    {%- if ns.last_user < 0 and m.role == 'user' -%}
+        {%- set ns.last_user = messages|length - 1 - loop.index0 -%}
+    {%- endif -%}
+{%- endfor -%}
+{%- if tools %}
+<tools>
+    {% for t in tools|sort(attribute='function.name') %}
+    {{ t|tojson }}
+    {% endfor %}
+</tools>
+{% endif -%}
+{%- for m in messages -%}
+    {%- set text = render(m.content)|trim -%}
+    {%- if m.role == 'assistant' -%}
+        {%- set reasoning = '' -%}
+        {%- if m.reasoning_content is defined -%}
+            {%- set reasoning = m.reasoning_content.strip('\n') -%}
+        {%- elif '</think>' in text -%}
+            {%- set reasoning = text.split('</think>')[0].split('<think>')[-1].strip('\n') -%}
+            {%- set text = text.split('</think>')[-1].lstrip('\n') -%}
+        {%- endif -%}
+        <a>{% if loop.index0 > ns.last_user and reasoning %}[{{ reasoning }}]{% endif %}{{ text }}
+        {%- for c in m.tool_calls|default([]) %}
+<call>{{ {'name': c.function.name, 'arguments': c.function.arguments}|tojson }}</call>
+        {%- endfor %}</a>
+    {%- elif m.role == 'tool' -%}
+        {%- if loop.previtem is not defined or loop.previtem.role != 'tool' %}<u>{% endif -%}
+        <r>{{ text }}</r>
+        {%- if loop.last or loop.nextitem.role != 'tool' %}</u>{% endif -%}
+    {%- elif m.role.startswith('sys') and m.role.endswith('tem') -%}
+        <s>{{ text }}</s>
+    {%- else -%}
+        <{{ m.role[0] }}>{{ text }}</{{ m.role[0] }}>
+    {%- endif %}
+{% endfor -%}
+{%- if add_generation_prompt -%}
+    <a>{% if enable_thinking is defined and enable_thinking is false %}[]{% endif %}
+{%- endif -%}
+`
+
+// TestChatFormat renders chatFormat through Template's API; the expected strings are what
+// jinja2 renders with transformers' settings for the same variables.
+func TestChatFormat(t *testing.T) {
+	tmpl, err := Parse(chatFormat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := []Message{
+		{Role: "system", Content: "  You are helpful.\n"},
+		{Role: "user", Content: "Weather in Paris?"},
+		{Role: "assistant", Content: "<think>\nold\n</think>\n\nLet me look.",
+			ToolCalls: []ToolCall{{ID: "c1", Name: "get_weather", Arguments: `{"city":"Paris","days":2}`}}},
+		{Role: "tool", Content: "sunny"},
+		{Role: "tool", Content: "22.5"},
+		{Role: "user", Content: "And tomorrow?"},
+		{Role: "assistant", Content: "<think>\nnew\n</think>\n\nRain."},
+	}
+	tools := []any{
+		json.RawMessage(`{"type":"function","function":{"name":"search","parameters":{"type":"object","properties":{"q":{"type":"string"}}}}}`),
+		json.RawMessage(`{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"},"days":{"type":"integer","minimum":0.0}}}}}`),
+	}
+	no := false
+	got, err := tmpl.Render(msgs, Options{AddGenerationPrompt: true, EnableThinking: &no, Tools: tools})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "<tools>\n" +
+		// Sorted by function.name; an expression tag keeps its indentation (lstrip_blocks
+		// strips only before block tags); 0.0 stays a float.
+		`    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 0.0}}}}}` + "\n" +
+		`    {"type": "function", "function": {"name": "search", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}` + "\n" +
+		"</tools>\n" +
+		"<s>You are helpful.</s><u>Weather in Paris?</u>" +
+		// Before the last user turn: the reasoning is dropped, the call's arguments are a dict.
+		`<a>Let me look.<call>{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}</call></a>` +
+		// Consecutive tool results share one wrapper (loop.previtem / loop.nextitem).
+		"<u><r>sunny</r><r>22.5</r></u><u>And tomorrow?</u>" +
+		"<a>[new]Rain.</a>" + // after the last user turn the reasoning is kept
+		"<a>[]" // enable_thinking=false
+	if got != want {
+		t.Errorf("render:\n got %q\nwant %q", got, want)
+	}
+
+	if got, err = tmpl.Render(msgs[1:2], Options{AddGenerationPrompt: true}); err != nil || got != "<u>Weather in Paris?</u><a>" {
+		t.Errorf("one user turn, tools None: %q, %v", got, err)
+	}
+	var te *TemplateException
+	if _, err = tmpl.Render(nil, Options{}); !errors.As(err, &te) || te.Message != "no messages" {
+		t.Errorf("no messages: got %v, want the template's raise_exception", err)
+	}
+}
+
 func TestChatML(t *testing.T) {
 	got, err := ChatML().Render([]Message{{Role: "user", Content: "hi"}, {Role: "assistant", Content: "yo"}},
 		Options{AddGenerationPrompt: true})
@@ -243,7 +392,7 @@ func TestLoadConfig(t *testing.T) {
 	}
 
 	// A template that does not parse is an error at load time, with the file named.
-	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(`{"chat_template": "{% macro x() %}{% endmacro %}"}`), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(`{"chat_template": "{% extends 'base' %}"}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, err = LoadConfig(dir); err == nil || !strings.Contains(err.Error(), "tokenizer_config.json") {
@@ -268,7 +417,8 @@ func TestToolsFromGoMap(t *testing.T) {
 func FuzzTemplate(f *testing.F) {
 	for _, s := range []string{"{{ x }}", "{% for a in b %}{{ loop.index }}{% endfor %}", "{{ 'a'[::-1] }}",
 		"{% if x is not none %}{{ x|tojson(indent=2) }}{% endif %}", "{{ not", "{{ x[1:2:", "{% set ns.a = 1 %}",
-		"{{ {'a': [1, 2]}|items|list }}", "{{ '%s' % 1 }}", "{{ -x|abs }}", "{% for k, v in x %}{% endfor %}"} {
+		"{{ {'a': [1, 2]}|items|list }}", "{{ '%s' % 1 }}", "{{ -x|abs }}", "{% for k, v in x %}{% endfor %}",
+		"{% macro f(a, b=1) %}{{ a }}{{ f(b) }}{% endmacro %}{{ f(x, b=2)|trim }}"} {
 		f.Add(s)
 	}
 	msgs := []Message{{Role: "user", Content: "hi"}, {Role: "assistant", Content: "<think>a</think>b"}}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -63,6 +64,7 @@ type state struct {
 	frames []map[string]any // innermost last; the first holds the render variables
 	ctl    int              // ctlBreak or ctlContinue while unwinding a loop body
 	steps  int              // work done, bounded by maxSteps
+	depth  int              // macro calls under way, bounded by maxMacroDepth
 }
 
 // maxSteps bounds the work of one render (statements run, loop iterations, range items): real
@@ -164,6 +166,10 @@ func (st *state) exec(nodes []node) error {
 			if err := st.execSet(n); err != nil {
 				return err
 			}
+		case macroNode:
+			// The macro sees the scopes where it is defined, not those of its caller (jinja2's
+			// lexical scoping); the frames are shared maps, so later top-level sets are visible.
+			st.frames[len(st.frames)-1][n.name] = &macro{n, append([]map[string]any(nil), st.frames...)}
 		case loopCtl:
 			if n.brk {
 				st.ctl = ctlBreak
@@ -490,6 +496,8 @@ func (st *state) call(f any, args []any, kw *Dict) (any, error) {
 		return f(st, args, kw)
 	case method:
 		return callMethod(f.recv, f.name, args, kw)
+	case *macro:
+		return st.callMacro(f, args, kw)
 	case *loopCycle:
 		if len(args) == 0 {
 			return nil, fmt.Errorf("loop.cycle needs at least one argument")
@@ -502,6 +510,74 @@ func (st *state) call(f any, args []any, kw *Dict) (any, error) {
 }
 
 type loopCycle struct{ i int }
+
+// macro is a {% macro %} bound to the scopes it was defined in.
+type macro struct {
+	n      macroNode
+	frames []map[string]any
+}
+
+// maxMacroDepth bounds macro recursion, which the step budget alone would let overflow the stack.
+const maxMacroDepth = 100
+
+// callMacro binds the arguments as jinja2 does (positional, then keyword, then the default,
+// else undefined) and returns what the body renders.
+func (st *state) callMacro(m *macro, args []any, kw *Dict) (any, error) {
+	n := m.n
+	if len(args) > len(n.params) {
+		return nil, fmt.Errorf("macro %s takes not more than %d argument(s)", n.name, len(n.params))
+	}
+	if kw != nil {
+		for _, k := range kw.keys {
+			i := slices.Index(n.params, k)
+			if i < 0 {
+				return nil, fmt.Errorf("macro %s takes no keyword argument %s", n.name, k)
+			}
+			if i < len(args) {
+				return nil, fmt.Errorf("macro %s got multiple values for argument %s", n.name, k)
+			}
+		}
+	}
+	if st.depth >= maxMacroDepth {
+		return nil, fmt.Errorf("macro %s: calls nested deeper than %d", n.name, maxMacroDepth)
+	}
+	f := map[string]any{}
+	savedFrames, savedOut := st.frames, st.out
+	st.frames = append(append([]map[string]any(nil), m.frames...), f)
+	st.out = strings.Builder{}
+	st.depth++
+	defer func() { st.frames, st.out = savedFrames, savedOut; st.depth-- }()
+	for i, pn := range n.params {
+		var v any
+		ok := false
+		if kw != nil {
+			v, ok = kw.Get(pn)
+		}
+		switch {
+		case i < len(args):
+			f[pn] = args[i]
+		case ok:
+			f[pn] = v
+		case n.defaults[i] != nil:
+			// Evaluated at each call, after the parameters before it are bound.
+			d, err := st.eval(n.defaults[i])
+			if err != nil {
+				return nil, err
+			}
+			f[pn] = d
+		default:
+			f[pn] = undefined{fmt.Sprintf("'%s' is undefined", pn)}
+		}
+	}
+	if err := st.exec(n.body); err != nil {
+		return nil, err
+	}
+	if st.ctl != ctlNone {
+		st.ctl = ctlNone
+		return nil, fmt.Errorf("macro %s: break or continue outside a loop", n.name)
+	}
+	return st.out.String(), nil
+}
 
 func getAttr(o any, n string) (any, error) {
 	switch o := o.(type) {
@@ -769,7 +845,7 @@ func typeName(v any) string {
 		return "namespace"
 	case *loopObj:
 		return "loop"
-	case builtin, method, *loopCycle:
+	case builtin, method, *loopCycle, *macro:
 		return "function"
 	}
 	return fmt.Sprintf("%T", v)

@@ -32,7 +32,14 @@ type (
 		e       expr     // nil for a block set, which captures body instead
 		body    []node
 	}
-	loopCtl struct{ brk bool }
+	loopCtl   struct{ brk bool }
+	macroNode struct {
+		line     int
+		name     string
+		params   []string
+		defaults []expr // per parameter; nil where the parameter has no default
+		body     []node
+	}
 )
 
 // Expression nodes.
@@ -151,7 +158,7 @@ func (p *parser) expectName() (string, error) {
 
 // unsupported names Jinja statements this engine does not implement, so a template using them
 // fails at Parse with the construct named instead of rendering something else.
-var unsupported = map[string]bool{"macro": true, "call": true, "filter": true, "include": true,
+var unsupported = map[string]bool{"call": true, "filter": true, "include": true,
 	"import": true, "from": true, "extends": true, "block": true, "with": true, "raw": true,
 	"autoescape": true, "do": true, "trans": true}
 
@@ -216,6 +223,8 @@ func (p *parser) parseStmt(kw token) (node, error) {
 		return p.parseSet(kw.line)
 	case "break", "continue":
 		return loopCtl{kw.s == "break"}, p.endTag()
+	case "macro":
+		return p.parseMacro(kw.line)
 	case "generation":
 		// Hugging Face's AssistantTracker tag only marks spans; rendering is the body itself.
 		if err := p.endTag(); err != nil {
@@ -231,6 +240,56 @@ func (p *parser) parseStmt(kw token) (node, error) {
 		return nil, p.errf(kw, "unsupported statement {%% %s %%}", kw.s)
 	}
 	return nil, p.errf(kw, "unknown statement {%% %s %%}", kw.s)
+}
+
+// parseMacro parses "{% macro name(a, b=default) %}body{% endmacro %}". A body that names
+// varargs, kwargs or caller is refused: jinja2 gives those names meaning (extra arguments, the
+// {% call %} block) that this engine does not implement.
+func (p *parser) parseMacro(line int) (node, error) {
+	n := macroNode{line: line}
+	var err error
+	if n.name, err = p.expectName(); err != nil {
+		return nil, err
+	}
+	if err = p.expectOp("("); err != nil {
+		return nil, err
+	}
+	for !p.isOp(")") {
+		pn, err := p.expectName()
+		if err != nil {
+			return nil, err
+		}
+		var def expr
+		if p.isOp("=") {
+			p.next()
+			if def, err = p.parseExpr(); err != nil {
+				return nil, err
+			}
+		} else if len(n.defaults) > 0 && n.defaults[len(n.defaults)-1] != nil {
+			return nil, p.errf(p.peek(), "macro %s: parameter %s without a default follows one with a default", n.name, pn)
+		}
+		n.params, n.defaults = append(n.params, pn), append(n.defaults, def)
+		if !p.isOp(",") {
+			break
+		}
+		p.next()
+	}
+	if err = p.expectOp(")"); err != nil {
+		return nil, err
+	}
+	if err = p.endTag(); err != nil {
+		return nil, err
+	}
+	start := p.i
+	if n.body, _, err = p.parseBody("endmacro"); err != nil {
+		return nil, err
+	}
+	for _, t := range p.toks[start:p.i] {
+		if t.kind == tName && (t.s == "varargs" || t.s == "kwargs" || t.s == "caller") {
+			return nil, p.errf(t, "unsupported %s in macro %s", t.s, n.name)
+		}
+	}
+	return n, p.endTag()
 }
 
 func (p *parser) parseIf() (node, error) {
