@@ -1,6 +1,9 @@
-// Package engine composes what one model needs to turn text into text: the target, its tokenizer,
-// chat template and stop tokens, and optionally a draft for speculative decoding. The CLI and the
-// server both open models through it, so "what a model folder means" is decided in one place.
+// Package engine decides what a model reference means and opens it. Describe reads every file of
+// a model except its weights, once, into a Description (family, shape, parameters, dtype,
+// context, tokenizer, chat template and its fallback, stop ids, fitting drafts); Load then reads
+// the weights. The CLI and the server both go through it, so no other package parses a model's
+// config.json, tokenizer_config.json, generation_config.json or checkpoint header to learn what
+// the model is.
 //
 // It owns no decoding logic (that is the runner's) and no weights or kernels (the models').
 package engine
