@@ -95,12 +95,16 @@ func Describe(o Options) (*Description, error) {
 	if o.Model == "" {
 		return nil, errors.New("no model given (a Hugging Face folder or a llama2.c checkpoint)")
 	}
-	st, err := os.Stat(o.Model)
+	path := o.Model
+	if filepath.Base(path) == "config.json" {
+		path = filepath.Dir(path) // a folder named by its config, as model.Load accepts
+	}
+	st, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", o.Model, err)
 	}
 	d := &Description{
-		Ref: o.Model, Path: o.Model, Name: filepath.Base(strings.TrimSuffix(o.Model, "/")),
+		Ref: o.Model, Path: path, Name: filepath.Base(strings.TrimSuffix(path, "/")),
 		ModifiedAt: st.ModTime().UTC(), Generation: &hf.GenerationConfig{BOSTokenID: -1},
 	}
 	tc := &hf.TokenizerConfig{}

@@ -100,6 +100,7 @@ func TestDescribeFolders(t *testing.T) {
 		{"checkpoint with a DFlash draft", Options{Model: stories, Drafts: []string{storiesDraft}}, withDraft},
 		{"checkpoint with a DFlash2 draft", Options{Model: stories, Drafts: []string{storiesDraft2}}, withDraft2},
 		{"Qwen3 folder", Options{Model: qwen}, qwenFacts},
+		{"Qwen3 folder named by its config.json", Options{Model: filepath.Join(qwen, "config.json")}, qwenFacts},
 		{"Qwen3 folder without template", Options{Model: noTemplate}, noTemplateFacts},
 		{"Qwen3 folder without tokenizer", Options{Model: noTokenizer}, noTokenizerFacts},
 		// 1024 wide, 4 layers, 8 heads over 2 KV heads of 128, MLP 2048, vocabulary 1000, untied:
@@ -117,7 +118,7 @@ func TestDescribeFolders(t *testing.T) {
 			if got := factsOf(d); !sameFacts(got, c.want) {
 				t.Errorf("facts\n got %+v\nwant %+v", got, c.want)
 			}
-			if st, _ := os.Stat(c.o.Model); !st.IsDir() && d.Size != st.Size() {
+			if st, _ := os.Stat(d.Path); !st.IsDir() && d.Size != st.Size() {
 				t.Errorf("size %d, want the checkpoint's %d bytes", d.Size, st.Size())
 			}
 		})
