@@ -1,18 +1,18 @@
-// Package engine composes what one model needs to turn text into text: the target, its tokenizer,
-// chat template and stop tokens, and optionally a draft for speculative decoding. The CLI and the
-// server both open models through it, so "what a model folder means" is decided in one place.
+// Package engine decides what a model reference means and opens it. Describe reads every file of
+// a model except its weights, once, into a Description (family, shape, parameters, dtype,
+// context, tokenizer, chat template and its fallback, stop ids, fitting drafts); Load then reads
+// the weights. The CLI and the server both go through it, so no other package parses a model's
+// config.json, tokenizer_config.json, generation_config.json or checkpoint header to learn what
+// the model is.
 //
 // It owns no decoding logic (that is the runner's) and no weights or kernels (the models').
 package engine
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
-	"github.com/dflash/dflash/format/hf"
 	"github.com/dflash/dflash/model"
 	"github.com/dflash/dflash/model/transformer"
 	"github.com/dflash/dflash/tokenizer"
@@ -27,6 +27,8 @@ type Options struct {
 	Synthetic string
 	// Tokenizer overrides where the tokenizer is read from.
 	Tokenizer string
+	// Drafts name draft folders to describe with the model (each checked to fit it).
+	Drafts []string
 	// Compute selects the weight dtype the kernels use (default: the file's).
 	Compute transformer.Compute
 	// Seed seeds synthetic weights.
@@ -35,117 +37,53 @@ type Options struct {
 
 // Engine is an opened model: everything needed to tokenize, template, decode and stop.
 type Engine struct {
+	// Desc is what the model is; the fields below repeat its parts most callers use.
+	Desc   *Description
 	Name   string
 	Target model.Target
 	// Tok is nil for synthetic models, which are driven by token ids only.
 	Tok tokenizer.Tokenizer
-	// Chat is the model's chat template, or nil when its folder has none (raw prompts only).
+	// Chat is the model's own chat template, or nil when its folder has none (Desc.Template
+	// holds the fallback chosen then).
 	Chat *chat.Template
-	// Stop lists the ids that end generation: the tokenizer's EOS, generation_config.json's
-	// eos_token_id and config.json's, and the chat template's end-of-turn token.
+	// Stop lists the ids that end generation (Description.Stop).
 	Stop []int
 }
 
-// Open loads a model and what belongs with it. Errors name the path and the part that failed.
+// Open describes a model and loads it. Errors name the path and the part that failed.
 func Open(o Options) (*Engine, error) {
-	if o.Synthetic != "" {
-		cfg, err := transformer.SyntheticConfig(o.Synthetic)
-		if err != nil {
-			return nil, err
-		}
-		t, err := transformer.Synthetic(cfg, o.Seed)
-		if err != nil {
-			return nil, fmt.Errorf("synthetic %s: %w", o.Synthetic, err)
-		}
-		return &Engine{Name: "synthetic-" + o.Synthetic, Target: t, Stop: nil}, nil
+	d, err := Describe(o)
+	if err != nil {
+		return nil, err
 	}
-	if o.Model == "" {
-		return nil, errors.New("no model given (a Hugging Face folder or a llama2.c checkpoint)")
-	}
+	return d.Load(o.Compute)
+}
+
+// Load reads the target's weights; everything else comes from the description.
+func (d *Description) Load(c transformer.Compute) (*Engine, error) {
 	var (
 		t   model.Target
 		err error
 	)
-	if o.Compute != transformer.KeepDType {
-		t, err = loadWith(o.Model, o.Compute)
-	} else {
-		t, err = model.Load(o.Model)
+	switch {
+	case d.Format == FormatSynthetic:
+		if t, err = transformer.Synthetic(d.Config, d.seed); err != nil {
+			return nil, fmt.Errorf("synthetic %s: %w", d.Ref, err)
+		}
+	case d.hf != nil:
+		t, err = transformer.LoadHFConfig(d.Path, d.hf, transformer.Options{DType: c})
+	default:
+		// A llama2.c checkpoint is f32 and stays so: there is no dtype to choose.
+		t, err = transformer.LoadLlama2C(d.Path)
 	}
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{Name: filepath.Base(strings.TrimSuffix(o.Model, "/")), Target: t}
-	tokPath := o.Tokenizer
-	if tokPath == "" {
-		tokPath = FindTokenizer(o.Model, t.Config().Vocab)
+	e := &Engine{Desc: d, Name: d.Name, Target: t, Tok: d.Tok, Stop: d.Stop}
+	if d.Template.Kind == TemplateModel {
+		e.Chat = d.Template.Chat
 	}
-	if tokPath != "" {
-		if e.Tok, err = tokenizer.Load(tokPath); err != nil {
-			return nil, err
-		}
-		if e.Tok.Vocab() > t.Config().Vocab {
-			return nil, fmt.Errorf("tokenizer %s has %d tokens but model %s has a vocabulary of %d", tokPath, e.Tok.Vocab(), o.Model, t.Config().Vocab)
-		}
-	}
-	stop := map[int]bool{}
-	add := func(ids ...int) {
-		for _, id := range ids {
-			if id >= 0 && id < t.Config().Vocab {
-				stop[id] = true
-			}
-		}
-	}
-	add(t.Config().EOS...)
-	if e.Tok != nil {
-		add(e.Tok.EOS()...)
-		if t.Config().Arch == transformer.ArchLlama2C {
-			// llama2.c models are trained on stories each preceded by BOS and followed by
-			// nothing, so they end a story by predicting BOS; run.c stops there too.
-			add(e.Tok.BOS())
-		}
-	}
-	if st, err := os.Stat(o.Model); err == nil && st.IsDir() {
-		gc, err := hf.LoadGenerationConfig(o.Model)
-		if err != nil {
-			return nil, err
-		}
-		add(gc.EOSTokenIDs...)
-		if _, err := os.Stat(filepath.Join(o.Model, "tokenizer_config.json")); err == nil {
-			cc, err := chat.LoadConfig(o.Model)
-			if err != nil {
-				return nil, err
-			}
-			e.Chat = cc.Template
-			if e.Tok != nil && cc.EOSToken != "" {
-				if id, ok := e.Tok.TokenID(cc.EOSToken); ok {
-					add(id)
-				}
-			}
-		}
-	}
-	if e.Tok != nil && e.Chat != nil {
-		// The end-of-turn token of ChatML templates ends a reply even where the folder's
-		// eos lists forget it.
-		if id, ok := e.Tok.TokenID("<|im_end|>"); ok {
-			add(id)
-		}
-	}
-	for id := range stop {
-		e.Stop = append(e.Stop, id)
-	}
-	sortInts(e.Stop)
 	return e, nil
-}
-
-func loadWith(path string, c transformer.Compute) (model.Target, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("load %s: %w", path, err)
-	}
-	if !st.IsDir() {
-		return transformer.LoadLlama2C(path)
-	}
-	return transformer.LoadHF(path, transformer.Options{DType: c})
 }
 
 // FindTokenizer looks for the tokenizer of a model: inside a folder, or beside a checkpoint file
@@ -187,12 +125,4 @@ func (e *Engine) EncodePrompt(text string) ([]int, error) {
 		ids = append([]int{e.Tok.BOS()}, ids...)
 	}
 	return ids, nil
-}
-
-func sortInts(a []int) {
-	for i := 1; i < len(a); i++ {
-		for j := i; j > 0 && a[j] < a[j-1]; j-- {
-			a[j], a[j-1] = a[j-1], a[j]
-		}
-	}
 }

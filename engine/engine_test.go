@@ -47,16 +47,17 @@ func TestOpenQwen3Folder(t *testing.T) {
 
 func TestOpenErrorsNameTheCause(t *testing.T) {
 	dir := testmodel.Qwen3(t, "")
-	// A config.json whose vocabulary disagrees with the weights beside it (a mismatched download).
-	small := t.TempDir()
+	// A config.json whose vocabulary disagrees with the weights beside it (a mismatched download):
+	// the weights' loader names the tensor. With the tokenizer beside it too, the description
+	// already refuses it, before any weight is read, naming the vocabulary.
+	small, smallTok := t.TempDir(), t.TempDir()
 	cfg, err := os.ReadFile(filepath.Join(dir, "config.json"))
 	must(t, err)
-	must(t, os.WriteFile(filepath.Join(small, "config.json"), []byte(strings.Replace(string(cfg), `"vocab_size":151936`, `"vocab_size":1000`, 1)), 0o644))
-	for _, f := range []string{"tokenizer.json", "tokenizer_config.json", "model.safetensors"} {
-		data, err := os.ReadFile(filepath.Join(dir, f))
-		must(t, err)
-		must(t, os.WriteFile(filepath.Join(small, f), data, 0o644))
+	for _, d := range []string{small, smallTok} {
+		must(t, os.WriteFile(filepath.Join(d, "config.json"), []byte(strings.Replace(string(cfg), `"vocab_size":151936`, `"vocab_size":1000`, 1)), 0o644))
 	}
+	copyFiles(t, dir, small, "model.safetensors")
+	copyFiles(t, dir, smallTok, "tokenizer.json", "tokenizer_config.json", "model.safetensors")
 	cases := []struct {
 		o    Options
 		want string
@@ -65,11 +66,21 @@ func TestOpenErrorsNameTheCause(t *testing.T) {
 		{Options{Model: filepath.Join(dir, "nope")}, "nope"},
 		{Options{Synthetic: "qwen9-100b"}, "qwen9-100b"},
 		{Options{Model: small}, "embed_tokens"},
+		{Options{Model: smallTok}, "has 151669 tokens but model " + smallTok + " has a vocabulary of 1000"},
 	}
 	for _, c := range cases {
 		_, err := Open(c.o)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Open(%+v): %v; want an error naming %q", c.o, err, c.want)
 		}
+	}
+}
+
+func copyFiles(t *testing.T, from, to string, names ...string) {
+	t.Helper()
+	for _, f := range names {
+		data, err := os.ReadFile(filepath.Join(from, f))
+		must(t, err)
+		must(t, os.WriteFile(filepath.Join(to, f), data, 0o644))
 	}
 }

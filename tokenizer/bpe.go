@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
+	"github.com/dflash/dflash/format/hf"
 	"golang.org/x/text/unicode/norm"
 )
 
@@ -92,9 +94,47 @@ type hfComponent struct {
 	} `json:"single"`
 }
 
+// Specials are the facts a model folder's configuration gives a tokenizer beyond its own file:
+// the BOS and EOS spellings and add_bos_token of tokenizer_config.json and the eos ids of
+// generation_config.json. The caller that read those files passes them in, so each is read once
+// per model (see engine.Describe), and a tokenizer from elsewhere (a GGUF file's metadata) gets
+// the same facts by the same road.
+type Specials struct {
+	BOSToken, EOSToken string
+	AddBOS             *bool // nil: what the post-processor template implies
+	EOSIDs             []int
+}
+
+// SpecialsFrom gathers Specials from the parsed configs; either may be nil.
+func SpecialsFrom(tc *hf.TokenizerConfig, gc *hf.GenerationConfig) Specials {
+	var sp Specials
+	if tc != nil {
+		sp.BOSToken, sp.EOSToken, sp.AddBOS = tc.BOSToken, tc.EOSToken, tc.AddBOSToken
+	}
+	if gc != nil {
+		sp.EOSIDs = gc.EOSTokenIDs
+	}
+	return sp
+}
+
 // LoadHF reads a byte-level BPE tokenizer.json, and tokenizer_config.json and
 // generation_config.json when they sit beside it (for BOS, EOS and add_bos_token).
 func LoadHF(path string) (*BPE, error) {
+	dir := filepath.Dir(path)
+	tc, err := hf.LoadTokenizerConfig(dir)
+	if err != nil {
+		return nil, fmt.Errorf("load tokenizer %s: %w", path, err)
+	}
+	gc, err := hf.LoadGenerationConfig(dir)
+	if err != nil {
+		return nil, fmt.Errorf("load tokenizer %s: %w", path, err)
+	}
+	return LoadHFWith(path, SpecialsFrom(tc, gc))
+}
+
+// LoadHFWith reads a byte-level BPE tokenizer.json and nothing else: the special-token facts of
+// the folder's other files come in sp.
+func LoadHFWith(path string, sp Specials) (*BPE, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("load tokenizer %s: %w", path, err)
@@ -107,9 +147,7 @@ func LoadHF(path string) (*BPE, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load tokenizer %s: %w", path, err)
 	}
-	if err := t.readSpecials(&f, filepath.Dir(path)); err != nil {
-		return nil, fmt.Errorf("load tokenizer %s: %w", path, err)
-	}
+	t.readSpecials(&f, sp)
 	return t, nil
 }
 
@@ -327,9 +365,9 @@ func regexp2QuoteMeta(s string) string {
 	return b.String()
 }
 
-// readSpecials sets BOS, EOS and AddBOS from the post-processor template, tokenizer_config.json and
-// generation_config.json. Qwen3 has no BOS and ends on <|im_end|> (config) or <|endoftext|>.
-func (t *BPE) readSpecials(f *hfFile, dir string) error {
+// readSpecials sets BOS, EOS and AddBOS from the post-processor template and the folder's
+// Specials. Qwen3 has no BOS and ends on <|im_end|> (config) or <|endoftext|>.
+func (t *BPE) readSpecials(f *hfFile, sp Specials) {
 	templateBOS := ""
 	var walk func(raw json.RawMessage)
 	walk = func(raw json.RawMessage) {
@@ -348,51 +386,26 @@ func (t *BPE) readSpecials(f *hfFile, dir string) error {
 	if id, ok := t.added[templateBOS]; ok {
 		t.bos, t.addBOS = id, true
 	}
-
-	var cfg struct {
-		BOS         json.RawMessage `json:"bos_token"`
-		EOS         json.RawMessage `json:"eos_token"`
-		AddBOSToken *bool           `json:"add_bos_token"`
-	}
-	if data, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json")); err == nil {
-		if err := json.Unmarshal(data, &cfg); err != nil {
-			return fmt.Errorf("tokenizer_config.json: %w", err)
-		}
-	}
-	if s := tokenText(cfg.BOS); s != "" {
-		if id, ok := t.TokenID(s); ok {
+	if sp.BOSToken != "" {
+		if id, ok := t.TokenID(sp.BOSToken); ok {
 			t.bos = id
 		}
 	}
-	if cfg.AddBOSToken != nil {
-		t.addBOS = *cfg.AddBOSToken && t.bos >= 0
+	if sp.AddBOS != nil {
+		t.addBOS = *sp.AddBOS && t.bos >= 0
 	}
 	addEOS := func(id int) {
-		for _, e := range t.eos {
-			if e == id {
-				return
-			}
+		if !slices.Contains(t.eos, id) {
+			t.eos = append(t.eos, id)
 		}
-		t.eos = append(t.eos, id)
 	}
-	if s := tokenText(cfg.EOS); s != "" {
-		if id, ok := t.TokenID(s); ok {
+	if sp.EOSToken != "" {
+		if id, ok := t.TokenID(sp.EOSToken); ok {
 			addEOS(id)
 		}
 	}
-	var gen struct {
-		EOS json.RawMessage `json:"eos_token_id"`
-	}
-	if data, err := os.ReadFile(filepath.Join(dir, "generation_config.json")); err == nil && json.Unmarshal(data, &gen) == nil {
-		var one int
-		var many []int
-		if json.Unmarshal(gen.EOS, &one) == nil {
-			addEOS(one)
-		} else if json.Unmarshal(gen.EOS, &many) == nil {
-			for _, id := range many {
-				addEOS(id)
-			}
-		}
+	for _, id := range sp.EOSIDs {
+		addEOS(id)
 	}
 	// Base and instruct checkpoints of these families both stop on their end-of-text markers, and
 	// generation_config.json is often absent beside a bare tokenizer.
@@ -401,22 +414,6 @@ func (t *BPE) readSpecials(f *hfFile, dir string) error {
 			addEOS(id)
 		}
 	}
-	return nil
-}
-
-// tokenText reads a tokenizer_config token field: a string, {"content": ...} or null.
-func tokenText(raw json.RawMessage) string {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s
-	}
-	var o struct {
-		Content string `json:"content"`
-	}
-	if json.Unmarshal(raw, &o) == nil {
-		return o.Content
-	}
-	return ""
 }
 
 // Encode implements Tokenizer.

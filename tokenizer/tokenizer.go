@@ -52,13 +52,19 @@ var ErrNoTokenizer = errors.New("no tokenizer.json, tokenizer.model or tokenizer
 // tokenizer.bin) or from a file path, choosing the format by name and content. A tokenizer.json
 // whose model this package cannot run (e.g. a Metaspace/SentencePiece-style one) falls back to a
 // tokenizer.model beside it.
-func Load(path string) (Tokenizer, error) {
+func Load(path string) (Tokenizer, error) { return load(path, nil) }
+
+// LoadWith is Load for a caller that has read the model folder's configuration already: a
+// tokenizer.json takes its special-token facts from sp instead of the files beside it.
+func LoadWith(path string, sp Specials) (Tokenizer, error) { return load(path, &sp) }
+
+func load(path string, sp *Specials) (Tokenizer, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("load tokenizer %s: %w", path, err)
 	}
 	if !st.IsDir() {
-		return loadFile(path)
+		return loadFile(path, sp)
 	}
 	var firstErr error
 	for _, name := range []string{"tokenizer.json", "tokenizer.model", "tokenizer.bin"} {
@@ -66,7 +72,7 @@ func Load(path string) (Tokenizer, error) {
 		if _, err := os.Stat(p); err != nil {
 			continue
 		}
-		t, err := loadFile(p)
+		t, err := loadFile(p, sp)
 		if err == nil {
 			return t, nil
 		}
@@ -80,8 +86,10 @@ func Load(path string) (Tokenizer, error) {
 	return nil, fmt.Errorf("load tokenizer %s: %w", path, ErrNoTokenizer)
 }
 
-func loadFile(path string) (Tokenizer, error) {
+func loadFile(path string, sp *Specials) (Tokenizer, error) {
 	switch {
+	case filepath.Ext(path) == ".json" && sp != nil:
+		return LoadHFWith(path, *sp)
 	case filepath.Ext(path) == ".json":
 		return LoadHF(path)
 	case filepath.Ext(path) == ".model":

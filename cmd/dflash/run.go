@@ -117,7 +117,7 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		}
 	}
 	if len(ids) >= capacity {
-		return fmt.Errorf("prompt of %d tokens does not fit the context of %d tokens (raise --ctx up to the model's %d)", len(ids), capacity, e.Target.Config().MaxSeq)
+		return fmt.Errorf("prompt of %d tokens does not fit the context of %d tokens (raise --ctx up to the model's %d)", len(ids), capacity, e.Desc.Context)
 	}
 
 	drafter, depth, err := df.open(e, ids, opts, *n, capacity)
@@ -223,7 +223,7 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 // contextLength picks the cache capacity: the flag, else the model's length capped so a large
 // model does not reserve gigabytes of cache for a short run.
 func contextLength(e *engine.Engine, flagged int) int {
-	max := e.Target.Config().MaxSeq
+	max := e.Desc.Context
 	if max <= 0 {
 		max = defaultContext
 	}
@@ -281,12 +281,11 @@ func runChat(ctx context.Context, e *engine.Engine, df *draftFlags, cs chatSetti
 	if e.Tok == nil {
 		return usagef("--chat needs a model with a tokenizer")
 	}
-	tmpl := e.Chat
-	if tmpl == nil {
-		if _, ok := e.Tok.TokenID("<|im_start|>"); !ok {
-			return fmt.Errorf("model %s has no chat template (tokenizer_config.json) and no ChatML tokens; use -p for raw prompts", e.Name)
-		}
-		tmpl = chat.ChatML()
+	// The plain "Role: text" fallback the server uses is for clients that ask for chat of any
+	// model; here it would only hide that the model was never tuned to converse.
+	tmpl := e.Desc.Template
+	if tmpl.Kind == engine.TemplatePlain {
+		return fmt.Errorf("model %s has no chat template (tokenizer_config.json) and no ChatML tokens; use -p for raw prompts", e.Name)
 	}
 	var copt chat.Options
 	copt.AddGenerationPrompt = true

@@ -18,19 +18,25 @@ func cmdTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	path := *tokPath
-	if path == "" {
-		if *modelPath == "" {
-			return usagef("give --model PATH or --tokenizer FILE")
+	var tok tokenizer.Tokenizer
+	switch {
+	case *modelPath != "":
+		// The model's tokenizer as a run of it sees it: its special tokens from the folder's
+		// configs, a --tokenizer override honoured.
+		d, err := engine.Describe(engine.Options{Model: *modelPath, Tokenizer: *tokPath})
+		if err != nil {
+			return err
 		}
-		path = *modelPath
-		if p := engine.FindTokenizer(*modelPath, 0); p != "" {
-			path = p
+		if tok = d.Tok; tok == nil {
+			return fmt.Errorf("model %s has no tokenizer beside it: give --tokenizer FILE", *modelPath)
 		}
-	}
-	tok, err := tokenizer.Load(path)
-	if err != nil {
-		return err
+	case *tokPath != "":
+		var err error
+		if tok, err = tokenizer.Load(*tokPath); err != nil {
+			return err
+		}
+	default:
+		return usagef("give --model PATH or --tokenizer FILE")
 	}
 	input := strings.Join(fs.Args(), " ")
 	if fs.NArg() == 0 {

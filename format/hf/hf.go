@@ -1,7 +1,9 @@
 // Package hf owns reading Hugging Face model-folder configuration: config.json for
 // Qwen3ForCausalLM and LlamaForCausalLM (and anything shaped like them, such as a DFlash draft's
-// config, whose extra keys stay reachable through Config.Raw), generation_config.json, and the
-// RoPE inverse frequencies a config implies.
+// config, whose extra keys stay reachable through Config.Raw), generation_config.json,
+// tokenizer_config.json's special tokens and chat template source, and the RoPE inverse
+// frequencies a config implies. A folder whose config nests the decoder under text_config
+// (Qwen3.5's hybrid) is to be read here too, so no caller ever walks config.json itself.
 //
 // It never reads weights and never guesses silently: defaults are exactly those of the
 // transformers library for these architectures, and a value the engine could not honour (an
@@ -414,4 +416,100 @@ func idList(m json.RawMessage) ([]int, error) {
 		}
 	}
 	return ids, nil
+}
+
+// TokenizerConfig is what tokenizer_config.json says about special tokens and chat formatting.
+// The tokenizer reads its special tokens from it and tokenizer/chat parses its template; this is
+// the one reader of the file, so the two can never disagree about what it says.
+type TokenizerConfig struct {
+	Present bool // false when the folder has no tokenizer_config.json
+	// ChatTemplate is the "default" template's source ("" when the file has none). Named holds
+	// every template when chat_template is a list of {name, template} ("default", "tool_use",
+	// "rag", ...); it is nil when chat_template is a single string.
+	ChatTemplate string
+	Named        map[string]string
+	BOSToken     string // "" when null or absent
+	EOSToken     string
+	AddBOSToken  *bool // nil when the file does not say
+}
+
+// LoadTokenizerConfig reads dir/tokenizer_config.json. An absent file is not an error: it returns
+// a TokenizerConfig with Present false.
+func LoadTokenizerConfig(dir string) (*TokenizerConfig, error) {
+	path := filepath.Join(dir, "tokenizer_config.json")
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return &TokenizerConfig{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load tokenizer config: %w", err)
+	}
+	tc, err := ParseTokenizerConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", path, err)
+	}
+	return tc, nil
+}
+
+// ParseTokenizerConfig parses the contents of a tokenizer_config.json. bos_token and eos_token may
+// be strings, {"content": ...} objects or null; chat_template a string or a list of
+// {name, template} with a "default" entry.
+func ParseTokenizerConfig(data []byte) (*TokenizerConfig, error) {
+	var raw struct {
+		ChatTemplate json.RawMessage `json:"chat_template"`
+		BOS          json.RawMessage `json:"bos_token"`
+		EOS          json.RawMessage `json:"eos_token"`
+		AddBOS       *bool           `json:"add_bos_token"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return nil, fmt.Errorf("tokenizer_config.json: %w", err)
+	}
+	tc := &TokenizerConfig{Present: true, AddBOSToken: raw.AddBOS}
+	var err error
+	if tc.BOSToken, err = tokenString(raw.BOS); err != nil {
+		return nil, fmt.Errorf("tokenizer_config.json: bos_token: %w", err)
+	}
+	if tc.EOSToken, err = tokenString(raw.EOS); err != nil {
+		return nil, fmt.Errorf("tokenizer_config.json: eos_token: %w", err)
+	}
+	if isNull(raw.ChatTemplate) {
+		return tc, nil
+	}
+	if err := json.Unmarshal(raw.ChatTemplate, &tc.ChatTemplate); err == nil {
+		return tc, nil
+	}
+	var list []struct {
+		Name     string `json:"name"`
+		Template string `json:"template"`
+	}
+	if err := json.Unmarshal(raw.ChatTemplate, &list); err != nil {
+		return nil, fmt.Errorf("tokenizer_config.json: chat_template is neither a string nor a list of {name, template}: %w", err)
+	}
+	tc.Named = map[string]string{}
+	for _, e := range list {
+		tc.Named[e.Name] = e.Template
+	}
+	var ok bool
+	if tc.ChatTemplate, ok = tc.Named["default"]; !ok {
+		return nil, errors.New("tokenizer_config.json: chat_template list has no \"default\" entry")
+	}
+	return tc, nil
+}
+
+// tokenString reads a special token given as a string, as {"content": "..."} or as null ("").
+func tokenString(raw json.RawMessage) (string, error) {
+	if isNull(raw) {
+		return "", nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return s, nil
+	}
+	var obj struct {
+		Content *string `json:"content"`
+	}
+	if err := json.Unmarshal(raw, &obj); err != nil || obj.Content == nil {
+		return "", errors.New("neither a string nor an object with content")
+	}
+	return *obj.Content, nil
 }

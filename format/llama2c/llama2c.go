@@ -61,31 +61,9 @@ func Load(path string) (*Checkpoint, error) {
 		return nil, fmt.Errorf("llama2c: %w", err)
 	}
 	defer f.Close()
-	st, err := f.Stat()
+	cfg, hdr, lay, err := readHeader(f)
 	if err != nil {
 		return nil, fmt.Errorf("llama2c %s: %w", path, err)
-	}
-	size := st.Size()
-	var head [v1HeaderBytes]byte
-	n, err := io.ReadFull(f, head[:])
-	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
-		return nil, fmt.Errorf("llama2c %s: %w", path, err)
-	}
-	cfg, hdr, err := parseHeader(head[:n])
-	if err != nil {
-		return nil, fmt.Errorf("llama2c %s: %w", path, err)
-	}
-	lay, err := layout(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("llama2c %s: %w", path, err)
-	}
-	want := int64(hdr) + 4*lay.total
-	if size != want {
-		what := "truncated"
-		if size > want {
-			what = "trailing data"
-		}
-		return nil, fmt.Errorf("llama2c %s: %s: the header (%+v) implies %d bytes, file has %d", path, what, cfg, want, size)
 	}
 	if lay.total > math.MaxInt/4 {
 		return nil, fmt.Errorf("llama2c %s: %d weights do not fit in memory on this platform", path, lay.total)
@@ -103,6 +81,38 @@ func Load(path string) (*Checkpoint, error) {
 		}
 	}
 	return assemble(cfg, w), nil
+}
+
+// readHeader parses the header of f and checks that it describes a file of exactly f's length,
+// returning the header's byte length and the weights' layout.
+func readHeader(f *os.File) (Config, int, weightLayout, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return Config{}, 0, weightLayout{}, err
+	}
+	size := st.Size()
+	var head [v1HeaderBytes]byte
+	n, err := io.ReadFull(f, head[:])
+	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+		return Config{}, 0, weightLayout{}, err
+	}
+	cfg, hdr, err := parseHeader(head[:n])
+	if err != nil {
+		return Config{}, 0, weightLayout{}, err
+	}
+	lay, err := layout(cfg)
+	if err != nil {
+		return Config{}, 0, weightLayout{}, err
+	}
+	want := int64(hdr) + 4*lay.total
+	if size != want {
+		what := "truncated"
+		if size > want {
+			what = "trailing data"
+		}
+		return Config{}, 0, weightLayout{}, fmt.Errorf("%s: the header (%+v) implies %d bytes, file has %d", what, cfg, want, size)
+	}
+	return cfg, hdr, lay, nil
 }
 
 var hostLittle = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
@@ -268,4 +278,20 @@ func assemble(c Config, w []float32) *Checkpoint {
 		RMSFinal:       flat(l.rmsFinal),
 		WCls:           flat(l.cls),
 	}
+}
+
+// ReadConfig reads only the header of a checkpoint and checks it against the file's length, so a
+// caller can describe a model (its shape, context, parameter count) without reading its weights.
+// It accepts exactly the files Load accepts.
+func ReadConfig(path string) (Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("llama2c: %w", err)
+	}
+	defer f.Close()
+	cfg, _, _, err := readHeader(f)
+	if err != nil {
+		return Config{}, fmt.Errorf("llama2c %s: %w", path, err)
+	}
+	return cfg, nil
 }

@@ -31,6 +31,9 @@ func TestStories260K(t *testing.T) {
 	if c.Config != want {
 		t.Fatalf("config %+v, want %+v", c.Config, want)
 	}
+	if h, err := ReadConfig(p); err != nil || h != want {
+		t.Fatalf("ReadConfig: %+v, %v; want %+v, the header Load read", h, err, want)
+	}
 	// Independent byte offsets of the legacy layout (floats after the 28-byte header):
 	// tok 512*64=32768, rms_att 5*64=320, wq 5*64*64=20480, wk and wv 5*32*64=10240 each,
 	// wo 20480, rms_ffn 320, w1/w2/w3 5*172*64=55040 each, so rms_final starts at float
@@ -236,6 +239,11 @@ func TestErrors(t *testing.T) {
 			_, err := Load(write(c.file))
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("error %v, want %q", err, c.want)
+			}
+			// Describing a model reads only the header, and must refuse exactly what Load refuses:
+			// a listing must never show a checkpoint that cannot load.
+			if _, err := ReadConfig(write(c.file)); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("ReadConfig: error %v, want %q", err, c.want)
 			}
 		})
 	}

@@ -444,3 +444,20 @@ func (c *Config) writeConfig(dir, dtype string) error {
 	}
 	return os.WriteFile(filepath.Join(dir, "config.json"), append(js, '\n'), 0o644)
 }
+
+// FitConfig is the draft config a parsed config.json gives, validated and checked against the
+// target's shape as Load checks it, without reading weights: a server can tell at startup
+// whether a draft fits its target.
+func FitConfig(hc *hf.Config, target model.Config) (Config, error) {
+	c, err := fromHF(hc, target.Layers)
+	if err != nil {
+		return Config{}, err
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	if err := c.CheckTarget(target); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}

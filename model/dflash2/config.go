@@ -200,3 +200,17 @@ func (c *Config) Tensors() []dflash.TensorShape {
 		dflash.TensorShape{Name: "candidate_selector.predecessor_codebook", Shape: []int{c.Vocab, c.SelectorRank}},
 		dflash.TensorShape{Name: "candidate_selector.successor_codebook", Shape: []int{c.Vocab, c.SelectorRank}})
 }
+
+// FitConfig is the draft config a parsed config.json gives, validated and checked against the
+// target's shape as Load checks it, without reading weights. The output head Load also needs
+// is the target's to give, so only loading can check it.
+func FitConfig(hc *hf.Config, target model.Config) (Config, error) {
+	c, err := fromHF(hc, target.Layers)
+	if err != nil {
+		return Config{}, err
+	}
+	if err := c.CheckTarget(target); err != nil {
+		return Config{}, fmt.Errorf("draft does not fit its target: %w", err)
+	}
+	return c, nil
+}

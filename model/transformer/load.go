@@ -127,6 +127,13 @@ func LoadHF(dir string, opt Options) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", dir, err)
 	}
+	return LoadHFConfig(dir, hc, opt)
+}
+
+// HFConfig is the target shape LoadHF builds from a parsed config.json, checked as LoadHF checks
+// it, without touching weights: what a model folder is can be told before loading it. DType is
+// left unset; the tensors decide it.
+func HFConfig(hc *hf.Config) (model.Config, error) {
 	arch := ""
 	for _, a := range hc.Architectures {
 		if a == ArchQwen3 || a == ArchLlama {
@@ -135,10 +142,10 @@ func LoadHF(dir string, opt Options) (*Model, error) {
 		}
 	}
 	if arch == "" {
-		return nil, fmt.Errorf("load %s: architectures %v: none of %s, %s", dir, hc.Architectures, ArchQwen3, ArchLlama)
+		return model.Config{}, fmt.Errorf("architectures %v: none of %s, %s", hc.Architectures, ArchQwen3, ArchLlama)
 	}
 	if hc.AttentionBias {
-		return nil, fmt.Errorf("load %s: attention_bias is not supported", dir)
+		return model.Config{}, errors.New("attention_bias is not supported")
 	}
 	headDim := hc.HeadDim
 	if headDim == 0 && hc.NumAttentionHeads > 0 {
@@ -166,8 +173,19 @@ func LoadHF(dir string, opt Options) (*Model, error) {
 		cfg.RopeTheta = 10000
 	}
 	if err := checkConfig(cfg); err != nil {
+		return model.Config{}, err
+	}
+	return cfg, nil
+}
+
+// LoadHFConfig is LoadHF for a config.json its caller has parsed already (engine.Describe), so
+// the file is read once per model.
+func LoadHFConfig(dir string, hc *hf.Config, opt Options) (*Model, error) {
+	cfg, err := HFConfig(hc)
+	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", dir, err)
 	}
+	arch := cfg.Arch
 	st, err := safetensors.OpenModel(dir)
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", dir, err)
@@ -215,16 +233,11 @@ func LoadHF(dir string, opt Options) (*Model, error) {
 	return m, nil
 }
 
-// LoadLlama2C loads a llama2.c checkpoint: adjacent-pair RoPE with theta 10000, RMSNorm eps 1e-5,
-// f32 weights, BOS 1 and EOS 2 as in llama2.c's tokenizer.
-func LoadLlama2C(path string) (*Model, error) {
-	ck, err := llama2c.Load(path)
-	if err != nil {
-		return nil, fmt.Errorf("load %s: %w", path, err)
-	}
-	c := ck.Config
+// Llama2CConfig is the target shape LoadLlama2C builds from a checkpoint's header: adjacent-pair
+// RoPE with theta 10000, RMSNorm eps 1e-5, f32 weights, BOS 1 and EOS 2 as in llama2.c's tokenizer.
+func Llama2CConfig(c llama2c.Config) (model.Config, error) {
 	if c.Heads <= 0 || c.Dim%c.Heads != 0 {
-		return nil, fmt.Errorf("load %s: dim %d is not a multiple of %d heads", path, c.Dim, c.Heads)
+		return model.Config{}, fmt.Errorf("dim %d is not a multiple of %d heads", c.Dim, c.Heads)
 	}
 	cfg := model.Config{
 		Arch: ArchLlama2C, Layers: c.Layers, Hidden: c.Dim, Intermediate: c.HiddenDim,
@@ -233,6 +246,19 @@ func LoadLlama2C(path string) (*Model, error) {
 		DType: kernel.F32, TiedEmbeddings: c.SharedClassifier,
 	}
 	if err := checkConfig(cfg); err != nil {
+		return model.Config{}, err
+	}
+	return cfg, nil
+}
+
+// LoadLlama2C loads a llama2.c checkpoint of the shape Llama2CConfig gives.
+func LoadLlama2C(path string) (*Model, error) {
+	ck, err := llama2c.Load(path)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", path, err)
+	}
+	cfg, err := Llama2CConfig(ck.Config)
+	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", path, err)
 	}
 	h, kvw := cfg.Hidden, cfg.KVHeads*cfg.HeadDim
@@ -275,7 +301,7 @@ func LoadLlama2C(path string) (*Model, error) {
 	}
 	norm := vec("rms_final", ck.RMSFinal, h)
 	head := emb
-	if !c.SharedClassifier {
+	if !cfg.TiedEmbeddings {
 		head = mat("wcls", ck.WCls, cfg.Vocab, h)
 	}
 	if len(errs) > 0 {

@@ -20,8 +20,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 
+	"github.com/dflash/dflash/engine"
 	"github.com/dflash/dflash/server"
 )
 
@@ -44,17 +44,18 @@ type Options struct {
 	Context int
 }
 
-// Backend serves the configured models. It is safe for concurrent use.
+// Backend serves the configured models. It is safe for concurrent use: after New it only reads.
 type Backend struct {
 	ctx   int
 	specs []Spec
 
-	mu    sync.Mutex
-	infos []server.ModelInfo // by spec; refined from the loaded model on first load
+	descs []*engine.Description // by spec
+	infos []server.ModelInfo    // by spec, from descs
 }
 
-// New checks the specs (unique names, paths that exist) and reads each model's description from
-// its files without loading weights.
+// New checks the specs (unique names, paths that exist) and describes each model and its draft
+// (engine.Describe) without loading weights, so a model whose files the engine could not run, or
+// a draft that does not fit its target, is refused here rather than at its first request.
 func New(o Options) (*Backend, error) {
 	if len(o.Models) == 0 {
 		return nil, errors.New("backend: no models configured")
@@ -78,17 +79,23 @@ func New(o Options) (*Backend, error) {
 			return nil, fmt.Errorf("backend: model name %q configured twice", s.Name)
 		}
 		seen[s.Name] = true
-		info, err := describe(s, b.ctx)
-		if err != nil {
-			return nil, fmt.Errorf("backend: model %s: %w", s.Name, err)
-		}
+		o := engine.Options{Model: s.Path}
 		if s.Draft != "" {
 			if st, err := os.Stat(s.Draft); err != nil || !st.IsDir() {
 				return nil, fmt.Errorf("backend: model %s: draft %s is not a folder", s.Name, s.Draft)
 			}
+			o.Drafts = []string{s.Draft}
+		}
+		d, err := engine.Describe(o)
+		if err != nil {
+			return nil, fmt.Errorf("backend: model %s: %w", s.Name, err)
+		}
+		if d.Tok == nil {
+			return nil, fmt.Errorf("backend: model %s: no tokenizer beside %s: the server needs text", s.Name, s.Path)
 		}
 		b.specs = append(b.specs, s)
-		b.infos = append(b.infos, info)
+		b.descs = append(b.descs, d)
+		b.infos = append(b.infos, info(s.Name, d, b.ctx))
 	}
 	return b, nil
 }
@@ -103,9 +110,17 @@ func defaultName(path string) string {
 
 // Models implements server.Backend.
 func (b *Backend) Models() []server.ModelInfo {
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	return append([]server.ModelInfo(nil), b.infos...)
+}
+
+// Describe returns the description a configured model's listing and loading come from.
+func (b *Backend) Describe(name string) (*engine.Description, bool) {
+	for i, s := range b.specs {
+		if s.Name == name {
+			return b.descs[i], true
+		}
+	}
+	return nil, false
 }
 
 // Load implements server.Backend: it opens the model (and its draft). It is slow; ctx is checked
@@ -123,16 +138,10 @@ func (b *Backend) Load(ctx context.Context, name string) (server.Model, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	b.mu.Lock()
-	info := b.infos[i]
-	b.mu.Unlock()
-	m, err := open(b.specs[i], info, b.ctx)
+	m, err := open(b.descs[i], b.infos[i], b.ctx)
 	if err != nil {
 		return nil, fmt.Errorf("backend: load %s: %w", name, err)
 	}
-	b.mu.Lock()
-	b.infos[i] = m.info
-	b.mu.Unlock()
 	return m, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/dflash/dflash/engine"
 	"github.com/dflash/dflash/internal/testdata"
+	"github.com/dflash/dflash/internal/testmodel"
 	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/model/dflash"
 	"github.com/dflash/dflash/model/dflash2"
@@ -289,9 +291,11 @@ func TestModelsListing(t *testing.T) {
 		t.Fatalf("%d models listed, want 2", len(ms))
 	}
 	st, _ := os.Stat(bin)
-	// stories260K: 64-dim, 5 layers, 512 tokens, tied head: 260,032 parameters.
+	// stories260K: 64-dim, 5 layers, 512 tokens, tied head: 260,032 parameters. Its context
+	// (512, below the default cap) and its chat fallback (no template, no ChatML tokens: plain
+	// turns) are known from the files before the model loads.
 	want := server.ModelInfo{Name: "stories260K:latest", Family: "llama", ParameterSize: "260K", Quantization: "F32",
-		Format: "llama2.c", Size: st.Size(), ModifiedAt: st.ModTime().UTC()}
+		Format: "llama2.c", Size: st.Size(), ModifiedAt: st.ModTime().UTC(), ContextLength: 512, Template: backend.PlainTemplate}
 	if ms[0] != want {
 		t.Errorf("listing\n got %+v\nwant %+v", ms[0], want)
 	}
@@ -306,6 +310,10 @@ func TestModelsListing(t *testing.T) {
 	// The model's own maximum (512) is below the default cap.
 	if m.ContextLength() != 512 || m.Info().ContextLength != 512 || b.Models()[0].ContextLength != 512 {
 		t.Errorf("context length %d (info %d, listing %d), want 512", m.ContextLength(), m.Info().ContextLength, b.Models()[0].ContextLength)
+	}
+	// Loading changes nothing the listing said.
+	if m.Info() != want || b.Models()[0] != want {
+		t.Errorf("after loading: info %+v, listing %+v; want both %+v", m.Info(), b.Models()[0], want)
 	}
 	if _, err := b.Load(context.Background(), "nope"); !errors.Is(err, server.ErrModelNotFound) {
 		t.Errorf("unknown model: err %v, want ErrModelNotFound", err)
@@ -338,5 +346,55 @@ func TestConcurrentGenerations(t *testing.T) {
 		if errs[i] != nil || !slices.Equal(got[i], want[i]) {
 			t.Errorf("%q: %v, ids %v, want %v", prompts[i], errs[i], got[i], want[i])
 		}
+	}
+}
+
+// The server's listing of a model is its engine description's facts, field by field, before and
+// after loading: /api/tags, /api/show and /v1/models say what `dflash run` would open.
+func TestInfoIsTheDescription(t *testing.T) {
+	bin := testdata.Path(t, storiesRel)
+	qwen := testmodel.Qwen3(t, "")
+	draft := randomDraft(t, bin)
+	specs := []backend.Spec{{Name: "stories", Path: bin, Draft: draft}, {Name: "qwen", Path: qwen}}
+	// A cap below both models' 512 positions: the listing shows the cap, the loaded capacity.
+	const ctxCap = 256
+	b, err := backend.New(backend.Options{Models: specs, Context: ctxCap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range specs {
+		o := engine.Options{Model: s.Path}
+		if s.Draft != "" {
+			o.Drafts = []string{s.Draft}
+		}
+		d, err := engine.Describe(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _ := os.Stat(s.Path)
+		want := server.ModelInfo{Name: s.Name + ":latest", Family: d.Family, ParameterSize: engine.ParameterSize(d.Parameters),
+			Quantization: d.DType, Format: d.Format, Size: d.Size, ModifiedAt: st.ModTime().UTC(),
+			ContextLength: min(d.Context, ctxCap), Template: d.Template.String()}
+		if s.Draft != "" {
+			want.Draft = filepath.Base(s.Draft)
+		}
+		if got := b.Models()[i]; got != want {
+			t.Errorf("%s listing\n got %+v\nwant %+v", s.Name, got, want)
+		}
+		m, err := b.Load(context.Background(), want.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := m.Info(); got != want {
+			t.Errorf("%s loaded\n got %+v\nwant %+v", s.Name, got, want)
+		}
+		if m.ContextLength() != want.ContextLength {
+			t.Errorf("%s: context %d, listed %d", s.Name, m.ContextLength(), want.ContextLength)
+		}
+		m.Close()
+	}
+	// The Qwen3 folder shows its own template's source, as /api/show should.
+	if tmpl := b.Models()[1].Template; !strings.Contains(tmpl, "<|im_start|>") {
+		t.Errorf("Qwen3 template listed as %q, want its source", tmpl)
 	}
 }

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 
 	"github.com/dflash/dflash/engine"
+	"github.com/dflash/dflash/model/transformer"
 	"github.com/dflash/dflash/runner"
 	"github.com/dflash/dflash/sample"
 	"github.com/dflash/dflash/server"
@@ -16,9 +16,8 @@ import (
 )
 
 // PlainTemplate describes the chat fallback for models with neither a chat template nor ChatML
-// tokens (tiny story models): each message as "System: ...", "User: ..." or "Assistant: ...",
-// separated by blank lines, and "Assistant:" to prompt the reply.
-const PlainTemplate = "System: {system}\n\nUser: {user}\n\nAssistant: {assistant}\n\n...Assistant:"
+// tokens (engine.PlainTemplate).
+const PlainTemplate = engine.PlainTemplate
 
 // Model is a loaded model. Generations run one at a time (the target's forwards share one
 // workspace); a generation that waits for another honours its context while waiting.
@@ -29,7 +28,7 @@ const PlainTemplate = "System: {system}\n\nUser: {user}\n\nAssistant: {assistant
 type Model struct {
 	info   server.ModelInfo
 	e      *engine.Engine
-	tmpl   *chat.Template // nil: the plain fallback
+	tmpl   engine.Template // the model's, ChatML or the plain fallback (engine.Description)
 	ctxLen int
 	draft  *engine.Draft // nil: plain decoding
 
@@ -41,44 +40,22 @@ type Model struct {
 	closed  bool
 }
 
-func open(s Spec, info server.ModelInfo, ctxCap int) (*Model, error) {
-	e, err := engine.Open(engine.Options{Model: s.Path})
+// open loads a described model and its draft; info is its listing (see info).
+func open(d *engine.Description, info server.ModelInfo, ctxCap int) (*Model, error) {
+	e, err := d.Load(transformer.KeepDType)
 	if err != nil {
 		return nil, err
 	}
-	if e.Tok == nil {
-		return nil, fmt.Errorf("model %s has no tokenizer beside it: the server needs text", s.Path)
-	}
-	m := &Model{e: e, turn: make(chan struct{}, 1)}
-	m.ctxLen = e.Target.Config().MaxSeq
-	if m.ctxLen <= 0 || m.ctxLen > ctxCap {
-		m.ctxLen = ctxCap
-	}
-	m.info = refine(info, e.Target.Config(), m.ctxLen)
-	switch {
-	case e.Chat != nil:
-		m.tmpl = e.Chat
-		m.info.Template = "(the model's chat template, tokenizer_config.json)"
-	case hasToken(e, "<|im_start|>"):
-		m.tmpl = chat.ChatML()
-		m.info.Template = "(ChatML)"
-	default:
-		m.info.Template = PlainTemplate
-	}
-	if s.Draft != "" {
-		d, err := e.LoadDraft(s.Draft)
+	m := &Model{e: e, info: info, tmpl: d.Template, ctxLen: contextLength(d, ctxCap), turn: make(chan struct{}, 1)}
+	if len(d.Drafts) > 0 {
+		dr, err := e.OpenDraft(d.Drafts[0])
 		if err != nil {
 			return nil, fmt.Errorf("draft: %w", err)
 		}
-		m.draft = d
+		m.draft = dr
 	}
 	m.reset()
 	return m, nil
-}
-
-func hasToken(e *engine.Engine, s string) bool {
-	_, ok := e.Tok.TokenID(s)
-	return ok
 }
 
 // reset starts from empty caches: after a failure that may have left the sequence and the
@@ -103,35 +80,15 @@ func (m *Model) Tokenize(text string) ([]int, error) { return m.e.EncodePrompt(t
 
 // RenderChat implements server.Model with the model's template, ChatML, or PlainTemplate.
 func (m *Model) RenderChat(msgs []server.ChatMessage, opts server.ChatOptions) (string, error) {
-	if m.tmpl == nil {
-		return renderPlain(msgs, opts), nil
-	}
+	return m.tmpl.Render(chatMessages(msgs), chat.Options{AddGenerationPrompt: opts.AddGenerationPrompt})
+}
+
+func chatMessages(msgs []server.ChatMessage) []chat.Message {
 	cm := make([]chat.Message, len(msgs))
 	for i, msg := range msgs {
 		cm[i] = chat.Message{Role: msg.Role, Content: msg.Content}
 	}
-	return m.tmpl.Render(cm, chat.Options{AddGenerationPrompt: opts.AddGenerationPrompt})
-}
-
-func renderPlain(msgs []server.ChatMessage, opts server.ChatOptions) string {
-	var b strings.Builder
-	for i, msg := range msgs {
-		if i > 0 {
-			b.WriteString("\n\n")
-		}
-		role := msg.Role
-		if role != "" {
-			role = strings.ToUpper(role[:1]) + role[1:]
-		}
-		b.WriteString(role + ": " + msg.Content)
-	}
-	if opts.AddGenerationPrompt {
-		if len(msgs) > 0 {
-			b.WriteString("\n\n")
-		}
-		b.WriteString("Assistant:")
-	}
-	return b.String()
+	return cm
 }
 
 // sampleOptions maps the server's options onto the sampler's. ollama's repeat_last_n 0 means a
@@ -232,6 +189,6 @@ func (m *Model) Close() error {
 		return errors.New("backend: model closed twice")
 	}
 	m.closed = true
-	m.e, m.seq, m.session, m.draft, m.tmpl = nil, nil, nil, nil, nil
+	m.e, m.seq, m.session, m.draft, m.tmpl = nil, nil, nil, nil, engine.Template{}
 	return nil
 }

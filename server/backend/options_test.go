@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dflash/dflash/internal/testdata"
 	"github.com/dflash/dflash/sample"
 	"github.com/dflash/dflash/server"
 )
@@ -37,17 +38,6 @@ func TestSampleOptions(t *testing.T) {
 	a, b := sampleOptions(server.SampleOptions{}), sampleOptions(server.SampleOptions{})
 	if a.Seed == b.Seed {
 		t.Errorf("random seeds collide: %d", a.Seed)
-	}
-}
-
-func TestRenderPlain(t *testing.T) {
-	msgs := []server.ChatMessage{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Hi"}, {Role: "assistant", Content: "Hello."}, {Role: "user", Content: "Story?"}}
-	want := "System: Be brief.\n\nUser: Hi\n\nAssistant: Hello.\n\nUser: Story?\n\nAssistant:"
-	if got := renderPlain(msgs, server.ChatOptions{AddGenerationPrompt: true}); got != want {
-		t.Errorf("got %q, want %q", got, want)
-	}
-	if got := renderPlain(msgs[:1], server.ChatOptions{}); got != "System: Be brief." {
-		t.Errorf("without generation prompt: got %q", got)
 	}
 }
 
@@ -82,22 +72,17 @@ func TestParseModelsFile(t *testing.T) {
 	}
 }
 
-func TestFormatParams(t *testing.T) {
-	cases := []struct {
-		n    int64
-		want string
-	}{{260032, "260K"}, {15_200_000, "15.2M"}, {596_049_920, "596M"}, {1_720_574_976, "1.7B"}, {999, "999"}}
-	for _, c := range cases {
-		if got := formatParams(c.n); got != c.want {
-			t.Errorf("formatParams(%d) = %q, want %q", c.n, got, c.want)
-		}
-	}
-}
-
 func TestNewRejects(t *testing.T) {
 	dir := t.TempDir()
+	// New describes every model (engine.Describe), so a file that is no checkpoint, or a
+	// checkpoint without the tokenizer a server needs, is refused at startup.
 	file := filepath.Join(dir, "m.bin")
 	os.WriteFile(file, make([]byte, 64), 0o644)
+	stories := testdata.Path(t, "stories260K/stories260K.bin")
+	bare := filepath.Join(t.TempDir(), "stories260K.bin")
+	if data, err := os.ReadFile(stories); err != nil || os.WriteFile(bare, data, 0o644) != nil {
+		t.Fatal("copy stories260K.bin:", err)
+	}
 	cases := []struct {
 		name string
 		o    Options
@@ -105,9 +90,11 @@ func TestNewRejects(t *testing.T) {
 	}{
 		{"none", Options{}, "no models"},
 		{"no path", Options{Models: []Spec{{Name: "a"}}}, "no path"},
-		{"missing", Options{Models: []Spec{{Path: filepath.Join(dir, "absent")}}}, "model path"},
-		{"duplicate", Options{Models: []Spec{{Path: file}, {Name: "m", Path: file}}}, "configured twice"},
-		{"draft not a folder", Options{Models: []Spec{{Path: file, Draft: file}}}, "not a folder"},
+		{"missing", Options{Models: []Spec{{Path: filepath.Join(dir, "absent")}}}, "absent"},
+		{"not a checkpoint", Options{Models: []Spec{{Path: file}}}, "dim 0 must be positive"},
+		{"no tokenizer", Options{Models: []Spec{{Path: bare}}}, "no tokenizer"},
+		{"duplicate", Options{Models: []Spec{{Path: stories}, {Name: "stories260K", Path: stories}}}, "configured twice"},
+		{"draft not a folder", Options{Models: []Spec{{Path: stories, Draft: file}}}, "not a folder"},
 	}
 	for _, c := range cases {
 		if _, err := New(c.o); err == nil || !strings.Contains(err.Error(), c.err) {

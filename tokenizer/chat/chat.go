@@ -16,11 +16,11 @@
 package chat
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/dflash/dflash/format/hf"
 )
 
 // Message is one turn of a conversation.
@@ -194,59 +194,39 @@ type Config struct {
 	AddBOSToken bool
 }
 
-// LoadConfig reads dir/tokenizer_config.json. chat_template may be a string or a list of
-// {name, template} (the "default" one is parsed); bos_token and eos_token may be strings or
-// {"content": ...} objects.
+// LoadConfig reads dir/tokenizer_config.json (through format/hf, its one reader) and parses its
+// template. chat_template may be a string or a list of {name, template} (the "default" one is
+// parsed); bos_token and eos_token may be strings or {"content": ...} objects.
 func LoadConfig(dir string) (*Config, error) {
 	path := filepath.Join(dir, "tokenizer_config.json")
-	data, err := os.ReadFile(path)
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("load chat config: %w", err)
+	}
+	tc, err := hf.LoadTokenizerConfig(dir)
 	if err != nil {
 		return nil, fmt.Errorf("load chat config: %w", err)
 	}
-	var raw struct {
-		ChatTemplate json.RawMessage `json:"chat_template"`
-		BOS          json.RawMessage `json:"bos_token"`
-		EOS          json.RawMessage `json:"eos_token"`
-		AddBOS       *bool           `json:"add_bos_token"`
-	}
-	if err := json.Unmarshal(data, &raw); err != nil {
+	cfg, err := FromTokenizerConfig(tc)
+	if err != nil {
 		return nil, fmt.Errorf("load chat config %s: %w", path, err)
 	}
-	cfg := &Config{}
-	if raw.AddBOS != nil {
-		cfg.AddBOSToken = *raw.AddBOS
-	}
-	if cfg.BOSToken, err = tokenString(raw.BOS); err != nil {
-		return nil, fmt.Errorf("load chat config %s: bos_token: %w", path, err)
-	}
-	if cfg.EOSToken, err = tokenString(raw.EOS); err != nil {
-		return nil, fmt.Errorf("load chat config %s: eos_token: %w", path, err)
-	}
-	if len(raw.ChatTemplate) > 0 && string(raw.ChatTemplate) != "null" {
-		if err := json.Unmarshal(raw.ChatTemplate, &cfg.Source); err != nil {
-			var list []struct {
-				Name     string `json:"name"`
-				Template string `json:"template"`
-			}
-			if err2 := json.Unmarshal(raw.ChatTemplate, &list); err2 != nil {
-				return nil, fmt.Errorf("load chat config %s: chat_template is neither a string nor a list of {name, template}: %w", path, err2)
-			}
-			cfg.Named = map[string]string{}
-			for _, e := range list {
-				cfg.Named[e.Name] = e.Template
-			}
-			var ok bool
-			if cfg.Source, ok = cfg.Named["default"]; !ok {
-				return nil, fmt.Errorf("load chat config %s: chat_template list has no \"default\" entry", path)
-			}
-		}
+	return cfg, nil
+}
+
+// FromTokenizerConfig parses the template of an already-read tokenizer_config.json and binds its
+// special tokens as bos_token / eos_token. A config without a template gives a Config whose
+// Template is nil.
+func FromTokenizerConfig(tc *hf.TokenizerConfig) (*Config, error) {
+	cfg := &Config{Source: tc.ChatTemplate, Named: tc.Named, BOSToken: tc.BOSToken, EOSToken: tc.EOSToken}
+	if tc.AddBOSToken != nil {
+		cfg.AddBOSToken = *tc.AddBOSToken
 	}
 	if cfg.Source == "" {
 		return cfg, nil
 	}
 	t, err := Parse(cfg.Source)
 	if err != nil {
-		return nil, fmt.Errorf("load chat config %s: %w", path, err)
+		return nil, err
 	}
 	// transformers passes only the special tokens that are set; a null bos_token stays
 	// undefined in the template rather than rendering "None".
@@ -259,22 +239,4 @@ func LoadConfig(dir string) (*Config, error) {
 	}
 	cfg.Template = t
 	return cfg, nil
-}
-
-// tokenString accepts a special token given as a string, as {"content": "..."} or as null.
-func tokenString(raw json.RawMessage) (string, error) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return "", nil
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
-		return s, nil
-	}
-	var obj struct {
-		Content *string `json:"content"`
-	}
-	if err := json.Unmarshal(raw, &obj); err != nil || obj.Content == nil {
-		return "", errors.New("neither a string nor an object with content")
-	}
-	return *obj.Content, nil
 }
