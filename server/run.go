@@ -200,6 +200,9 @@ func (s *Server) classify(r *http.Request, err error) *RequestError {
 		return &RequestError{Status: http.StatusNotFound, Param: "model", Code: "model_not_found", Msg: err.Error()}
 	case errors.Is(err, ErrQueueFull), errors.Is(err, ErrQueueTimeout), errors.Is(err, ErrShuttingDown):
 		return &RequestError{Status: http.StatusServiceUnavailable, Code: "server_busy", Msg: err.Error()}
+	case info(r).cut:
+		// Checked before the context: net/http cancels it on the failed write too.
+		return &RequestError{Status: http.StatusRequestTimeout, Msg: cutMessage(s.cfg.WriteTimeout)}
 	case r.Context().Err() != nil:
 		// The client left; nobody reads this, but the log and metrics do (nginx's 499).
 		return &RequestError{Status: 499, Msg: "client closed request"}

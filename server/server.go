@@ -31,6 +31,14 @@ type Config struct {
 	RetryAfter      time.Duration // Retry-After sent with 503 busy answers; default 5s
 	ShutdownTimeout time.Duration // ListenAndServe's grace on ctx cancel; default 30s
 	Version         string        // reported by /api/version; default "dev"
+
+	// WriteTimeout bounds each single write of a response: a client that does not take its
+	// bytes within it is cut and its generation ends. Default 30s, < 0 none.
+	WriteTimeout time.Duration
+	// ReadTimeout bounds receiving a request body. Default 60s, < 0 none.
+	ReadTimeout time.Duration
+	// IdleTimeout closes keep-alive connections idle this long. Default 2m, < 0 none.
+	IdleTimeout time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -63,6 +71,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Version == "" {
 		c.Version = "dev"
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 30 * time.Second
+	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = time.Minute
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = 2 * time.Minute
 	}
 	return c
 }
@@ -167,15 +184,24 @@ func (s *Server) ListenAndServe(ctx context.Context) error {
 // Serve serves on ln until ctx is cancelled (then shuts down gracefully, returning nil) or the
 // listener fails.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	// The body's read deadline is set per request (see deadlineBody) and each write's by
+	// statusWriter: http.Server's ReadTimeout and WriteTimeout bound whole requests and
+	// responses, which would cut every long generation.
+	headerTimeout := 30 * time.Second
+	if t := s.cfg.ReadTimeout; t > 0 && t < headerTimeout {
+		headerTimeout = t
+	}
 	srv := &http.Server{
 		Handler:           s.handler,
-		ReadHeaderTimeout: 30 * time.Second,
+		ReadHeaderTimeout: headerTimeout,
+		IdleTimeout:       max(s.cfg.IdleTimeout, 0),
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
+	addr := ln.Addr().String()
 	s.mu.Lock()
 	s.httpSrv = srv
 	s.mu.Unlock()
-	s.log.Info("listening", "addr", ln.Addr().String())
+	s.log.Info("listening", "addr", addr)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -272,6 +298,7 @@ type reqInfo struct {
 	promptTokens int
 	evalTokens   int
 	err          string
+	cut          bool // a write missed its deadline: the server ended the response
 }
 
 type ctxKey struct{}
@@ -283,41 +310,19 @@ func info(r *http.Request) *reqInfo {
 	return &reqInfo{}
 }
 
-// statusWriter records the status and whether anything was written.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-	wrote  bool
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if !w.wrote {
-		w.status, w.wrote = code, true
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(p []byte) (int, error) {
-	if !w.wrote {
-		w.status, w.wrote = http.StatusOK, true
-	}
-	return w.ResponseWriter.Write(p)
-}
-
-func (w *statusWriter) Flush() {
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
 func (s *Server) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		ri := &reqInfo{}
+		sw := newStatusWriter(w, ri, s.cfg.WriteTimeout)
 		r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, ri))
+		if r.ContentLength != 0 && s.cfg.ReadTimeout > 0 {
+			// Set from the request's start, so a body sent byte by byte cannot hold the
+			// connection (or, once parsed, a queue place) longer than ReadTimeout.
+			if sw.rc.SetReadDeadline(start.Add(s.cfg.ReadTimeout)) == nil {
+				r.Body = &deadlineBody{ReadCloser: r.Body, rc: sw.rc, timeout: s.cfg.ReadTimeout}
+			}
+		}
 		r.Body = http.MaxBytesReader(sw, r.Body, s.cfg.MaxBodyBytes)
 		defer func() {
 			// A handler panic is a bug, but one request must not take the server down.
@@ -344,6 +349,9 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 			attrs := []any{"method", r.Method, "path", r.URL.Path, "status", sw.status, "duration", d}
 			if ri.model != "" {
 				attrs = append(attrs, "model", ri.model, "prompt_tokens", ri.promptTokens, "eval_tokens", ri.evalTokens)
+			}
+			if ri.cut && ri.err == "" {
+				ri.err = cutMessage(s.cfg.WriteTimeout)
 			}
 			if ri.err != "" {
 				attrs = append(attrs, "err", ri.err)
