@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -47,6 +48,14 @@ func (l smallBuffers) Accept() (net.Conn, error) {
 		_ = tc.SetWriteBuffer(4096)
 	}
 	return c, err
+}
+
+// exposedAddr reports a wildcard address while listening on 127.0.0.1 only, so the server acts
+// as if bound to every interface without the test leaving loopback.
+type exposedAddr struct{ net.Listener }
+
+func (l exposedAddr) Addr() net.Addr {
+	return &net.TCPAddr{IP: net.IPv4zero, Port: l.Listener.Addr().(*net.TCPAddr).Port}
 }
 
 // serveReal runs s.Serve (the real http.Server, with its timeouts and shutdown) on 127.0.0.1.
@@ -174,5 +183,176 @@ func TestSlowBodyAndIdleConnection(t *testing.T) {
 	// timeout here means it was still open after 10 s).
 	if _, err := br.ReadByte(); err != io.EOF {
 		t.Errorf("idle keep-alive connection: read gave %v, want EOF (closed by the server)", err)
+	}
+}
+
+func doWith(t *testing.T, method, url, body string, header map[string]string, host string) response {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	if host != "" {
+		req.Host = host
+	}
+	resp, err := boundedClient().Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return response{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+// TestCrossOriginRefused: a page on another site can send a "simple" POST (text/plain, so the
+// browser sends no preflight) to the local server; it must be refused before it generates or
+// unloads anything. Pages on loopback origins, and origins added by configuration, may call it
+// and get their preflights answered.
+func TestCrossOriginRefused(t *testing.T) {
+	b := &fake.Backend{}
+	_, url := startServer(t, server.Config{Origins: []string{"https://*.app.example"}}, b)
+	evil := map[string]string{"Origin": "https://evil.example", "Content-Type": "text/plain"}
+	for _, body := range []string{
+		`{"model":"fake","prompt":"hi","stream":false}`, // generate
+		`{"model":"fake","keep_alive":0}`,               // unload
+	} {
+		r := doWith(t, "POST", url+"/api/generate", body, evil, "")
+		if r.status != 403 || !strings.Contains(string(r.body), "evil.example") {
+			t.Errorf("cross-origin POST %s: %d %s, want 403 naming the origin", body, r.status, r.body)
+		}
+	}
+	if r := doWith(t, "POST", url+"/v1/completions", `{"model":"fake","prompt":"x"}`, evil, ""); r.status != 403 ||
+		!strings.Contains(string(r.body), `"error":{"message"`) {
+		t.Errorf("cross-origin OpenAI POST: %d %s, want 403 in OpenAI's error shape", r.status, r.body)
+	}
+	if b.Loads() != 0 {
+		t.Errorf("refused requests loaded the model %d times", b.Loads())
+	}
+
+	preflight := map[string]string{"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "content-type, authorization"}
+	for _, origin := range []string{"http://localhost:3000", "http://127.0.0.1:8080", "https://ui.app.example"} {
+		h := map[string]string{"Origin": origin}
+		for k, v := range preflight {
+			h[k] = v
+		}
+		r := doWith(t, "OPTIONS", url+"/api/chat", "", h, "")
+		if r.status != 204 || r.header.Get("Access-Control-Allow-Origin") != origin ||
+			!strings.Contains(r.header.Get("Access-Control-Allow-Methods"), "POST") ||
+			!strings.Contains(r.header.Get("Access-Control-Allow-Headers"), "authorization") {
+			t.Errorf("preflight from %s: %d %v, want 204 allowing POST and its headers", origin, r.status, r.header)
+		}
+		r = doWith(t, "POST", url+"/api/generate", `{"model":"fake","prompt":"hi","stream":false}`, map[string]string{"Origin": origin}, "")
+		if r.status != 200 || r.header.Get("Access-Control-Allow-Origin") != origin {
+			t.Errorf("POST from %s: %d %v, want 200 readable by that origin", origin, r.status, r.header)
+		}
+	}
+	h := map[string]string{"Origin": "https://evil.example"}
+	for k, v := range preflight {
+		h[k] = v
+	}
+	if r := doWith(t, "OPTIONS", url+"/api/chat", "", h, ""); r.status != 403 || r.header.Get("Access-Control-Allow-Origin") != "" {
+		t.Errorf("preflight from a foreign origin: %d %v, want 403 without CORS headers", r.status, r.header)
+	}
+
+	t.Setenv("DFLASH_ORIGINS", " https://a.example ,,chrome-extension://*")
+	if got := server.OriginsFromEnv(); len(got) != 2 || got[0] != "https://a.example" || got[1] != "chrome-extension://*" {
+		t.Errorf("OriginsFromEnv = %q", got)
+	}
+}
+
+// TestHostChecked: bound to loopback, the server answers only local host names, so a page
+// whose own name was rebound to 127.0.0.1 cannot read its answers. Bound to every interface,
+// the name a client used is its own business.
+func TestHostChecked(t *testing.T) {
+	_, url := startServer(t, server.Config{}, &fake.Backend{})
+	if r := doWith(t, "GET", url+"/api/tags", "", nil, "rebind.evil.example:11434"); r.status != 403 ||
+		!strings.Contains(string(r.body), "rebind.evil.example") {
+		t.Errorf("foreign Host on loopback: %d %s, want 403 naming it", r.status, r.body)
+	}
+	for _, host := range []string{"localhost:11434", "127.0.0.1", "[::1]:11434", "app.localhost"} {
+		if r := doWith(t, "GET", url+"/api/tags", "", nil, host); r.status != 200 {
+			t.Errorf("Host %s on loopback: %d %s, want 200", host, r.status, r.body)
+		}
+	}
+	_, url = startServer(t, server.Config{Addr: "0.0.0.0:11434"}, &fake.Backend{})
+	if r := doWith(t, "GET", url+"/api/tags", "", nil, "dflash.lan.example"); r.status != 200 {
+		t.Errorf("Host on a wildcard bind: %d %s, want 200", r.status, r.body)
+	}
+}
+
+// TestAPIKey: with an API key every endpoint but /health wants it as a bearer token.
+func TestAPIKey(t *testing.T) {
+	_, url := startServer(t, server.Config{APIKey: "s3cret"}, &fake.Backend{})
+	for _, auth := range []string{"", "Bearer wrong", "s3cret", "Basic czNjcmV0"} {
+		h := map[string]string{}
+		if auth != "" {
+			h["Authorization"] = auth
+		}
+		for _, path := range []string{"/api/tags", "/metrics", "/ready", "/"} {
+			r := doWith(t, "GET", url+path, "", h, "")
+			if r.status != 401 || !strings.HasPrefix(r.header.Get("WWW-Authenticate"), "Bearer") {
+				t.Errorf("GET %s with Authorization %q: %d %v, want 401 asking for a bearer token", path, auth, r.status, r.header)
+			}
+		}
+		r := doWith(t, "POST", url+"/v1/chat/completions", `{"model":"fake","messages":[{"role":"user","content":"x"}]}`, h, "")
+		if r.status != 401 || !strings.Contains(string(r.body), `"code":"invalid_api_key"`) {
+			t.Errorf("OpenAI request with Authorization %q: %d %s, want 401 invalid_api_key", auth, r.status, r.body)
+		}
+	}
+	ok := map[string]string{"Authorization": "Bearer s3cret"}
+	if r := doWith(t, "POST", url+"/v1/chat/completions", `{"model":"fake","messages":[{"role":"user","content":"x"}]}`, ok, ""); r.status != 200 {
+		t.Errorf("request with the key: %d %s", r.status, r.body)
+	}
+	if r := doWith(t, "GET", url+"/health", "", nil, ""); r.status != 200 {
+		t.Errorf("/health without the key: %d, want 200 (liveness probes carry no secrets)", r.status)
+	}
+}
+
+// TestExposureWarning: listening beyond loopback without an API key is logged as a warning.
+func TestExposureWarning(t *testing.T) {
+	for _, c := range []struct {
+		key     string
+		exposed bool
+		warn    bool
+	}{{"", true, true}, {"k", true, false}, {"", false, false}} {
+		var wrap func(net.Listener) net.Listener
+		if c.exposed {
+			wrap = func(ln net.Listener) net.Listener { return exposedAddr{ln} }
+		}
+		_, url, logs, stop := serveReal(t, server.Config{APIKey: c.key}, &fake.Backend{}, wrap)
+		doWith(t, "GET", url+"/health", "", nil, "")
+		_ = stop()
+		if got := strings.Contains(logs.String(), "without an API key"); got != c.warn {
+			t.Errorf("key %q exposed %v: warned %v, want %v:\n%s", c.key, c.exposed, got, c.warn, logs)
+		}
+	}
+}
+
+// failingLoad fails every load with an error that names a file on the server's disk.
+type failingLoad struct{ fake.Backend }
+
+func (*failingLoad) Load(context.Context, string) (server.Model, error) {
+	return nil, errors.New("open /home/operator/models/secret-project/model.safetensors: permission denied")
+}
+
+// TestInternalErrorHidesPaths: a 500 names the file at fault but not where it lives; the log
+// keeps the whole error for the operator.
+func TestInternalErrorHidesPaths(t *testing.T) {
+	b := &failingLoad{}
+	logs := &logBuffer{}
+	s := server.New(server.Config{}, b, slog.New(slog.NewTextHandler(logs, nil)))
+	for _, path := range []string{"/api/generate", "/v1/completions"} {
+		rec := httptest.NewRecorder()
+		s.Handler().ServeHTTP(rec, httptest.NewRequest("POST", "http://localhost"+path, strings.NewReader(`{"model":"fake","prompt":"x","stream":false}`)))
+		if rec.Code != 500 || strings.Contains(rec.Body.String(), "/home") || strings.Contains(rec.Body.String(), "secret-project") ||
+			!strings.Contains(rec.Body.String(), "model.safetensors: permission denied") {
+			t.Errorf("%s: %d %s, want 500 naming model.safetensors without its directory", path, rec.Code, rec.Body)
+		}
+	}
+	if !strings.Contains(logs.String(), "/home/operator/models/secret-project/model.safetensors") {
+		t.Errorf("the log lost the full error:\n%s", logs)
 	}
 }

@@ -209,13 +209,17 @@ func (s *Server) classify(r *http.Request, err error) *RequestError {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return &RequestError{Status: http.StatusServiceUnavailable, Code: "server_busy", Msg: "generation cancelled: server is shutting down"}
 	}
-	return &RequestError{Status: http.StatusInternalServerError, Msg: err.Error()}
+	return &RequestError{Status: http.StatusInternalServerError, Msg: redactPaths(err.Error())}
 }
 
 // prepareError records err for the log and sets Retry-After on busy answers.
 func (s *Server) prepareError(w http.ResponseWriter, r *http.Request, err error) *RequestError {
 	re := s.classify(r, err)
 	info(r).err = re.Msg
+	if re.Status == http.StatusInternalServerError {
+		// The client sees the message without file paths; the log keeps the whole error.
+		info(r).err = err.Error()
+	}
 	if re.Status == http.StatusServiceUnavailable || re.Status == http.StatusTooManyRequests {
 		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(s.cfg.RetryAfter.Seconds()))))
 	}

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -39,6 +40,11 @@ type Config struct {
 	ReadTimeout time.Duration
 	// IdleTimeout closes keep-alive connections idle this long. Default 2m, < 0 none.
 	IdleTimeout time.Duration
+	// APIKey, when set, is the bearer token every endpoint but /health requires.
+	APIKey string
+	// Origins are browser origins allowed besides the loopback ones (see OriginsFromEnv);
+	// "*" matches any run of characters.
+	Origins []string
 }
 
 func (c Config) withDefaults() Config {
@@ -116,13 +122,15 @@ func ParseHost(s string) string {
 
 // Server serves the ollama and OpenAI APIs over one Backend.
 type Server struct {
-	cfg     Config
-	b       Backend
-	log     *slog.Logger
-	met     *metrics
-	sched   *scheduler
-	mgr     *manager
-	handler http.Handler
+	cfg      Config
+	b        Backend
+	log      *slog.Logger
+	met      *metrics
+	sched    *scheduler
+	mgr      *manager
+	handler  http.Handler
+	origins  []string    // allowed browser origins: defaultOrigins and Config.Origins
+	loopback atomic.Bool // listening on loopback only: Host headers are checked
 
 	base       context.Context // parent of every generation; cancelled when shutdown runs out of time
 	cancelBase context.CancelFunc
@@ -158,6 +166,8 @@ func New(cfg Config, b Backend, logger *slog.Logger) *Server {
 		}
 		s.met.loadSeconds.WithLabelValues(name).Observe(d.Seconds())
 	})
+	s.origins = append(append([]string(nil), defaultOrigins...), cfg.Origins...)
+	s.loopback.Store(isLoopback(cfg.Addr))
 	s.handler = s.routes()
 	return s
 }
@@ -198,10 +208,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	addr := ln.Addr().String()
+	s.loopback.Store(isLoopback(addr))
 	s.mu.Lock()
 	s.httpSrv = srv
 	s.mu.Unlock()
 	s.log.Info("listening", "addr", addr)
+	if msg := exposureWarning(addr, s.cfg.APIKey); msg != "" {
+		s.log.Warn(msg)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -358,6 +372,9 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 			}
 			s.log.Info("request", attrs...)
 		}()
+		if !s.guard(sw, r) {
+			return
+		}
 		if r.URL.Path == "/health" || r.URL.Path == "/metrics" {
 			next.ServeHTTP(sw, r)
 			return
