@@ -356,3 +356,92 @@ func TestInternalErrorHidesPaths(t *testing.T) {
 		t.Errorf("the log lost the full error:\n%s", logs)
 	}
 }
+
+// TestShutdownOrder: when shutdown starts, a queued request is answered 503 at once while the
+// running streams go on; when the grace period runs out, each running stream ends with an error
+// in its own framing (an ollama error line, an OpenAI error event) before the connection
+// closes, and Serve reports that it had to cancel.
+func TestShutdownOrder(t *testing.T) {
+	b := &fake.Backend{TokenDelay: 5 * time.Millisecond, Length: 1 << 20, ContextLength: 1 << 21}
+	cfg := server.Config{Parallel: 2, ShutdownTimeout: 500 * time.Millisecond, QueueTimeout: time.Minute}
+	s, url, logs, stop := serveReal(t, cfg, b, nil)
+
+	_, ollama, cancelO := stream(t, url, `{"model":"fake","prompt":"a"}`)
+	defer cancelO()
+	req, _ := http.NewRequest("POST", url+"/v1/chat/completions",
+		strings.NewReader(`{"model":"fake","stream":true,"messages":[{"role":"user","content":"x"}]}`))
+	resp, err := boundedClient().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	openai := bufio.NewReader(resp.Body)
+	if _, err := openai.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+
+	queued := make(chan response, 1)
+	go func() {
+		resp, err := boundedClient().Post(url+"/api/generate", "application/json", strings.NewReader(`{"model":"fake","prompt":"q","stream":false}`))
+		if err != nil {
+			queued <- response{body: []byte(err.Error())}
+			return
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		queued <- response{status: resp.StatusCode, body: body}
+	}()
+	waitFor(t, "the third request to queue", func() bool { return s.QueueDepth() == 1 })
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	q := <-queued
+	if q.status != 503 || !strings.Contains(string(q.body), "shutting down") {
+		t.Errorf("queued request: %d %s, want 503 shutting down", q.status, q.body)
+	}
+
+	rest, _ := io.ReadAll(ollama)
+	lines := strings.Split(strings.TrimSpace(string(rest)), "\n")
+	if last := lines[len(lines)-1]; !strings.HasPrefix(last, `{"error":`) || !strings.Contains(last, "shutting down") {
+		t.Errorf("ollama stream ended with %q, want an error line saying the server is shutting down", last)
+	}
+	rest, _ = io.ReadAll(openai)
+	events := strings.Split(strings.TrimSpace(string(rest)), "\n\n")
+	if last := events[len(events)-1]; !strings.HasPrefix(last, `data: {"error":{"message":`) || !strings.Contains(last, "shutting down") {
+		t.Errorf("OpenAI stream ended with %q, want an error event saying the server is shutting down", last)
+	}
+	if err := <-stopped; !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Serve after a forced shutdown: %v, want deadline exceeded", err)
+	}
+	// In the server's own order of events: shutdown starts, the queued request is answered,
+	// and only then does the grace period end for the running streams.
+	l := logs.String()
+	start, answered, over := strings.Index(l, "shutting down"), strings.Index(l, "status=503"), strings.Index(l, "grace period over")
+	if start < 0 || answered < start || over < answered {
+		t.Errorf("log does not show shutdown start < queued answer < end of grace:\n%s", l)
+	}
+	if b.Active() != 0 {
+		t.Errorf("%d models loaded after shutdown", b.Active())
+	}
+}
+
+// TestShutdownCleanDrain: a shutdown whose generations finish within the grace period returns
+// nil (the CLI's exit code 0).
+func TestShutdownCleanDrain(t *testing.T) {
+	b := &fake.Backend{TokenDelay: 5 * time.Millisecond}
+	_, url, logs, stop := serveReal(t, server.Config{ShutdownTimeout: 10 * time.Second}, b, nil)
+	_, rest, cancel := stream(t, url, `{"model":"fake","prompt":"a"}`)
+	defer cancel()
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	all, _ := io.ReadAll(rest)
+	if !strings.Contains(string(all), `"done":true`) {
+		t.Errorf("stream did not finish during the drain: %q", all)
+	}
+	if err := <-stopped; err != nil {
+		t.Errorf("Serve after a clean drain: %v, want nil", err)
+	}
+	if !strings.Contains(logs.String(), "shutdown complete") {
+		t.Errorf("log lacks the end of shutdown:\n%s", logs)
+	}
+}

@@ -233,39 +233,59 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 }
 
-// Shutdown stops accepting requests and lets in-flight ones finish until ctx ends; then it
-// cancels the remaining generations (they stop at their next token), waits briefly for them
-// and unloads every model. It returns ctx.Err() when it had to cancel.
+// Shutdown stops accepting requests, answers every queued one at once with ErrShuttingDown
+// and lets the running ones finish until ctx ends. Past that, it cancels the remaining
+// generations, which stop at their next token and end their answers with an error in their
+// API's own format (a streamed one with a last error line or event); only once they did (or
+// after a short bound) are the connections closed. Then it unloads every model. It returns nil
+// for a clean drain and ctx.Err() when it had to cancel.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
 	srv := s.httpSrv
 	s.mu.Unlock()
+	attrs := []any{"running", s.sched.running(), "queued", s.sched.depth()}
+	if d, ok := ctx.Deadline(); ok {
+		attrs = append(attrs, "grace", time.Until(d).Round(time.Millisecond))
+	}
+	s.log.Info("shutting down", attrs...)
 	s.sched.close()
 
 	done := make(chan struct{})
 	go func() { s.inflight.Wait(); close(done) }()
+	srvDone := make(chan error, 1)
+	if srv != nil {
+		go func() { srvDone <- srv.Shutdown(ctx) }()
+	} else {
+		srvDone <- nil
+	}
 
 	var err error
-	if srv != nil {
-		if err = srv.Shutdown(ctx); err != nil {
-			s.cancelBase()
-			srv.Close()
-		}
-	}
 	select {
 	case <-done:
+		// Every handler returned; net/http still waits for their connections to go idle.
+		if err = <-srvDone; err != nil {
+			srv.Close()
+		}
 	case <-ctx.Done():
 		err = ctx.Err()
+		s.log.Warn("shutdown: grace period over, cancelling running generations", "running", s.sched.running())
 		s.cancelBase()
 		select {
 		case <-done:
 		case <-time.After(5 * time.Second):
 			s.log.Warn("shutdown: generations still running after cancel")
 		}
+		if srv != nil {
+			srv.Close()
+			<-srvDone
+		}
 	}
 	s.cancelBase()
 	s.mgr.close()
+	if err == nil {
+		s.log.Info("shutdown complete")
+	}
 	return err
 }
 
