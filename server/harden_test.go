@@ -363,7 +363,7 @@ func TestInternalErrorHidesPaths(t *testing.T) {
 // closes, and Serve reports that it had to cancel.
 func TestShutdownOrder(t *testing.T) {
 	b := &fake.Backend{TokenDelay: 5 * time.Millisecond, Length: 1 << 20, ContextLength: 1 << 21}
-	cfg := server.Config{Parallel: 2, ShutdownTimeout: 500 * time.Millisecond, QueueTimeout: time.Minute}
+	cfg := server.Config{Parallel: 2, ShutdownTimeout: time.Second, QueueTimeout: time.Minute}
 	s, url, logs, stop := serveReal(t, cfg, b, nil)
 
 	_, ollama, cancelO := stream(t, url, `{"model":"fake","prompt":"a"}`)
