@@ -18,4 +18,11 @@
 // order. A full queue answers 503 with Retry-After; a request that cannot start within
 // Config.QueueTimeout answers 503 with Retry-After. A client that disconnects cancels its
 // generation at the next token (the Model checks its context) and frees its place.
+// A client that stops reading is cut when a write misses Config.WriteTimeout, which frees its
+// place the same way. Shutdown answers queued requests at once and gives running ones the
+// grace period, then ends them with an error in their API's framing.
+//
+// Exposure: browser pages may call only from allowed origins (loopback ones and
+// Config.Origins), a loopback-bound server answers only local Host names, Config.APIKey guards
+// every endpoint but /health, and 500 answers carry no server paths.
 package server

@@ -31,8 +31,9 @@ func FuzzEndpoints(f *testing.F) {
 	paths := []string{"/api/generate", "/api/chat", "/v1/chat/completions", "/v1/completions", "/api/show"}
 	f.Fuzz(func(t *testing.T, ep uint8, body []byte) {
 		path := paths[int(ep)%len(paths)]
+		// A local Host: the server is bound to loopback, where other host names are refused.
 		rec := httptest.NewRecorder()
-		s.Handler().ServeHTTP(rec, httptest.NewRequest("POST", path, bytes.NewReader(body)))
+		s.Handler().ServeHTTP(rec, httptest.NewRequest("POST", "http://localhost"+path, bytes.NewReader(body)))
 		switch rec.Code {
 		case http.StatusOK, http.StatusBadRequest, http.StatusNotFound, http.StatusRequestEntityTooLarge:
 		default:

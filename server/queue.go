@@ -21,11 +21,13 @@ var (
 // arriving request can never overtake one that waits.
 type scheduler struct {
 	mu       sync.Mutex
+	parallel int
 	free     int
 	maxQueue int
 	waiters  []*waiter // FIFO
 	closed   bool
-	onDepth  func(int) // reports the queue depth after each change
+	shut     chan struct{} // closed by close: every waiter gives up at once
+	onDepth  func(int)     // reports the queue depth after each change
 }
 
 type waiter struct {
@@ -40,7 +42,7 @@ func newScheduler(parallel, maxQueue int, onDepth func(int)) *scheduler {
 	if onDepth == nil {
 		onDepth = func(int) {}
 	}
-	return &scheduler{free: parallel, maxQueue: maxQueue, onDepth: onDepth}
+	return &scheduler{parallel: parallel, free: parallel, maxQueue: maxQueue, onDepth: onDepth, shut: make(chan struct{})}
 }
 
 // acquire waits for a slot in FIFO order, at most timeout (<= 0: no limit besides ctx). The
@@ -78,6 +80,8 @@ func (s *scheduler) acquire(ctx context.Context, timeout time.Duration) (release
 		err = ctx.Err()
 	case <-timer:
 		err = ErrQueueTimeout
+	case <-s.shut:
+		err = ErrShuttingDown
 	}
 	s.mu.Lock()
 	if w.done {
@@ -131,10 +135,21 @@ func (s *scheduler) depth() int {
 	return len(s.waiters)
 }
 
-// close rejects new requests; waiting ones keep waiting until their context ends (the server
-// cancels them when its shutdown deadline passes).
+// running is the number of slots held.
+func (s *scheduler) running() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.parallel - s.free
+}
+
+// close rejects new requests and answers every waiting one with ErrShuttingDown at once: a
+// queued request would only start after the running ones, which a shutdown is ending, so
+// letting it wait out the grace period would only delay its 503.
 func (s *scheduler) close() {
 	s.mu.Lock()
-	s.closed = true
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.closed = true
+		close(s.shut)
+	}
 }

@@ -200,19 +200,26 @@ func (s *Server) classify(r *http.Request, err error) *RequestError {
 		return &RequestError{Status: http.StatusNotFound, Param: "model", Code: "model_not_found", Msg: err.Error()}
 	case errors.Is(err, ErrQueueFull), errors.Is(err, ErrQueueTimeout), errors.Is(err, ErrShuttingDown):
 		return &RequestError{Status: http.StatusServiceUnavailable, Code: "server_busy", Msg: err.Error()}
+	case info(r).cut:
+		// Checked before the context: net/http cancels it on the failed write too.
+		return &RequestError{Status: http.StatusRequestTimeout, Msg: cutMessage(s.cfg.WriteTimeout)}
 	case r.Context().Err() != nil:
 		// The client left; nobody reads this, but the log and metrics do (nginx's 499).
 		return &RequestError{Status: 499, Msg: "client closed request"}
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return &RequestError{Status: http.StatusServiceUnavailable, Code: "server_busy", Msg: "generation cancelled: server is shutting down"}
 	}
-	return &RequestError{Status: http.StatusInternalServerError, Msg: err.Error()}
+	return &RequestError{Status: http.StatusInternalServerError, Msg: redactPaths(err.Error())}
 }
 
 // prepareError records err for the log and sets Retry-After on busy answers.
 func (s *Server) prepareError(w http.ResponseWriter, r *http.Request, err error) *RequestError {
 	re := s.classify(r, err)
 	info(r).err = re.Msg
+	if re.Status == http.StatusInternalServerError {
+		// The client sees the message without file paths; the log keeps the whole error.
+		info(r).err = err.Error()
+	}
 	if re.Status == http.StatusServiceUnavailable || re.Status == http.StatusTooManyRequests {
 		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(s.cfg.RetryAfter.Seconds()))))
 	}

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -31,6 +32,19 @@ type Config struct {
 	RetryAfter      time.Duration // Retry-After sent with 503 busy answers; default 5s
 	ShutdownTimeout time.Duration // ListenAndServe's grace on ctx cancel; default 30s
 	Version         string        // reported by /api/version; default "dev"
+
+	// WriteTimeout bounds each single write of a response: a client that does not take its
+	// bytes within it is cut and its generation ends. Default 30s, < 0 none.
+	WriteTimeout time.Duration
+	// ReadTimeout bounds receiving a request body. Default 60s, < 0 none.
+	ReadTimeout time.Duration
+	// IdleTimeout closes keep-alive connections idle this long. Default 2m, < 0 none.
+	IdleTimeout time.Duration
+	// APIKey, when set, is the bearer token every endpoint but /health requires.
+	APIKey string
+	// Origins are browser origins allowed besides the loopback ones (see OriginsFromEnv);
+	// "*" matches any run of characters.
+	Origins []string
 }
 
 func (c Config) withDefaults() Config {
@@ -63,6 +77,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Version == "" {
 		c.Version = "dev"
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 30 * time.Second
+	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = time.Minute
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = 2 * time.Minute
 	}
 	return c
 }
@@ -99,13 +122,15 @@ func ParseHost(s string) string {
 
 // Server serves the ollama and OpenAI APIs over one Backend.
 type Server struct {
-	cfg     Config
-	b       Backend
-	log     *slog.Logger
-	met     *metrics
-	sched   *scheduler
-	mgr     *manager
-	handler http.Handler
+	cfg      Config
+	b        Backend
+	log      *slog.Logger
+	met      *metrics
+	sched    *scheduler
+	mgr      *manager
+	handler  http.Handler
+	origins  []string    // allowed browser origins: defaultOrigins and Config.Origins
+	loopback atomic.Bool // listening on loopback only: Host headers are checked
 
 	base       context.Context // parent of every generation; cancelled when shutdown runs out of time
 	cancelBase context.CancelFunc
@@ -141,6 +166,8 @@ func New(cfg Config, b Backend, logger *slog.Logger) *Server {
 		}
 		s.met.loadSeconds.WithLabelValues(name).Observe(d.Seconds())
 	})
+	s.origins = append(append([]string(nil), defaultOrigins...), cfg.Origins...)
+	s.loopback.Store(isLoopback(cfg.Addr))
 	s.handler = s.routes()
 	return s
 }
@@ -167,15 +194,28 @@ func (s *Server) ListenAndServe(ctx context.Context) error {
 // Serve serves on ln until ctx is cancelled (then shuts down gracefully, returning nil) or the
 // listener fails.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	// The body's read deadline is set per request (see deadlineBody) and each write's by
+	// statusWriter: http.Server's ReadTimeout and WriteTimeout bound whole requests and
+	// responses, which would cut every long generation.
+	headerTimeout := 30 * time.Second
+	if t := s.cfg.ReadTimeout; t > 0 && t < headerTimeout {
+		headerTimeout = t
+	}
 	srv := &http.Server{
 		Handler:           s.handler,
-		ReadHeaderTimeout: 30 * time.Second,
+		ReadHeaderTimeout: headerTimeout,
+		IdleTimeout:       max(s.cfg.IdleTimeout, 0),
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
+	addr := ln.Addr().String()
+	s.loopback.Store(isLoopback(addr))
 	s.mu.Lock()
 	s.httpSrv = srv
 	s.mu.Unlock()
-	s.log.Info("listening", "addr", ln.Addr().String())
+	s.log.Info("listening", "addr", addr)
+	if msg := exposureWarning(addr, s.cfg.APIKey); msg != "" {
+		s.log.Warn(msg)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -193,39 +233,59 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 }
 
-// Shutdown stops accepting requests and lets in-flight ones finish until ctx ends; then it
-// cancels the remaining generations (they stop at their next token), waits briefly for them
-// and unloads every model. It returns ctx.Err() when it had to cancel.
+// Shutdown stops accepting requests, answers every queued one at once with ErrShuttingDown
+// and lets the running ones finish until ctx ends. Past that, it cancels the remaining
+// generations, which stop at their next token and end their answers with an error in their
+// API's own format (a streamed one with a last error line or event); only once they did (or
+// after a short bound) are the connections closed. Then it unloads every model. It returns nil
+// for a clean drain and ctx.Err() when it had to cancel.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
 	srv := s.httpSrv
 	s.mu.Unlock()
+	attrs := []any{"running", s.sched.running(), "queued", s.sched.depth()}
+	if d, ok := ctx.Deadline(); ok {
+		attrs = append(attrs, "grace", time.Until(d).Round(time.Millisecond))
+	}
+	s.log.Info("shutting down", attrs...)
 	s.sched.close()
 
 	done := make(chan struct{})
 	go func() { s.inflight.Wait(); close(done) }()
+	srvDone := make(chan error, 1)
+	if srv != nil {
+		go func() { srvDone <- srv.Shutdown(ctx) }()
+	} else {
+		srvDone <- nil
+	}
 
 	var err error
-	if srv != nil {
-		if err = srv.Shutdown(ctx); err != nil {
-			s.cancelBase()
-			srv.Close()
-		}
-	}
 	select {
 	case <-done:
+		// Every handler returned; net/http still waits for their connections to go idle.
+		if err = <-srvDone; err != nil {
+			srv.Close()
+		}
 	case <-ctx.Done():
 		err = ctx.Err()
+		s.log.Warn("shutdown: grace period over, cancelling running generations", "running", s.sched.running())
 		s.cancelBase()
 		select {
 		case <-done:
 		case <-time.After(5 * time.Second):
 			s.log.Warn("shutdown: generations still running after cancel")
 		}
+		if srv != nil {
+			srv.Close()
+			<-srvDone
+		}
 	}
 	s.cancelBase()
 	s.mgr.close()
+	if err == nil {
+		s.log.Info("shutdown complete")
+	}
 	return err
 }
 
@@ -272,6 +332,7 @@ type reqInfo struct {
 	promptTokens int
 	evalTokens   int
 	err          string
+	cut          bool // a write missed its deadline: the server ended the response
 }
 
 type ctxKey struct{}
@@ -283,41 +344,19 @@ func info(r *http.Request) *reqInfo {
 	return &reqInfo{}
 }
 
-// statusWriter records the status and whether anything was written.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-	wrote  bool
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if !w.wrote {
-		w.status, w.wrote = code, true
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(p []byte) (int, error) {
-	if !w.wrote {
-		w.status, w.wrote = http.StatusOK, true
-	}
-	return w.ResponseWriter.Write(p)
-}
-
-func (w *statusWriter) Flush() {
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
 func (s *Server) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		ri := &reqInfo{}
+		sw := newStatusWriter(w, ri, s.cfg.WriteTimeout)
 		r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, ri))
+		if r.ContentLength != 0 && s.cfg.ReadTimeout > 0 {
+			// Set from the request's start, so a body sent byte by byte cannot hold the
+			// connection (or, once parsed, a queue place) longer than ReadTimeout.
+			if sw.rc.SetReadDeadline(start.Add(s.cfg.ReadTimeout)) == nil {
+				r.Body = &deadlineBody{ReadCloser: r.Body, rc: sw.rc, timeout: s.cfg.ReadTimeout}
+			}
+		}
 		r.Body = http.MaxBytesReader(sw, r.Body, s.cfg.MaxBodyBytes)
 		defer func() {
 			// A handler panic is a bug, but one request must not take the server down.
@@ -345,11 +384,17 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 			if ri.model != "" {
 				attrs = append(attrs, "model", ri.model, "prompt_tokens", ri.promptTokens, "eval_tokens", ri.evalTokens)
 			}
+			if ri.cut && ri.err == "" {
+				ri.err = cutMessage(s.cfg.WriteTimeout)
+			}
 			if ri.err != "" {
 				attrs = append(attrs, "err", ri.err)
 			}
 			s.log.Info("request", attrs...)
 		}()
+		if !s.guard(sw, r) {
+			return
+		}
 		if r.URL.Path == "/health" || r.URL.Path == "/metrics" {
 			next.ServeHTTP(sw, r)
 			return

@@ -57,6 +57,11 @@ func cmdServe(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	logFormat := fs.String("log", "text", "log format on standard error: text or json")
 	kernelPath := fs.String("kernel", "", "kernel path (default: fastest; env DFLASH_KERNEL)")
 	addrFile := fs.String("addr-file", "", "write the bound address to this file once listening (for scripts and tests)")
+	apiKey := fs.String("api-key", "", "bearer token every endpoint but /health requires (env DFLASH_API_KEY)")
+	writeTimeout := fs.Duration("write-timeout", 30*time.Second, "cut a client that does not take a response write within this (< 0: never)")
+	readTimeout := fs.Duration("read-timeout", time.Minute, "longest time to receive a request body (< 0: unlimited)")
+	idleTimeout := fs.Duration("idle-timeout", 2*time.Minute, "close keep-alive connections idle this long (< 0: never)")
+	grace := fs.Duration("grace", 30*time.Second, "on SIGINT/SIGTERM, time running generations get to finish (a second signal exits at once)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -92,13 +97,22 @@ func cmdServe(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if *parallel < 1 {
 		return usagef("--parallel %d: must be >= 1", *parallel)
 	}
+	if *grace <= 0 {
+		return usagef("--grace %v: must be > 0", *grace)
+	}
+	if *apiKey == "" {
+		// Read here rather than as the flag's default, which --help would print.
+		*apiKey = os.Getenv("DFLASH_API_KEY")
+	}
 	b, err := backend.New(backend.Options{Models: specs, Context: *ctxLen})
 	if err != nil {
 		return err
 	}
 	// The server's zero values mean "default"; the flags' negative values mean "unlimited".
 	cfg := server.Config{Addr: *host, Parallel: *parallel, MaxQueue: *maxQueue, QueueTimeout: *queueTimeout,
-		KeepAlive: *keepAlive, MaxLoaded: *maxLoaded, Version: version}
+		KeepAlive: *keepAlive, MaxLoaded: *maxLoaded, Version: version, ShutdownTimeout: *grace,
+		WriteTimeout: *writeTimeout, ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout,
+		APIKey: *apiKey, Origins: server.OriginsFromEnv()}
 	srv := server.New(cfg, b, log)
 	ln, err := net.Listen("tcp", server.ParseHost(*host))
 	if err != nil {
@@ -115,12 +129,49 @@ func cmdServe(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		log.Info("model", "name", m.Name, "family", m.Family, "parameters", m.ParameterSize, "draft", m.Draft)
 	}
 	fmt.Fprintf(stdout, "dflash %s listening on http://%s\n", version, addr)
-	ctx, stop := serveContext()
-	defer stop()
+	sigs, stopSignals := serveSignals()
+	defer stopSignals()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	defer close(done)
+	go onSignals(sigs, cancel, done, log, *grace)
 	return srv.Serve(ctx, ln)
 }
 
-// serveContext ends on SIGINT or SIGTERM. Tests replace it to stop the server in-process.
-var serveContext = func() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+// serveSignals delivers SIGINT and SIGTERM. Tests replace it to stop the server in-process.
+var serveSignals = func() (<-chan os.Signal, func()) {
+	c := make(chan os.Signal, 2)
+	signal.Notify(c, os.Interrupt, syscall.SIGTERM)
+	return c, func() { signal.Stop(c) }
+}
+
+// exitNow ends the process without draining. Tests replace it.
+var exitNow = os.Exit
+
+// onSignals starts the graceful shutdown at the first signal and exits at once at the second,
+// so an operator who will not wait out the grace period need not reach for kill -9. It
+// returns when done is closed (serving ended).
+func onSignals(sigs <-chan os.Signal, cancel context.CancelFunc, done <-chan struct{}, log *slog.Logger, grace time.Duration) {
+	select {
+	case sig := <-sigs:
+		log.Info("signal: shutting down (send it again to exit at once)", "signal", sig.String(), "grace", grace)
+		cancel()
+	case <-done:
+		return
+	}
+	select {
+	case sig := <-sigs:
+		log.Warn("second signal: exiting without draining", "signal", sig.String())
+		exitNow(signalExitCode(sig))
+	case <-done:
+	}
+}
+
+// signalExitCode is the shell's convention for a process ended by sig: 128 + its number.
+func signalExitCode(sig os.Signal) int {
+	if s, ok := sig.(syscall.Signal); ok {
+		return 128 + int(s)
+	}
+	return 1
 }

@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -38,10 +40,12 @@ func (s *syncBuffer) String() string {
 // the returned function stops it (as SIGTERM would) and returns the exit code and logs.
 func startServe(t *testing.T, args ...string) (string, func() (int, string)) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	old := serveContext
-	serveContext = func() (context.Context, context.CancelFunc) { return ctx, cancel }
-	t.Cleanup(func() { serveContext = old })
+	sigs := make(chan os.Signal, 2)
+	var once sync.Once
+	cancel := func() { once.Do(func() { sigs <- syscall.SIGTERM }) }
+	old := serveSignals
+	serveSignals = func() (<-chan os.Signal, func()) { return sigs, func() {} }
+	t.Cleanup(func() { serveSignals = old })
 	addrFile := filepath.Join(t.TempDir(), "addr")
 	var stdout, stderr syncBuffer
 	done := make(chan int, 1)
@@ -151,5 +155,90 @@ func TestServeUsage(t *testing.T) {
 		if code == 0 || (code != 2 && (len(c.args) == 0 || c.args[0] != "--draft")) || !strings.Contains(errs, c.want) {
 			t.Errorf("serve %q: exit %d, stderr %q; want 2 and %q", c.args, code, errs, c.want)
 		}
+	}
+}
+
+// TestServeAPIKey: --api-key (or DFLASH_API_KEY) guards every endpoint but /health, and the
+// key never appears in --help.
+func TestServeAPIKey(t *testing.T) {
+	bin := testdata.Path(t, "stories260K/stories260K.bin")
+	get := func(url, key string) int {
+		req, _ := http.NewRequest("GET", url, nil)
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+		env  string
+	}{{"flag", []string{"--api-key", "k1"}, ""}, {"env", nil, "k1"}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("DFLASH_API_KEY", c.env)
+			url, stop := startServe(t, append([]string{"--model", bin}, c.args...)...)
+			if got := get(url+"/api/tags", ""); got != 401 {
+				t.Errorf("/api/tags without the key: %d, want 401", got)
+			}
+			if got := get(url+"/api/tags", "k1"); got != 200 {
+				t.Errorf("/api/tags with the key: %d, want 200", got)
+			}
+			if got := get(url+"/health", ""); got != 200 {
+				t.Errorf("/health without the key: %d, want 200", got)
+			}
+			if exit, logs := stop(); exit != 0 {
+				t.Errorf("exit %d: %s", exit, logs)
+			}
+		})
+	}
+	t.Setenv("DFLASH_API_KEY", "do-not-print")
+	_, _, errs := runCLI(t, "", "serve", "--help")
+	if strings.Contains(errs, "do-not-print") {
+		t.Errorf("serve --help printed the API key: %s", errs)
+	}
+}
+
+// TestServeSignals: the first signal starts the drain, a second exits at once with the
+// shell's code for that signal, and none after serving ended does anything.
+func TestServeSignals(t *testing.T) {
+	var exited []int
+	old := exitNow
+	exitNow = func(code int) { exited = append(exited, code) }
+	t.Cleanup(func() { exitNow = old })
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+
+	sigs := make(chan os.Signal, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	go func() { onSignals(sigs, cancel, done, log, time.Second); close(ended) }()
+	sigs <- os.Interrupt
+	<-ctx.Done() // the drain started
+	sigs <- os.Interrupt
+	<-ended
+	if len(exited) != 1 || exited[0] != 130 {
+		t.Errorf("second Ctrl-C: exits %v, want one exit with 130 (128 + SIGINT)", exited)
+	}
+	if l := logs.String(); !strings.Contains(l, "shutting down") || !strings.Contains(l, "second signal") {
+		t.Errorf("log lacks the two signals:\n%s", l)
+	}
+
+	// Serving ended on its own: the watcher returns and a late signal exits nothing.
+	exited = nil
+	sigs = make(chan os.Signal, 1)
+	done = make(chan struct{})
+	ended = make(chan struct{})
+	go func() { onSignals(sigs, func() {}, done, log, time.Second); close(ended) }()
+	close(done)
+	<-ended
+	sigs <- syscall.SIGTERM
+	if len(exited) != 0 {
+		t.Errorf("signal after serving ended: exits %v, want none", exited)
 	}
 }

@@ -35,6 +35,9 @@ type Backend struct {
 	FailLoad map[string]bool
 	// FailAfter > 0 makes Generate fail after emitting that many tokens (a mid-stream error).
 	FailAfter int
+	// Length > 0 makes a generation Length tokens long, cycling through Words, instead of
+	// len(Words): a long stream can fill a socket buffer that one pass of Words cannot.
+	Length int
 
 	loads     atomic.Int64
 	cancelled atomic.Int64
@@ -151,7 +154,8 @@ func (m *Model) RenderChat(msgs []server.ChatMessage, opts server.ChatOptions) (
 	return b.String(), nil
 }
 
-// Generate emits Words in order, stopping after MaxTokens or at the end of Words.
+// Generate emits Words in order (cycling when Length asks for more), stopping after MaxTokens or
+// at the end of the sequence.
 func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(server.Token) error) (res server.GenResult, err error) {
 	if m.closed.Load() {
 		return server.GenResult{}, errors.New("fake: generate on a closed model")
@@ -167,7 +171,12 @@ func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(s
 			s.Tau = float64(res.EvalTokens) / float64(s.Rounds)
 		}
 	}()
-	for i, w := range Words {
+	n := len(Words)
+	if m.b.Length > 0 {
+		n = m.b.Length
+	}
+	for i := range n {
+		w := Words[i%len(Words)]
 		if i >= req.MaxTokens {
 			res.DoneReason = "length"
 			return res, nil
@@ -188,7 +197,7 @@ func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(s
 			}
 			s.Accepted++
 		}
-		if err = emit(server.Token{ID: 100 + i, Text: w}); err != nil {
+		if err = emit(server.Token{ID: 100 + i%len(Words), Text: w}); err != nil {
 			return res, err
 		}
 	}
