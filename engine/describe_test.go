@@ -183,13 +183,16 @@ func TestDescribeRefusesUnfitDraft(t *testing.T) {
 
 func TestTemplateRenderPlain(t *testing.T) {
 	msgs := []chat.Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Hi"}, {Role: "assistant", Content: "Hello."}, {Role: "user", Content: "Story?"}}
-	plain := Template{Kind: TemplatePlain}
+	plain := plainTemplate // as chooseTemplate gives it
 	want := "System: Be brief.\n\nUser: Hi\n\nAssistant: Hello.\n\nUser: Story?\n\nAssistant:"
 	if got, err := plain.Render(msgs, chat.Options{AddGenerationPrompt: true}); err != nil || got != want {
 		t.Errorf("got %q, %v; want %q", got, err, want)
 	}
 	if got, _ := plain.Render(msgs[:1], chat.Options{}); got != "System: Be brief." {
 		t.Errorf("without generation prompt: got %q", got)
+	}
+	if got, _ := plain.Render(nil, chat.Options{AddGenerationPrompt: true}); got != "Assistant:" {
+		t.Errorf("no messages: got %q, want just the prompt", got)
 	}
 	if _, err := (Template{}).Render(msgs, chat.Options{}); err == nil {
 		t.Error("a model without a tokenizer rendered a chat")

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"errors"
-	"strings"
 
 	"github.com/dflash/dflash/format/hf"
 	"github.com/dflash/dflash/tokenizer"
@@ -24,18 +23,24 @@ const (
 	TemplatePlain
 )
 
-// PlainTemplate describes the chat fallback for models with neither a chat template nor ChatML
-// tokens: each message as "System: ...", "User: ..." or "Assistant: ..." (the role capitalised),
-// separated by blank lines, and "Assistant:" to prompt the reply. It is a description shown to
-// clients, not a Jinja template.
-const PlainTemplate = "System: {system}\n\nUser: {user}\n\nAssistant: {assistant}\n\n...Assistant:"
+// PlainTemplate is the chat fallback for models with neither a chat template nor ChatML tokens
+// (tiny story models): each message as "System: ...", "User: ..." or "Assistant: ..." (the role
+// capitalised), separated by blank lines, and "Assistant:" to prompt the reply. It is a Jinja
+// template run by the same interpreter as a model's own, so what /api/show shows is exactly
+// what renders the prompt.
+// The blank lines are string literals because chat templates run with trim_blocks, which drops
+// a newline that follows a tag.
+const PlainTemplate = "{% for message in messages %}{% if not loop.first %}{{ '\\n\\n' }}{% endif %}" +
+	"{{ message['role'] | capitalize }}: {{ message['content'] }}{% endfor %}" +
+	"{% if add_generation_prompt %}{% if messages %}{{ '\\n\\n' }}{% endif %}Assistant:{% endif %}"
 
 // Template is a model's chat formatting and where it came from.
 type Template struct {
 	Kind TemplateKind
-	// Chat renders TemplateModel and TemplateChatML conversations; nil otherwise.
+	// Chat renders the conversations; nil only for TemplateNone.
 	Chat *chat.Template
-	// Source is the model's template text (TemplateModel), or "" for the built-in ones.
+	// Source is the template text Chat was parsed from: the model's, chat.ChatMLSource or
+	// PlainTemplate.
 	Source string
 }
 
@@ -53,49 +58,30 @@ func chooseTemplate(tc *hf.TokenizerConfig, tok tokenizer.Tokenizer) (Template, 
 		return Template{Kind: TemplateModel, Chat: cc.Template, Source: cc.Source}, nil
 	}
 	if _, ok := tok.TokenID("<|im_start|>"); ok {
-		return Template{Kind: TemplateChatML, Chat: chat.ChatML()}, nil
+		return Template{Kind: TemplateChatML, Chat: chat.ChatML(), Source: chat.ChatMLSource}, nil
 	}
-	return Template{Kind: TemplatePlain}, nil
+	return plainTemplate, nil
 }
 
-// String names the template as listings show it: the model's source, or the built-in's name.
-func (t Template) String() string {
-	switch t.Kind {
-	case TemplateModel:
-		return t.Source
-	case TemplateChatML:
-		return "(ChatML)"
-	case TemplatePlain:
-		return PlainTemplate
-	}
-	return ""
-}
+// plainTemplate is the fallback chooseTemplate gives a model with a tokenizer and no template.
+var plainTemplate = Template{Kind: TemplatePlain, Chat: plainChat, Source: PlainTemplate}
 
-// Render writes a conversation as the model's prompt. The plain fallback honours only
-// AddGenerationPrompt.
+// plainChat is PlainTemplate parsed once; it is read-only, so every model shares it.
+var plainChat = func() *chat.Template {
+	t, err := chat.Parse(PlainTemplate)
+	if err != nil {
+		panic("engine: built-in plain chat template does not parse: " + err.Error()) // our bug, not input
+	}
+	return t
+}()
+
+// String is the template's source as listings show it ("" without a tokenizer).
+func (t Template) String() string { return t.Source }
+
+// Render writes a conversation as the model's prompt.
 func (t Template) Render(msgs []chat.Message, opt chat.Options) (string, error) {
-	if t.Chat != nil {
-		return t.Chat.Render(msgs, opt)
-	}
-	if t.Kind == TemplateNone {
+	if t.Chat == nil {
 		return "", errors.New("the model has no tokenizer, so no chat template: give token ids")
 	}
-	var b strings.Builder
-	for i, msg := range msgs {
-		if i > 0 {
-			b.WriteString("\n\n")
-		}
-		role := msg.Role
-		if role != "" {
-			role = strings.ToUpper(role[:1]) + role[1:]
-		}
-		b.WriteString(role + ": " + msg.Content)
-	}
-	if opt.AddGenerationPrompt {
-		if len(msgs) > 0 {
-			b.WriteString("\n\n")
-		}
-		b.WriteString("Assistant:")
-	}
-	return b.String(), nil
+	return t.Chat.Render(msgs, opt)
 }

@@ -27,8 +27,8 @@ func TestOperationalEndpoints(t *testing.T) {
 			t.Errorf("GET /ready: %d %s", r.status, r.body)
 		}
 		v := decode[map[string]string](t, do(t, "GET", url+"/api/version", "").body)
-		if v["version"] != "dev" {
-			t.Errorf("version %q, want the default \"dev\"", v["version"])
+		if v["version"] != server.OllamaVersion || v["dflash_version"] != "dev" {
+			t.Errorf("version %q, dflash_version %q; want ollama's %s and the default \"dev\"", v["version"], v["dflash_version"], server.OllamaVersion)
 		}
 		// A generation, then the metrics must show the request, its tokens and queue gauge.
 		post(t, url+"/api/generate", fmt.Sprintf(`{"model":%q,"prompt":"hi","stream":false}`, bc.model))

@@ -26,6 +26,9 @@ type OllamaGenerateResponse struct {
 	Response   string `json:"response"`
 	Done       bool   `json:"done"`
 	DoneReason string `json:"done_reason,omitempty"`
+	// Context is, on the final object, the token ids of the prompt as the model saw it
+	// (template applied) and of every token generated, as ollama sends it.
+	Context []int `json:"context,omitempty"`
 	OllamaMetrics
 }
 
@@ -120,7 +123,7 @@ func (s *Server) handleOllamaGenerate(w http.ResponseWriter, r *http.Request) {
 		},
 		func(full string, o *outcome) any {
 			return OllamaGenerateResponse{Model: j.Model, CreatedAt: now(), Response: full, Done: true,
-				DoneReason: o.DoneReason, OllamaMetrics: ollamaMetrics(o)}
+				DoneReason: o.DoneReason, Context: o.Context, OllamaMetrics: ollamaMetrics(o)}
 		})
 }
 
@@ -247,7 +250,9 @@ type OllamaRunning struct {
 	Details   OllamaDetails `json:"details"`
 	ExpiresAt time.Time     `json:"expires_at"`
 	SizeVRAM  int64         `json:"size_vram"`
-	InUse     bool          `json:"in_use"` // dflash: a generation holds it now
+	// ContextLength is the positions one generation may use (`ollama ps` shows it).
+	ContextLength int  `json:"context_length"`
+	InUse         bool `json:"in_use"` // dflash: a generation holds it now
 }
 
 func (s *Server) handlePS(w http.ResponseWriter, r *http.Request) {
@@ -262,11 +267,22 @@ func (s *Server) handlePS(w http.ResponseWriter, r *http.Request) {
 			exp = time.Now() // unloads as soon as its generation ends
 		}
 		models = append(models, OllamaRunning{Name: lm.Info.Name, Model: lm.Info.Name, Size: lm.Info.Size,
-			Digest: lm.Info.Digest, Details: details(lm.Info), ExpiresAt: exp.UTC(), InUse: lm.InUse})
+			Digest: lm.Info.Digest, Details: details(lm.Info), ExpiresAt: exp.UTC(),
+			ContextLength: lm.Info.ContextLength, InUse: lm.InUse})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"models": models})
 }
 
+// OllamaVersion is the ollama release whose API dflash implements, and what /api/version
+// reports as "version": clients gate features on it (and `ollama -v` compares it with its own),
+// so it must be a release number they know, not dflash's. dflash answers that release's
+// /api/generate, /api/chat, /api/tags, /api/show, /api/ps and /api/version in its JSON shapes, as
+// its Go client package (github.com/ollama/ollama/api at this version) decodes them; what it
+// does not implement (tools, images, thinking, structured output, pull/push/create) is refused
+// with a 400 naming the field, or a 404 for the endpoint.
+const OllamaVersion = "0.24.0"
+
+// handleVersion reports OllamaVersion, and dflash's own version beside it.
 func (s *Server) handleVersion(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"version": s.cfg.Version})
+	writeJSON(w, http.StatusOK, map[string]string{"version": OllamaVersion, "dflash_version": s.cfg.Version})
 }

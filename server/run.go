@@ -23,6 +23,7 @@ type outcome struct {
 	LoadDuration time.Duration
 	Total        time.Duration
 	DoneReason   string // "stop", "length", "load" or "unload"
+	Context      []int  // prompt ids then generated ids: ollama's "context"
 }
 
 // execute runs j for request r: it waits for a slot, leases the model, builds and checks the
@@ -106,8 +107,14 @@ func (s *Server) execute(r *http.Request, j *job, piece func(string) error) (*ou
 	}
 
 	st := &stopper{stops: j.Opts.Stop, out: piece}
+	out.Context = ids[:len(ids):len(ids)]
 	res, err := m.Generate(ctx, GenRequest{Prompt: ids, MaxTokens: maxTokens, Options: j.Opts.Sample},
-		func(t Token) error { return st.add(t.Text) })
+		func(t Token) error {
+			if t.ID >= 0 { // -1: a flushed tail of text, no token of its own
+				out.Context = append(out.Context, t.ID)
+			}
+			return st.add(t.Text)
+		})
 	if res.PromptTokens == 0 {
 		res.PromptTokens = len(ids)
 	}

@@ -93,9 +93,13 @@ func New(o Options) (*Backend, error) {
 		if d.Tok == nil {
 			return nil, fmt.Errorf("backend: model %s: no tokenizer beside %s: the server needs text", s.Name, s.Path)
 		}
+		digest, err := d.Digest()
+		if err != nil {
+			return nil, fmt.Errorf("backend: model %s: %w", s.Name, err)
+		}
 		b.specs = append(b.specs, s)
 		b.descs = append(b.descs, d)
-		b.infos = append(b.infos, info(s.Name, d, b.ctx))
+		b.infos = append(b.infos, info(s.Name, d, b.ctx, digest))
 	}
 	return b, nil
 }

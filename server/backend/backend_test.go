@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -295,7 +296,19 @@ func TestModelsListing(t *testing.T) {
 	// (512, below the default cap) and its chat fallback (no template, no ChatML tokens: plain
 	// turns) are known from the files before the model loads.
 	want := server.ModelInfo{Name: "stories260K:latest", Family: "llama", ParameterSize: "260K", Quantization: "F32",
-		Format: "llama2.c", Size: st.Size(), ModifiedAt: st.ModTime().UTC(), ContextLength: 512, Template: backend.PlainTemplate}
+		Format: "llama2.c", Size: st.Size(), ModifiedAt: st.ModTime().UTC(), ContextLength: 512, Template: backend.PlainTemplate,
+		Digest: ms[0].Digest}
+	// The digest is ollama's: 64 hex digits (`ollama list` shows its first 12 as the ID). It
+	// covers the draft's files too, so the two entries differ, and it is stable across starts.
+	if ok, _ := regexp.MatchString(`^[0-9a-f]{64}$`, ms[0].Digest); !ok {
+		t.Errorf("digest %q, want 64 hex digits", ms[0].Digest)
+	}
+	if ms[0].Digest == ms[1].Digest {
+		t.Errorf("the model with a draft has the plain model's digest %s", ms[0].Digest)
+	}
+	if again, err := backend.New(backend.Options{Models: []backend.Spec{{Path: bin}}}); err != nil || again.Models()[0].Digest != ms[0].Digest {
+		t.Errorf("digest changed across starts: %v", err)
+	}
 	if ms[0] != want {
 		t.Errorf("listing\n got %+v\nwant %+v", ms[0], want)
 	}
@@ -375,6 +388,9 @@ func TestInfoIsTheDescription(t *testing.T) {
 		want := server.ModelInfo{Name: s.Name + ":latest", Family: d.Family, ParameterSize: engine.ParameterSize(d.Parameters),
 			Quantization: d.DType, Format: d.Format, Size: d.Size, ModifiedAt: st.ModTime().UTC(),
 			ContextLength: min(d.Context, ctxCap), Template: d.Template.String()}
+		if want.Digest, err = d.Digest(); err != nil {
+			t.Fatal(err)
+		}
 		if s.Draft != "" {
 			want.Draft = filepath.Base(s.Draft)
 		}

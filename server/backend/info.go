@@ -8,10 +8,11 @@ import (
 // info is a model's listing, taken whole from its description: the listing is the same before and
 // after the model loads, and /api/tags, /api/show and /v1/models can never disagree with what
 // `dflash run` opens. The context length is the model's, capped at ctxCap as a loaded model's is.
-func info(name string, d *engine.Description, ctxCap int) server.ModelInfo {
+// digest is d.Digest(), computed once by the caller since every listing repeats it.
+func info(name string, d *engine.Description, ctxCap int, digest string) server.ModelInfo {
 	in := server.ModelInfo{
 		Name: name, Family: d.Family, ParameterSize: engine.ParameterSize(d.Parameters),
-		Quantization: d.DType, Format: d.Format, Size: d.Size, ModifiedAt: d.ModifiedAt,
+		Quantization: d.DType, Format: d.Format, Size: d.Size, ModifiedAt: d.ModifiedAt, Digest: digest,
 		ContextLength: contextLength(d, ctxCap), Template: d.Template.String(),
 	}
 	if len(d.Drafts) > 0 {

@@ -5,6 +5,8 @@ package fake
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -70,12 +72,20 @@ func (b *Backend) Models() []server.ModelInfo {
 
 func (b *Backend) info(name string) server.ModelInfo {
 	mi := server.ModelInfo{Name: name, Family: "fake", ParameterSize: "1K", Quantization: "F32",
-		Format: "fake", Size: 4096, Digest: "sha256:0000", ContextLength: b.ctxLen(),
+		Format: "fake", Size: 4096, Digest: Digest(name), ContextLength: b.ctxLen(),
 		ModifiedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Template: "{{ .Prompt }}"}
 	if strings.Contains(name, "draft") {
 		mi.Draft = name + "-dflash"
 	}
 	return mi
+}
+
+// Digest is a fake model's digest: 64 hex digits as ollama sends them (the sha256 of the name),
+// so a client that slices the ID column out of it, as `ollama list` does ([:12]), works on the
+// fake exactly as on a real model.
+func Digest(name string) string {
+	sum := sha256.Sum256([]byte("fake:" + name))
+	return hex.EncodeToString(sum[:])
 }
 
 // Loads, Closes and Active count Load calls, Close calls and models currently loaded.

@@ -94,15 +94,16 @@ func (t *Template) WithVar(name string, v any) (*Template, error) {
 	return &Template{body: t.body, vars: vars}, nil
 }
 
-// chatMLSource is the generic ChatML template transformers used as its default.
-const chatMLSource = "{% for message in messages %}" +
+// ChatMLSource is the generic ChatML template transformers used as its default: the source of
+// ChatML(), shown to clients that ask for a model's template.
+const ChatMLSource = "{% for message in messages %}" +
 	"{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}" +
 	"{% endfor %}" +
 	"{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 
 // ChatML returns the plain ChatML template, the fallback for a folder without a template.
 func ChatML() *Template {
-	t, err := Parse(chatMLSource)
+	t, err := Parse(ChatMLSource)
 	if err != nil {
 		panic("chat: built-in ChatML template does not parse: " + err.Error()) // a bug here, not input
 	}
