@@ -64,30 +64,10 @@ func OpenModel(dir string) (*Model, error) {
 }
 
 func (m *Model) openSharded(indexPath string, data []byte) error {
-	var idx struct {
-		WeightMap map[string]string `json:"weight_map"`
+	weightMap, shards, shardOf, err := readIndex(indexPath, data)
+	if err != nil {
+		return err
 	}
-	if err := json.Unmarshal(data, &idx); err != nil {
-		return fmt.Errorf("model index %s: %w", indexPath, err)
-	}
-	if len(idx.WeightMap) == 0 {
-		return fmt.Errorf("model index %s: weight_map is missing or empty", indexPath)
-	}
-	shardOf := map[string]string{} // shard name -> one tensor naming it, for messages
-	for tensor, shard := range idx.WeightMap {
-		// A shard name escaping the folder would let an index read arbitrary files.
-		if !filepath.IsLocal(shard) || filepath.Base(shard) != shard {
-			return fmt.Errorf("model index %s: tensor %s: shard name %q is not a plain file name", indexPath, tensor, shard)
-		}
-		if prev, ok := shardOf[shard]; !ok || tensor < prev {
-			shardOf[shard] = tensor
-		}
-	}
-	shards := make([]string, 0, len(shardOf))
-	for s := range shardOf {
-		shards = append(shards, s)
-	}
-	sort.Strings(shards)
 	opened := map[string]*File{}
 	for _, s := range shards {
 		p := filepath.Join(m.Dir, s)
@@ -101,7 +81,7 @@ func (m *Model) openSharded(indexPath string, data []byte) error {
 		m.Files = append(m.Files, f)
 		opened[s] = f
 	}
-	for tensor, shard := range idx.WeightMap {
+	for tensor, shard := range weightMap {
 		f := opened[shard]
 		if !f.Has(tensor) {
 			return fmt.Errorf("model index %s: says tensor %s is in shard %s, but file %s has no tensor %s", indexPath, tensor, shard, f.Path, tensor)
@@ -109,6 +89,36 @@ func (m *Model) openSharded(indexPath string, data []byte) error {
 		m.where[tensor] = f
 	}
 	return nil
+}
+
+// readIndex parses a sharded model's index: its weight map, its shards in name order, and for
+// each shard the first tensor (by name) the map puts there, for messages.
+func readIndex(indexPath string, data []byte) (weightMap map[string]string, shards []string, shardOf map[string]string, err error) {
+	var idx struct {
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	if err := json.Unmarshal(data, &idx); err != nil {
+		return nil, nil, nil, fmt.Errorf("model index %s: %w", indexPath, err)
+	}
+	if len(idx.WeightMap) == 0 {
+		return nil, nil, nil, fmt.Errorf("model index %s: weight_map is missing or empty", indexPath)
+	}
+	shardOf = map[string]string{}
+	for tensor, shard := range idx.WeightMap {
+		// A shard name escaping the folder would let an index read arbitrary files.
+		if !filepath.IsLocal(shard) || filepath.Base(shard) != shard {
+			return nil, nil, nil, fmt.Errorf("model index %s: tensor %s: shard name %q is not a plain file name", indexPath, tensor, shard)
+		}
+		if prev, ok := shardOf[shard]; !ok || tensor < prev {
+			shardOf[shard] = tensor
+		}
+	}
+	shards = make([]string, 0, len(shardOf))
+	for s := range shardOf {
+		shards = append(shards, s)
+	}
+	sort.Strings(shards)
+	return idx.WeightMap, shards, shardOf, nil
 }
 
 // Names lists every tensor of the model in sorted order.

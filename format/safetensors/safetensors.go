@@ -279,120 +279,152 @@ type rawEntry struct {
 	Offsets *[]int64 `json:"data_offsets"`
 }
 
-func (f *File) parseHeader(header, body []byte) error {
+// Info is one tensor as its file's header describes it: no data, only what the header promises
+// (checked against the data region's length, so the bytes are there).
+type Info struct {
+	Name       string
+	DType      DType
+	Shape      []int
+	Begin, End int64  // byte range inside the data region
+	File       string // path of the file holding it, for error messages
+}
+
+// header is a validated header: tensors by name, their names sorted.
+type header struct {
+	meta  map[string]string
+	infos map[string]Info
+	names []string
+}
+
+// parseHeader validates a file's JSON header against a data region of bodyLen bytes: every
+// entry's dtype, shape and offsets, and that no two tensors share bytes.
+func parseHeader(path string, js []byte, bodyLen int64) (*header, error) {
 	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(header, &raw); err != nil {
-		return fmt.Errorf("safetensors %s: header JSON: %w", f.Path, err)
+	if err := json.Unmarshal(js, &raw); err != nil {
+		return nil, fmt.Errorf("safetensors %s: header JSON: %w", path, err)
 	}
 	if raw == nil {
-		return fmt.Errorf("safetensors %s: header JSON is null, expected an object", f.Path)
+		return nil, fmt.Errorf("safetensors %s: header JSON is null, expected an object", path)
 	}
-	type span struct {
-		name       string
-		begin, end int
-	}
-	spans := make([]span, 0, len(raw))
+	h := &header{meta: map[string]string{}, infos: make(map[string]Info, len(raw))}
+	spans := make([]Info, 0, len(raw))
 	for name, msg := range raw {
 		if name == "__metadata__" {
-			if err := json.Unmarshal(msg, &f.Metadata); err != nil {
-				return fmt.Errorf("safetensors %s: __metadata__ must map strings to strings: %w", f.Path, err)
+			if err := json.Unmarshal(msg, &h.meta); err != nil {
+				return nil, fmt.Errorf("safetensors %s: __metadata__ must map strings to strings: %w", path, err)
 			}
-			if f.Metadata == nil {
-				f.Metadata = map[string]string{}
+			if h.meta == nil {
+				h.meta = map[string]string{}
 			}
 			continue
 		}
-		t, b, e, err := parseEntry(name, msg, body)
+		in, err := parseEntry(name, msg, bodyLen)
 		if err != nil {
-			return fmt.Errorf("safetensors %s: tensor %q: %w", f.Path, name, err)
+			return nil, fmt.Errorf("safetensors %s: tensor %q: %w", path, name, err)
 		}
-		t.File = f.Path
-		f.tensors[name] = t
-		f.names = append(f.names, name)
-		spans = append(spans, span{name, b, e})
+		in.File = path
+		h.infos[name] = in
+		h.names = append(h.names, name)
+		spans = append(spans, in)
 	}
-	sort.Strings(f.names)
+	sort.Strings(h.names)
 	sort.Slice(spans, func(i, j int) bool {
-		if spans[i].begin != spans[j].begin {
-			return spans[i].begin < spans[j].begin
+		if spans[i].Begin != spans[j].Begin {
+			return spans[i].Begin < spans[j].Begin
 		}
-		if spans[i].end != spans[j].end {
-			return spans[i].end < spans[j].end
+		if spans[i].End != spans[j].End {
+			return spans[i].End < spans[j].End
 		}
-		return spans[i].name < spans[j].name
+		return spans[i].Name < spans[j].Name
 	})
 	// Two tensors sharing bytes would make a write through one visible in the other and always
 	// indicates a corrupt or hostile header; empty tensors occupy no bytes and cannot overlap.
-	prevEnd, prevName := 0, ""
+	var prevEnd int64
+	prevName := ""
 	for _, s := range spans {
-		if s.begin == s.end {
+		if s.Begin == s.End {
 			continue
 		}
-		if s.begin < prevEnd {
-			return fmt.Errorf("safetensors %s: tensor %q bytes [%d,%d) overlap tensor %q ending at %d", f.Path, s.name, s.begin, s.end, prevName, prevEnd)
+		if s.Begin < prevEnd {
+			return nil, fmt.Errorf("safetensors %s: tensor %q bytes [%d,%d) overlap tensor %q ending at %d", path, s.Name, s.Begin, s.End, prevName, prevEnd)
 		}
-		prevEnd, prevName = s.end, s.name
+		prevEnd, prevName = s.End, s.Name
+	}
+	return h, nil
+}
+
+func (f *File) parseHeader(js, body []byte) error {
+	h, err := parseHeader(f.Path, js, int64(len(body)))
+	if err != nil {
+		return err
+	}
+	f.Metadata, f.names = h.meta, h.names
+	for name, in := range h.infos {
+		// parseHeader checked the range against len(body).
+		f.tensors[name] = &Tensor{Name: name, DType: in.DType, Shape: in.Shape, Data: body[in.Begin:in.End:in.End], File: f.Path}
 	}
 	return nil
 }
 
-func parseEntry(name string, msg json.RawMessage, body []byte) (t *Tensor, begin, end int, err error) {
+func parseEntry(name string, msg json.RawMessage, bodyLen int64) (Info, error) {
 	var e rawEntry
 	if err := json.Unmarshal(msg, &e); err != nil {
-		return nil, 0, 0, fmt.Errorf("entry JSON: %w", err)
+		return Info{}, fmt.Errorf("entry JSON: %w", err)
 	}
 	if e.DType == nil {
-		return nil, 0, 0, errors.New("missing dtype")
+		return Info{}, errors.New("missing dtype")
 	}
 	if e.Shape == nil {
-		return nil, 0, 0, errors.New("missing shape")
+		return Info{}, errors.New("missing shape")
 	}
 	if e.Offsets == nil {
-		return nil, 0, 0, errors.New("missing data_offsets")
+		return Info{}, errors.New("missing data_offsets")
 	}
 	dt := DType(*e.DType)
 	size := dt.Size()
 	if size == 0 {
-		return nil, 0, 0, fmt.Errorf("unknown dtype %q", *e.DType)
+		return Info{}, fmt.Errorf("unknown dtype %q", *e.DType)
 	}
 	shape := make([]int, len(*e.Shape))
 	elems := int64(1)
 	for i, d := range *e.Shape {
 		if d < 0 {
-			return nil, 0, 0, fmt.Errorf("shape %v has negative dimension %d", *e.Shape, d)
+			return Info{}, fmt.Errorf("shape %v has negative dimension %d", *e.Shape, d)
 		}
 		if int64(int(d)) != d {
-			return nil, 0, 0, fmt.Errorf("shape %v has dimension %d too large for this platform", *e.Shape, d)
+			return Info{}, fmt.Errorf("shape %v has dimension %d too large for this platform", *e.Shape, d)
 		}
 		shape[i] = int(d)
 		if d != 0 && elems > math.MaxInt64/d {
-			return nil, 0, 0, fmt.Errorf("shape %v: element count overflows", *e.Shape)
+			return Info{}, fmt.Errorf("shape %v: element count overflows", *e.Shape)
 		}
 		elems *= d
 	}
 	if elems > math.MaxInt64/int64(size) {
-		return nil, 0, 0, fmt.Errorf("shape %v: byte size overflows", *e.Shape)
+		return Info{}, fmt.Errorf("shape %v: byte size overflows", *e.Shape)
 	}
 	want := elems * int64(size)
 	offs := *e.Offsets
 	if len(offs) != 2 {
-		return nil, 0, 0, fmt.Errorf("data_offsets %v must hold exactly [begin, end]", offs)
+		return Info{}, fmt.Errorf("data_offsets %v must hold exactly [begin, end]", offs)
 	}
 	b64, e64 := offs[0], offs[1]
 	if b64 < 0 || e64 < 0 {
-		return nil, 0, 0, fmt.Errorf("data_offsets %v are negative", offs)
+		return Info{}, fmt.Errorf("data_offsets %v are negative", offs)
 	}
 	if b64 > e64 {
-		return nil, 0, 0, fmt.Errorf("data_offsets begin %d > end %d", b64, e64)
+		return Info{}, fmt.Errorf("data_offsets begin %d > end %d", b64, e64)
 	}
 	if e64-b64 != want {
-		return nil, 0, 0, fmt.Errorf("data_offsets [%d,%d) hold %d bytes but dtype %s x shape %v needs %d", b64, e64, e64-b64, dt, shape, want)
+		return Info{}, fmt.Errorf("data_offsets [%d,%d) hold %d bytes but dtype %s x shape %v needs %d", b64, e64, e64-b64, dt, shape, want)
 	}
-	if e64 > int64(len(body)) {
-		return nil, 0, 0, fmt.Errorf("data_offsets [%d,%d) run past the %d-byte data region (truncated file?)", b64, e64, len(body))
+	if e64 > bodyLen {
+		return Info{}, fmt.Errorf("data_offsets [%d,%d) run past the %d-byte data region (truncated file?)", b64, e64, bodyLen)
 	}
-	begin, end = int(b64), int(e64)
-	return &Tensor{Name: name, DType: dt, Shape: shape, Data: body[begin:end:end]}, begin, end, nil
+	if int64(int(e64)) != e64 {
+		return Info{}, fmt.Errorf("data_offsets [%d,%d) too large for this platform", b64, e64)
+	}
+	return Info{Name: name, DType: dt, Shape: shape, Begin: b64, End: e64}, nil
 }
 
 // Names lists the tensors in sorted order.

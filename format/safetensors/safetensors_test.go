@@ -185,6 +185,10 @@ func TestOpenErrors(t *testing.T) {
 			if !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), p) {
 				t.Errorf("error %q, want it to name %s and contain %q", err, p, c.want)
 			}
+			// Reading the header alone refuses the file with the same words.
+			if _, herr := ReadHeader(p); herr == nil || herr.Error() != err.Error() {
+				t.Errorf("ReadHeader: %v; want Open's error %q", herr, err)
+			}
 		})
 	}
 }
@@ -201,6 +205,9 @@ func TestTruncatedWrittenFile(t *testing.T) {
 	_, err := Open(p)
 	if err == nil || !strings.Contains(err.Error(), `tensor "w"`) || !strings.Contains(err.Error(), "truncated") {
 		t.Errorf("truncated file error %v, want one naming tensor w and truncation", err)
+	}
+	if _, err := ReadHeader(p); err == nil || !strings.Contains(err.Error(), `tensor "w"`) || !strings.Contains(err.Error(), "truncated") {
+		t.Errorf("ReadHeader of a truncated file: %v, want an error naming tensor w and truncation", err)
 	}
 }
 
@@ -338,6 +345,24 @@ func TestShardedModel(t *testing.T) {
 	if _, err := m.Tensor("lm_head"); !errors.Is(err, ErrNoTensor) {
 		t.Errorf("missing tensor: %v", err)
 	}
+	// The headers alone describe the same tensors, with the shard that holds each.
+	mh, err := ReadModelHeader(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := mh.Names(); !slices.Equal(got, m.Names()) {
+		t.Errorf("ReadModelHeader names %v, OpenModel's %v", got, m.Names())
+	}
+	for _, n := range m.Names() {
+		tn, _ := m.Tensor(n)
+		in, ok := mh.Info(n)
+		if !ok || in.DType != tn.DType || !slices.Equal(in.Shape, tn.Shape) || in.File != tn.File || in.End-in.Begin != int64(len(tn.Data)) {
+			t.Errorf("header of %s: %+v, %v; the opened tensor is %s %v in %s", n, in, ok, tn.DType, tn.Shape, tn.File)
+		}
+	}
+	if _, ok := mh.Info("stray"); ok {
+		t.Error("ReadModelHeader lists a tensor the index does not")
+	}
 }
 
 func TestModelErrors(t *testing.T) {
@@ -378,6 +403,9 @@ func TestModelErrors(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), c.want) {
 				t.Errorf("error %q, want %q", err, c.want)
+			}
+			if _, herr := ReadModelHeader(dir); herr == nil || herr.Error() != err.Error() {
+				t.Errorf("ReadModelHeader: %v; want OpenModel's error %q", herr, err)
 			}
 		})
 	}
