@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"slices"
@@ -308,7 +309,10 @@ func parseHeader(path string, js []byte, bodyLen int64) (*header, error) {
 	}
 	h := &header{meta: map[string]string{}, infos: make(map[string]Info, len(raw))}
 	spans := make([]Info, 0, len(raw))
-	for name, msg := range raw {
+	// In name order, so a header with several bad entries is always refused by the same one.
+	keys := slices.Sorted(maps.Keys(raw))
+	for _, name := range keys {
+		msg := raw[name]
 		if name == "__metadata__" {
 			if err := json.Unmarshal(msg, &h.meta); err != nil {
 				return nil, fmt.Errorf("safetensors %s: __metadata__ must map strings to strings: %w", path, err)
@@ -327,7 +331,6 @@ func parseHeader(path string, js []byte, bodyLen int64) (*header, error) {
 		h.names = append(h.names, name)
 		spans = append(spans, in)
 	}
-	sort.Strings(h.names)
 	sort.Slice(spans, func(i, j int) bool {
 		if spans[i].Begin != spans[j].Begin {
 			return spans[i].Begin < spans[j].Begin

@@ -477,3 +477,22 @@ func BenchmarkF32ToBF16(b *testing.B) {
 		}
 	}
 }
+
+// A header with several bad entries is refused by the same one every time (the first by name),
+// not by whichever a map iteration meets first.
+func TestHeaderErrorDeterministic(t *testing.T) {
+	img := rawFile(`{"z":{"dtype":"F32","shape":[8],"data_offsets":[0,32]},"m":{"dtype":"Q4","shape":[1],"data_offsets":[0,1]},`+
+		`"b":{"dtype":"F32","shape":[9],"data_offsets":[4,40]},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}`, make([]byte, 20))
+	p := filepath.Join(t.TempDir(), "bad.safetensors")
+	if err := os.WriteFile(p, img, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// a fits; b (the first bad one by name) runs past the 20-byte data region, as z does, and
+	// m has an unknown dtype.
+	for range 20 {
+		_, err := ReadHeader(p)
+		if err == nil || !strings.Contains(err.Error(), `tensor "b": data_offsets [4,40) run past`) {
+			t.Fatalf("error %v; want tensor b's, every time", err)
+		}
+	}
+}
