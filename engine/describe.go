@@ -83,6 +83,8 @@ type DraftInfo struct {
 	// BlockSize is B: at most B-1 tokens are drafted a round.
 	BlockSize int
 	Layers    int
+
+	tensors []TensorShape // what the draft's loader reads, for Validate
 }
 
 // Describe resolves o.Model (or o.Synthetic) and reads what it means, without its weights. A
@@ -258,15 +260,23 @@ func DescribeDraft(dir string, target model.Config) (DraftInfo, error) {
 		if err != nil {
 			return DraftInfo{}, fmt.Errorf("draft %s: config.json: %w", dir, err)
 		}
-		di.Arch, di.BlockSize, di.Layers = dflash2.Arch, c.BlockSize, c.Layers
+		di.Arch, di.BlockSize, di.Layers, di.tensors = dflash2.Arch, c.BlockSize, c.Layers, draftTensors(c.Tensors())
 		return di, nil
 	}
 	c, err := dflash.FitConfig(hc, target)
 	if err != nil {
 		return DraftInfo{}, fmt.Errorf("draft %s: config.json: %w", dir, err)
 	}
-	di.Arch, di.BlockSize, di.Layers = dflash.Arch, c.BlockSize, c.Layers
+	di.Arch, di.BlockSize, di.Layers, di.tensors = dflash.Arch, c.BlockSize, c.Layers, draftTensors(c.Tensors())
 	return di, nil
+}
+
+func draftTensors(ts []dflash.TensorShape) []TensorShape {
+	out := make([]TensorShape, len(ts))
+	for i, t := range ts {
+		out[i] = TensorShape{t.Name, t.Shape}
+	}
+	return out
 }
 
 // family names a model family as ollama lists it: config.json's model_type when it has one, else

@@ -147,8 +147,8 @@ func TestDescriptionIsWhatLoads(t *testing.T) {
 	}
 }
 
-// Describing reads no weights: a folder whose weights are garbage is described in full, and only
-// loading it fails.
+// Describing reads no weights: a folder whose weights are garbage is described in full; Validate
+// refuses it from the header, naming the file, and loading it fails.
 func TestDescribeReadsNoWeights(t *testing.T) {
 	qwen := testmodel.Qwen3(t, "")
 	dir := t.TempDir()
@@ -160,6 +160,9 @@ func TestDescribeReadsNoWeights(t *testing.T) {
 	}
 	if d.Template.Kind != TemplateModel || d.Tok == nil || d.Size != int64(len("not safetensors")) {
 		t.Errorf("description %+v incomplete", d)
+	}
+	if err := d.Validate(); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "model.safetensors")) {
+		t.Errorf("Validate of garbage weights: %v; want an error naming the file", err)
 	}
 	if _, err := d.Load(transformer.KeepDType); err == nil {
 		t.Error("loading garbage weights succeeded")

@@ -50,10 +50,14 @@ type Engine struct {
 	Stop []int
 }
 
-// Open describes a model and loads it. Errors name the path and the part that failed.
+// Open describes a model, validates its weights' headers and loads it. Errors name the path and
+// the part that failed.
 func Open(o Options) (*Engine, error) {
 	d, err := Describe(o)
 	if err != nil {
+		return nil, err
+	}
+	if err := d.Validate(); err != nil {
 		return nil, err
 	}
 	return d.Load(o.Compute)

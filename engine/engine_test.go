@@ -48,8 +48,8 @@ func TestOpenQwen3Folder(t *testing.T) {
 func TestOpenErrorsNameTheCause(t *testing.T) {
 	dir := testmodel.Qwen3(t, "")
 	// A config.json whose vocabulary disagrees with the weights beside it (a mismatched download):
-	// the weights' loader names the tensor. With the tokenizer beside it too, the description
-	// already refuses it, before any weight is read, naming the vocabulary.
+	// the weights' headers (Validate) name the tensor. With the tokenizer beside it too, the
+	// description already refuses it, before any weight is read, naming the vocabulary.
 	small, smallTok := t.TempDir(), t.TempDir()
 	cfg, err := os.ReadFile(filepath.Join(dir, "config.json"))
 	must(t, err)
