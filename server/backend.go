@@ -53,6 +53,9 @@ type ModelInfo struct {
 	ContextLength int       // 0 if unknown until loaded
 	ModifiedAt    time.Time // zero if unknown
 	Template      string    // chat template source, shown by /api/show
+	// Error, when set, says why the model is unavailable: it failed its startup checks and was
+	// kept in the listing (dflash serve --skip-broken). Requests for it are refused with it.
+	Error string
 }
 
 // ChatMessage is one turn of a conversation. Role is "system", "user", "assistant" or "tool".

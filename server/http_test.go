@@ -374,3 +374,59 @@ func TestOpenAICompletion(t *testing.T) {
 		}
 	})
 }
+
+// A model that failed its startup checks and was kept (dflash serve --skip-broken) is listed
+// with its error, refused on use with it (before any load, so the loaded model stays), and does
+// not make the server unready while another model is available.
+func TestUnavailableModel(t *testing.T) {
+	const why = "backend: model broken:latest: load /srv/models/broken: model /srv/models/broken: tensor model.norm.weight is missing (want shape [16])"
+	b := &fake.Backend{Names: []string{"fake:latest", "broken:latest"}, Unavailable: map[string]string{"broken:latest": why}}
+	_, url := startServer(t, server.Config{}, b)
+	// The error clients see names the tensor and the folder, not the server's disk layout.
+	const told = "tensor model.norm.weight is missing"
+
+	tags := decode[struct {
+		Models []server.OllamaModel `json:"models"`
+	}](t, do(t, "GET", url+"/api/tags", "").body)
+	errs := map[string]string{}
+	for _, m := range tags.Models {
+		errs[m.Name] = m.Error
+	}
+	if len(errs) != 2 || errs["fake:latest"] != "" || !strings.Contains(errs["broken:latest"], told) || strings.Contains(errs["broken:latest"], "/srv/") {
+		t.Errorf("/api/tags errors %q; want broken:latest listed with %q (paths redacted), fake:latest without", errs, told)
+	}
+	if r := do(t, "GET", url+"/ready", ""); r.status != 200 {
+		t.Errorf("/ready with one model unavailable: %d %s, want 200 for the other", r.status, r.body)
+	}
+
+	post(t, url+"/api/generate", `{"model":"fake","prompt":"hi","stream":false,"keep_alive":-1}`)
+	loads := b.Loads()
+	for _, c := range []struct{ path, body string }{
+		{"/api/generate", `{"model":"broken","prompt":"hi"}`},
+		{"/api/chat", `{"model":"broken","messages":[{"role":"user","content":"hi"}]}`},
+		{"/v1/chat/completions", `{"model":"broken:latest","messages":[{"role":"user","content":"hi"}]}`},
+		{"/v1/completions", `{"model":"broken:latest","prompt":"hi"}`},
+	} {
+		r := post(t, url+c.path, c.body)
+		if r.status != 500 || !strings.Contains(string(r.body), told) || !strings.Contains(string(r.body), "unavailable") {
+			t.Errorf("%s on the unavailable model: %d %s; want 500 saying it is unavailable and why", c.path, r.status, r.body)
+		}
+	}
+	if b.Loads() != loads || b.Closes() != 0 {
+		t.Errorf("refusing the unavailable model loaded %d and closed %d models; want neither", b.Loads()-loads, b.Closes())
+	}
+	if r := post(t, url+"/api/show", `{"model":"broken"}`); !strings.Contains(string(r.body), told) {
+		t.Errorf("/api/show of the unavailable model: %d %s; want its error", r.status, r.body)
+	}
+	one := decode[server.OpenAIModel](t, do(t, "GET", url+"/v1/models/broken:latest", "").body)
+	if !strings.Contains(one.Error, told) {
+		t.Errorf("/v1/models/broken:latest: %+v; want its error", one)
+	}
+
+	// Every model unavailable: not ready.
+	all := &fake.Backend{Names: []string{"broken:latest"}, Unavailable: map[string]string{"broken:latest": why}}
+	_, url2 := startServer(t, server.Config{}, all)
+	if r := do(t, "GET", url2+"/ready", ""); r.status != 503 {
+		t.Errorf("/ready with no model available: %d, want 503", r.status)
+	}
+}

@@ -163,7 +163,13 @@ type OllamaModel struct {
 	Size       int64         `json:"size"`
 	Digest     string        `json:"digest"`
 	Details    OllamaDetails `json:"details"`
+	// Error says why the model is unavailable (dflash's field; see ModelInfo.Error).
+	Error string `json:"error,omitempty"`
 }
+
+// unavailableMsg is what clients are told of a model listed as unavailable: its error without
+// the server's paths.
+func unavailableMsg(mi ModelInfo) string { return redactPaths(mi.Error) }
 
 func details(mi ModelInfo) OllamaDetails {
 	d := OllamaDetails{Format: mi.Format, Family: mi.Family, ParameterSize: mi.ParameterSize,
@@ -178,7 +184,7 @@ func (s *Server) handleTags(w http.ResponseWriter, r *http.Request) {
 	models := []OllamaModel{}
 	for _, mi := range s.b.Models() {
 		models = append(models, OllamaModel{Name: mi.Name, Model: mi.Name, ModifiedAt: mi.ModifiedAt,
-			Size: mi.Size, Digest: mi.Digest, Details: details(mi)})
+			Size: mi.Size, Digest: mi.Digest, Details: details(mi), Error: unavailableMsg(mi)})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"models": models})
 }
@@ -192,6 +198,7 @@ type OllamaShowResponse struct {
 	ModelInfo    map[string]any `json:"model_info"`
 	Capabilities []string       `json:"capabilities"`
 	ModifiedAt   time.Time      `json:"modified_at"`
+	Error        string         `json:"error,omitempty"` // dflash: why the model is unavailable
 }
 
 func (s *Server) handleShow(w http.ResponseWriter, r *http.Request) {
@@ -238,6 +245,7 @@ func (s *Server) handleShow(w http.ResponseWriter, r *http.Request) {
 		ModelInfo:    mInfo,
 		Capabilities: []string{"completion"},
 		ModifiedAt:   mi.ModifiedAt,
+		Error:        unavailableMsg(mi),
 	})
 }
 

@@ -281,6 +281,7 @@ type OpenAIModel struct {
 	Object  string `json:"object"`
 	Created int64  `json:"created"`
 	OwnedBy string `json:"owned_by"`
+	Error   string `json:"error,omitempty"` // dflash: why the model is unavailable
 }
 
 func openAIModel(mi ModelInfo) OpenAIModel {
@@ -288,7 +289,7 @@ func openAIModel(mi ModelInfo) OpenAIModel {
 	if !mi.ModifiedAt.IsZero() {
 		created = mi.ModifiedAt.Unix()
 	}
-	return OpenAIModel{ID: mi.Name, Object: "model", Created: created, OwnedBy: "dflash"}
+	return OpenAIModel{ID: mi.Name, Object: "model", Created: created, OwnedBy: "dflash", Error: unavailableMsg(mi)}
 }
 
 func (s *Server) handleOpenAIModels(w http.ResponseWriter, r *http.Request) {

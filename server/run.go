@@ -41,6 +41,12 @@ func (s *Server) execute(r *http.Request, j *job, piece func(string) error) (*ou
 		return nil, &RequestError{Status: http.StatusNotFound, Param: "model", Code: "model_not_found",
 			Msg: fmt.Sprintf("model %q not found", j.Model)}
 	}
+	if mi.Error != "" {
+		// Refused before the scheduler and the manager: loading it could only fail, and would
+		// first unload an idle model to make room.
+		return nil, &RequestError{Status: http.StatusInternalServerError, Param: "model", Code: "model_unavailable",
+			Msg: fmt.Sprintf("model %q is unavailable: %s", mi.Name, unavailableMsg(mi))}
+	}
 	out := &outcome{Model: mi.Name}
 	if j.empty() && j.KeepAlive != nil && *j.KeepAlive == 0 {
 		s.mgr.unload(mi.Name)

@@ -444,10 +444,21 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
+// handleReady is ready while at least one configured model is available (one listed as
+// unavailable does not count, and does not make the others unready).
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
-	n := len(s.b.Models())
+	n := 0
+	for _, mi := range s.b.Models() {
+		if mi.Error == "" {
+			n++
+		}
+	}
 	if n == 0 {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready", "error": "no models configured"})
+		msg := "no models configured"
+		if len(s.b.Models()) > 0 {
+			msg = "no model is available"
+		}
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready", "error": msg})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "models": n})

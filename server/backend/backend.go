@@ -42,6 +42,10 @@ type Options struct {
 	// Context caps every model's context length (default DefaultContext; the model's own
 	// maximum if lower).
 	Context int
+	// SkipBroken lists a model that fails its startup checks as unavailable (ModelInfo.Error)
+	// instead of refusing the whole configuration; its requests are refused with that error.
+	// New still fails when no model is left.
+	SkipBroken bool
 }
 
 // Backend serves the configured models. It is safe for concurrent use: after New it only reads.
@@ -49,13 +53,16 @@ type Backend struct {
 	ctx   int
 	specs []Spec
 
-	descs []*engine.Description // by spec
+	descs []*engine.Description // by spec; nil for a broken one (SkipBroken)
 	infos []server.ModelInfo    // by spec, from descs
+	errs  []error               // by spec: why a broken model is unavailable
 }
 
-// New checks the specs (unique names, paths that exist) and describes each model and its draft
-// (engine.Describe) without loading weights, so a model whose files the engine could not run, or
-// a draft that does not fit its target, is refused here rather than at its first request.
+// New checks the specs (unique names, paths that exist), describes each model and its draft
+// (engine.Describe) and validates their weights' headers (Description.Validate) without reading
+// weights, so a model whose files the engine could not run (a truncated or misshaped file, a
+// missing tokenizer, a draft that does not fit its target) is refused here, by name, rather
+// than at its first request; with o.SkipBroken it is listed as unavailable instead.
 func New(o Options) (*Backend, error) {
 	if len(o.Models) == 0 {
 		return nil, errors.New("backend: no models configured")
@@ -65,6 +72,7 @@ func New(o Options) (*Backend, error) {
 		b.ctx = DefaultContext
 	}
 	seen := map[string]bool{}
+	broken := 0
 	for _, s := range o.Models {
 		if s.Path == "" {
 			return nil, fmt.Errorf("backend: model %q has no path", s.Name)
@@ -79,29 +87,50 @@ func New(o Options) (*Backend, error) {
 			return nil, fmt.Errorf("backend: model name %q configured twice", s.Name)
 		}
 		seen[s.Name] = true
-		o := engine.Options{Model: s.Path}
-		if s.Draft != "" {
-			if st, err := os.Stat(s.Draft); err != nil || !st.IsDir() {
-				return nil, fmt.Errorf("backend: model %s: draft %s is not a folder", s.Name, s.Draft)
+		d, in, err := describe(s, b.ctx)
+		if err != nil {
+			err = fmt.Errorf("backend: model %s: %w", s.Name, err)
+			if !o.SkipBroken {
+				return nil, err
 			}
-			o.Drafts = []string{s.Draft}
-		}
-		d, err := engine.Describe(o)
-		if err != nil {
-			return nil, fmt.Errorf("backend: model %s: %w", s.Name, err)
-		}
-		if d.Tok == nil {
-			return nil, fmt.Errorf("backend: model %s: no tokenizer beside %s: the server needs text", s.Name, s.Path)
-		}
-		digest, err := d.Digest()
-		if err != nil {
-			return nil, fmt.Errorf("backend: model %s: %w", s.Name, err)
+			broken++
+			in = unavailable(s, err)
 		}
 		b.specs = append(b.specs, s)
 		b.descs = append(b.descs, d)
-		b.infos = append(b.infos, info(s.Name, d, b.ctx, digest))
+		b.infos = append(b.infos, in)
+		b.errs = append(b.errs, err)
+	}
+	if broken == len(b.specs) {
+		return nil, fmt.Errorf("backend: every configured model is broken: %w", errors.Join(b.errs...))
 	}
 	return b, nil
+}
+
+// describe reads and checks one model's files, weights excepted, into its description and listing.
+func describe(s Spec, ctxCap int) (*engine.Description, server.ModelInfo, error) {
+	o := engine.Options{Model: s.Path}
+	if s.Draft != "" {
+		if st, err := os.Stat(s.Draft); err != nil || !st.IsDir() {
+			return nil, server.ModelInfo{}, fmt.Errorf("draft %s is not a folder", s.Draft)
+		}
+		o.Drafts = []string{s.Draft}
+	}
+	d, err := engine.Describe(o)
+	if err != nil {
+		return nil, server.ModelInfo{}, err
+	}
+	if d.Tok == nil {
+		return nil, server.ModelInfo{}, fmt.Errorf("no tokenizer beside %s: the server needs text", s.Path)
+	}
+	if err := d.Validate(); err != nil {
+		return nil, server.ModelInfo{}, err
+	}
+	digest, err := d.Digest()
+	if err != nil {
+		return nil, server.ModelInfo{}, err
+	}
+	return d, info(s.Name, d, ctxCap, digest), nil
 }
 
 func defaultName(path string) string {
@@ -117,10 +146,11 @@ func (b *Backend) Models() []server.ModelInfo {
 	return append([]server.ModelInfo(nil), b.infos...)
 }
 
-// Describe returns the description a configured model's listing and loading come from.
+// Describe returns the description a configured model's listing and loading come from (false
+// for an unavailable one too).
 func (b *Backend) Describe(name string) (*engine.Description, bool) {
 	for i, s := range b.specs {
-		if s.Name == name {
+		if s.Name == name && b.descs[i] != nil {
 			return b.descs[i], true
 		}
 	}
@@ -138,6 +168,9 @@ func (b *Backend) Load(ctx context.Context, name string) (server.Model, error) {
 	}
 	if i < 0 {
 		return nil, fmt.Errorf("backend: %q: %w", name, server.ErrModelNotFound)
+	}
+	if err := b.errs[i]; err != nil {
+		return nil, err // the server refuses a listed-unavailable model before loading; this is the backstop
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -1,6 +1,10 @@
 package backend
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+
 	"github.com/dflash/dflash/engine"
 	"github.com/dflash/dflash/server"
 )
@@ -27,4 +31,11 @@ func contextLength(d *engine.Description, ctxCap int) int {
 		return ctxCap
 	}
 	return d.Context
+}
+
+// unavailable is the listing of a model that failed its startup checks: its name, its error, and a
+// digest of both with its paths (still 64 hex digits, so clients that print the ID column work).
+func unavailable(s Spec, err error) server.ModelInfo {
+	sum := sha256.Sum256(fmt.Appendf(nil, "unavailable\t%s\t%s\t%s\t%v", s.Name, s.Path, s.Draft, err))
+	return server.ModelInfo{Name: s.Name, Digest: hex.EncodeToString(sum[:]), Error: err.Error()}
 }

@@ -35,6 +35,9 @@ type Backend struct {
 	LoadDelay time.Duration
 	// FailLoad names models whose Load fails.
 	FailLoad map[string]bool
+	// Unavailable maps model names to the error they are listed with (ModelInfo.Error), as a
+	// backend lists a model that failed its startup checks; Load refuses them with it.
+	Unavailable map[string]string
 	// FailAfter > 0 makes Generate fail after emitting that many tokens (a mid-stream error).
 	FailAfter int
 	// Length > 0 makes a generation Length tokens long, cycling through Words, instead of
@@ -77,6 +80,7 @@ func (b *Backend) info(name string) server.ModelInfo {
 	if strings.Contains(name, "draft") {
 		mi.Draft = name + "-dflash"
 	}
+	mi.Error = b.Unavailable[name]
 	return mi
 }
 
@@ -107,6 +111,9 @@ func (b *Backend) Load(ctx context.Context, name string) (server.Model, error) {
 	}
 	if err := sleep(ctx, b.LoadDelay); err != nil {
 		return nil, err
+	}
+	if msg := b.Unavailable[name]; msg != "" {
+		return nil, errors.New(msg)
 	}
 	if b.FailLoad[name] {
 		return nil, errors.New("fake: load failure requested")
