@@ -61,6 +61,7 @@ func cmdServe(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	writeTimeout := fs.Duration("write-timeout", 30*time.Second, "cut a client that does not take a response write within this (< 0: never)")
 	readTimeout := fs.Duration("read-timeout", time.Minute, "longest time to receive a request body (< 0: unlimited)")
 	idleTimeout := fs.Duration("idle-timeout", 2*time.Minute, "close keep-alive connections idle this long (< 0: never)")
+	skipBroken := fs.Bool("skip-broken", false, "list a model that fails its startup checks as unavailable, with its error, instead of exiting")
 	grace := fs.Duration("grace", 30*time.Second, "on SIGINT/SIGTERM, time running generations get to finish (a second signal exits at once)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -104,7 +105,9 @@ func cmdServe(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		// Read here rather than as the flag's default, which --help would print.
 		*apiKey = os.Getenv("DFLASH_API_KEY")
 	}
-	b, err := backend.New(backend.Options{Models: specs, Context: *ctxLen})
+	// Every model's files are checked here, weights' headers included, so a broken one ends
+	// the start naming it (or, with --skip-broken, is listed as unavailable).
+	b, err := backend.New(backend.Options{Models: specs, Context: *ctxLen, SkipBroken: *skipBroken})
 	if err != nil {
 		return err
 	}
@@ -126,6 +129,10 @@ func cmdServe(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		}
 	}
 	for _, m := range b.Models() {
+		if m.Error != "" {
+			log.Error("model unavailable", "name", m.Name, "err", m.Error)
+			continue
+		}
 		log.Info("model", "name", m.Name, "family", m.Family, "parameters", m.ParameterSize, "draft", m.Draft)
 	}
 	fmt.Fprintf(stdout, "dflash %s listening on http://%s\n", version, addr)

@@ -158,6 +158,61 @@ func TestServeUsage(t *testing.T) {
 	}
 }
 
+// A broken model ends the start, naming it, with a non-zero exit; with --skip-broken the server
+// starts, lists it with its error beside the good model, refuses it on use and stays ready.
+func TestServeBrokenModel(t *testing.T) {
+	bin := testdata.Path(t, "stories260K/stories260K.bin")
+	dir := t.TempDir()
+	broken := filepath.Join(dir, "stories260K.bin")
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := os.ReadFile(filepath.Join(filepath.Dir(bin), "tok512.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(broken, data[:len(data)/2], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tok512.bin"), tok, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"serve", "--host", "127.0.0.1:0", "--model", bin, "--name", "good", "--model", broken, "--name", "broken"}
+	code, _, errs := runCLI(t, "", args...)
+	if code == 0 || !strings.Contains(errs, "model broken:latest") || !strings.Contains(errs, "truncated") {
+		t.Fatalf("serve with a truncated model: exit %d, stderr %q; want non-zero naming broken:latest and the truncation", code, errs)
+	}
+
+	url, stop := startServe(t, append(args[3:], "--skip-broken")...)
+	resp, err := http.Get(url + "/api/tags")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tags struct {
+		Models []struct{ Name, Digest, Error string } `json:"models"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&tags)
+	resp.Body.Close()
+	if err != nil || len(tags.Models) != 2 || tags.Models[0].Error != "" || !strings.Contains(tags.Models[1].Error, "truncated") || len(tags.Models[1].Digest) != 64 {
+		t.Fatalf("/api/tags with --skip-broken: %+v (%v); want good, and broken:latest with its error", tags.Models, err)
+	}
+	if code, body := postJSON(t, url+"/api/generate", `{"model":"broken","prompt":"hi","stream":false}`); code != 500 || !strings.Contains(string(body), "truncated") {
+		t.Errorf("generate on the broken model: %d %s; want 500 with its error", code, body)
+	}
+	if code, body := postJSON(t, url+"/api/generate", `{"model":"good","prompt":"hi","stream":false,"options":{"num_predict":2}}`); code != 200 {
+		t.Errorf("generate on the good model: %d %s", code, body)
+	}
+	if resp, err := http.Get(url + "/ready"); err != nil || resp.StatusCode != 200 {
+		t.Errorf("/ready with one model broken: %v %v; want 200", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	if exit, logs := stop(); exit != 0 || !strings.Contains(logs, "model unavailable") {
+		t.Errorf("serve exited with %d; logs %s; want 0 and the unavailable model logged", exit, logs)
+	}
+}
+
 // TestServeAPIKey: --api-key (or DFLASH_API_KEY) guards every endpoint but /health, and the
 // key never appears in --help.
 func TestServeAPIKey(t *testing.T) {
