@@ -158,7 +158,10 @@ func (f *File) Data(name string) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("gguf %s: tensor %q: %w", f.Name, name, ErrNoTensor)
 	}
-	if f.data == nil && t.Size > 0 {
+	if t.Size == 0 {
+		return []byte{}, nil // its offset is unchecked: an empty tensor occupies nothing
+	}
+	if f.data == nil {
 		return nil, fmt.Errorf("gguf %s: tensor %q: file is closed", f.Name, name)
 	}
 	start := uint64(f.DataOffset) + t.Offset

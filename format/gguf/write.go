@@ -94,9 +94,11 @@ func NewWriter(w io.Writer, kvs []KV, tensors []TensorInfo) (*Writer, error) {
 		e.u32(uint32(t.Type))
 		e.u64(infos[i].Offset)
 	}
-	e.buf = append(e.buf, make([]byte, align(uint64(len(e.buf)), alignment)-uint64(len(e.buf)))...)
 	bw := bufio.NewWriterSize(w, 1<<20)
 	if _, err := bw.Write(e.buf); err != nil {
+		return nil, fmt.Errorf("gguf write: header: %w", err)
+	}
+	if err := writeZeros(bw, align(uint64(len(e.buf)), alignment)-uint64(len(e.buf))); err != nil {
 		return nil, fmt.Errorf("gguf write: header: %w", err)
 	}
 	return &Writer{bw: bw, infos: infos, alignment: alignment}, nil
@@ -149,7 +151,7 @@ func (w *Writer) WriteTensor(data []byte) error {
 		w.err = fmt.Errorf("gguf write: tensor %q: %w", t.Name, err)
 		return w.err
 	}
-	if _, err := w.bw.Write(make([]byte, pad)); err != nil {
+	if err := writeZeros(w.bw, pad); err != nil {
 		w.err = fmt.Errorf("gguf write: tensor %q: %w", t.Name, err)
 		return w.err
 	}
@@ -202,6 +204,20 @@ func WriteFile(path string, kvs []KV, tensors []WriteTensor) error {
 	if err != nil {
 		os.Remove(path)
 		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// writeZeros writes n zero bytes of padding without allocating n bytes: an alignment may be
+// as large as 2^31.
+func writeZeros(w io.Writer, n uint64) error {
+	var zeros [4096]byte
+	for n > 0 {
+		k := min(n, uint64(len(zeros)))
+		if _, err := w.Write(zeros[:k]); err != nil {
+			return err
+		}
+		n -= k
 	}
 	return nil
 }
