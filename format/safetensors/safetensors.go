@@ -24,6 +24,8 @@ import (
 	"strconv"
 	"strings"
 	"unsafe"
+
+	"github.com/dflash/dflash/internal/mmap"
 )
 
 // MaxHeaderLen bounds the JSON header (the reference implementation uses the same 100 MB limit);
@@ -238,7 +240,7 @@ func Open(path string) (*File, error) {
 	if st.Size() < 8 {
 		return nil, fmt.Errorf("safetensors %s: file is %d bytes, shorter than the 8-byte header length", path, st.Size())
 	}
-	data, release, err := mapFile(f, st.Size())
+	data, release, err := mmap.File(f, st.Size())
 	if err != nil {
 		return nil, fmt.Errorf("safetensors %s: %w", path, err)
 	}
