@@ -35,9 +35,17 @@ func naiveScoreMerge(texts []string, ids []int, lookup func([]byte) (int, float3
 func heapScoreMerge(texts []string, ids []int, lookup func([]byte) (int, float32, bool), floor float32) ([]string, []int) {
 	var gotT []string
 	var gotI []int
-	for _, s := range scoreMerge(texts, ids, lookup, floor) {
-		gotT, gotI = append(gotT, s.text), append(gotI, s.id)
+	bound := 0
+	for _, s := range texts {
+		bound += len(s)
 	}
+	scoreMerge(len(texts), bound, func(add func(string, int)) {
+		for i := range texts {
+			add(texts[i], ids[i])
+		}
+	}, lookup, floor, func(text []byte, id int) {
+		gotT, gotI = append(gotT, string(text)), append(gotI, id)
+	})
 	return gotT, gotI
 }
 
