@@ -42,6 +42,7 @@ type SentencePiece struct {
 	addDummyPrefix bool
 	removeExtraWS  bool
 	escapeWS       bool
+	maxPiece       int // the longest piece's length in bytes, at least 1
 }
 
 // LoadSentencePiece reads a SentencePiece tokenizer.model (a serialized ModelProto).
@@ -138,6 +139,7 @@ func ParseSentencePiece(data []byte) (*SentencePiece, error) {
 		t.byteIDs[i] = -1
 	}
 	for id, p := range t.pieces {
+		t.maxPiece = max(t.maxPiece, len(p), 1)
 		if _, dup := t.byText[p]; !dup {
 			t.byText[p] = id
 		}
