@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/dflash/dflash/engine"
 	"github.com/dflash/dflash/kernel"
@@ -116,9 +117,11 @@ type modelFlags struct {
 	model, synthetic, tokenizer, dtype, kernel string
 	seed                                       uint64
 	threads                                    int
+	stderr                                     io.Writer // the flag set's output: where progress goes
 }
 
 func (m *modelFlags) register(fs *flag.FlagSet) {
+	m.stderr = fs.Output()
 	fs.StringVar(&m.model, "model", "", "model: a Hugging Face folder or a llama2.c checkpoint file")
 	fs.StringVar(&m.synthetic, "synthetic", "", "random bf16 weights of a real shape: qwen3-0.6b, qwen3-1.7b or qwen3-4b")
 	fs.StringVar(&m.tokenizer, "tokenizer", "", "tokenizer file or folder (default: found with the model)")
@@ -152,6 +155,13 @@ func (m *modelFlags) open() (*engine.Engine, error) {
 		o.Compute = transformer.ForceBF16
 	default:
 		return nil, usagef("--dtype %q: want f32 or bf16", m.dtype)
+	}
+	if tty := terminalStderr(m.stderr); tty != nil {
+		what := "loading " + m.model
+		if m.synthetic != "" {
+			what = "building random " + m.synthetic + " weights"
+		}
+		defer startProgress(tty, what, progressDelay, 100*time.Millisecond)()
 	}
 	return engine.Open(o)
 }
