@@ -53,13 +53,13 @@ func decodeJSON(body []byte, v any) *RequestError {
 		return &RequestError{Status: http.StatusBadRequest,
 			Msg: fmt.Sprintf("malformed JSON at byte offset %d: %v", syn.Offset, err)}
 	case errors.As(err, &typ):
-		field := typ.Field
+		field := typeErrorField(v, typ)
 		if field == "" {
 			return &RequestError{Status: http.StatusBadRequest,
 				Msg: fmt.Sprintf("request body must be a JSON object, got %s", typ.Value)}
 		}
 		return &RequestError{Status: http.StatusBadRequest, Param: field,
-			Msg: fmt.Sprintf("invalid %q: expected %s, got JSON %s (byte offset %d)", field, typ.Type, typ.Value, typ.Offset)}
+			Msg: fmt.Sprintf("invalid %q: expected %s, got JSON %s (byte offset %d)", field, jsonKind(typ.Type), typ.Value, typ.Offset)}
 	default:
 		return &RequestError{Status: http.StatusBadRequest, Msg: fmt.Sprintf("malformed JSON: %v", err)}
 	}

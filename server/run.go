@@ -82,13 +82,21 @@ func (s *Server) execute(r *http.Request, j *job, piece func(string) error) (*ou
 				Msg: fmt.Sprintf("apply chat template of %s: %v", mi.Name, err)}
 		}
 	}
-	ids, err := m.Tokenize(text)
-	if err != nil {
-		return nil, &RequestError{Status: http.StatusBadRequest, Param: param, Msg: fmt.Sprintf("tokenize %s: %v", param, err)}
-	}
 	ctxLen, ctxName := m.ContextLength(), "the model's context length"
 	if j.Opts.NumCtx > 0 && j.Opts.NumCtx < ctxLen {
 		ctxLen, ctxName = j.Opts.NumCtx, "num_ctx"
+	}
+	// A prompt certain to be too long is refused before it is tokenized: a multi-megabyte body
+	// would otherwise cost seconds and hundreds of MB only to be refused anyway.
+	if pb, ok := m.(promptBounder); ok {
+		if n := pb.MinPromptTokens(text); n >= ctxLen {
+			return nil, &RequestError{Status: http.StatusBadRequest, Param: param, Code: "context_length_exceeded",
+				Msg: fmt.Sprintf("prompt is at least %d tokens (%d bytes) but %s is %d tokens", n, len(text), ctxName, ctxLen)}
+		}
+	}
+	ids, err := m.Tokenize(text)
+	if err != nil {
+		return nil, &RequestError{Status: http.StatusBadRequest, Param: param, Msg: fmt.Sprintf("tokenize %s: %v", param, err)}
 	}
 	if len(ids) >= ctxLen {
 		return nil, &RequestError{Status: http.StatusBadRequest, Param: param, Code: "context_length_exceeded",
@@ -128,6 +136,12 @@ func (s *Server) execute(r *http.Request, j *job, piece func(string) error) (*ou
 	}
 	out.Res, out.DoneReason, out.Total = res, res.DoneReason, time.Since(start)
 	return out, nil
+}
+
+// promptBounder is a Model that can bound a prompt's token count from below without tokenizing
+// it (BOS included), cheaply enough to run before Tokenize on every request.
+type promptBounder interface {
+	MinPromptTokens(text string) int
 }
 
 // stopper passes text on, withholding any tail that could begin a stop sequence, and ends the

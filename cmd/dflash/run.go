@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"time"
 
@@ -268,6 +269,16 @@ func isTerminalReader(r io.Reader) bool {
 	return ok && isTerminal(f)
 }
 
+// chatCommands are the lines --chat answers itself instead of sending them to the model, as
+// ollama run does.
+var chatCommands = []string{"/help", "/bye", "/clear"}
+
+const chatHelp = `Commands:
+  /help, /?   show this help
+  /clear      forget the conversation (and its cache); the system message stays
+  /bye        leave (so do Ctrl-D and Ctrl-C)
+`
+
 type chatSettings struct {
 	system, think string
 	n, capacity   int
@@ -297,21 +308,26 @@ func runChat(ctx context.Context, e *engine.Engine, df *draftFlags, cs chatSetti
 	default:
 		return usagef("--think %q: want on or off", cs.think)
 	}
-	var msgs []chat.Message
+	// start is the conversation a session begins with, and /clear returns to.
+	var start []chat.Message
 	if cs.system != "" {
-		msgs = append(msgs, chat.Message{Role: "system", Content: cs.system})
+		start = append(start, chat.Message{Role: "system", Content: cs.system})
 	}
+	msgs := slices.Clone(start)
 	seq := runner.NewSequence(e.Target, cs.capacity)
 	drafter, depth, err := df.open(e, nil, opts, cs.n, cs.capacity)
 	if err != nil {
 		return err
 	}
-	if drafter != nil {
-		defer drafter.Close()
-	}
+	defer func() {
+		if drafter != nil {
+			drafter.Close()
+		}
+	}()
 	in := bufio.NewScanner(stdin)
 	in.Buffer(make([]byte, 1<<20), 1<<20)
 	interactive := isTerminalReader(stdin)
+	fmt.Fprintln(stderr, "Chatting with "+e.Name+". Type /bye or press Ctrl-D to leave, /help for more.")
 	var total runner.Stats
 	for {
 		if interactive {
@@ -324,6 +340,36 @@ func runChat(ctx context.Context, e *engine.Engine, df *draftFlags, cs chatSetti
 		if line == "" {
 			continue
 		}
+		if strings.HasPrefix(line, "/") {
+			cmd, _, _ := strings.Cut(line, " ")
+			switch cmd {
+			case "/bye":
+				printSummary(stderr, total, drafter != nil, cs.stats)
+				return nil
+			case "/help", "/?":
+				fmt.Fprint(stderr, chatHelp)
+			case "/clear":
+				// A new sequence and drafter: nothing of the old conversation stays, not even in
+				// a cache row the next prompt would have matched.
+				msgs = slices.Clone(start)
+				seq = runner.NewSequence(e.Target, cs.capacity)
+				if drafter != nil {
+					drafter.Close()
+					drafter = nil
+				}
+				if drafter, depth, err = df.open(e, nil, opts, cs.n, cs.capacity); err != nil {
+					return err
+				}
+				fmt.Fprintln(stderr, "Cleared the conversation and its cache.")
+			default:
+				msg := fmt.Sprintf("Unknown command %q.", cmd)
+				if s, ok := closest(cmd, chatCommands); ok {
+					msg += fmt.Sprintf(" Did you mean %s?", s)
+				}
+				fmt.Fprintln(stderr, msg+" Type /help for the commands.")
+			}
+			continue
+		}
 		msgs = append(msgs, chat.Message{Role: "user", Content: line})
 		text, err := tmpl.Render(msgs, copt)
 		if err != nil {
@@ -334,7 +380,7 @@ func runChat(ctx context.Context, e *engine.Engine, df *draftFlags, cs chatSetti
 			return err
 		}
 		if len(ids) >= cs.capacity {
-			return fmt.Errorf("conversation of %d tokens no longer fits the context of %d tokens", len(ids), cs.capacity)
+			return fmt.Errorf("conversation of %d tokens no longer fits the context of %d tokens (/clear starts a new one)", len(ids), cs.capacity)
 		}
 		stream := tokenizer.NewStream(e.Tok)
 		var reply strings.Builder

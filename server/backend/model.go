@@ -78,6 +78,19 @@ func (m *Model) ContextLength() int { return m.ctxLen }
 // Tokenize implements server.Model: BOS is added when the tokenizer asks for it.
 func (m *Model) Tokenize(text string) ([]int, error) { return m.e.EncodePrompt(text) }
 
+// MinPromptTokens is a lower bound on len(Tokenize(text)) that does not tokenize (see
+// tokenizer.MinTokens); the server refuses by it first.
+func (m *Model) MinPromptTokens(text string) int {
+	if m.e.Tok == nil {
+		return 0
+	}
+	n := tokenizer.MinTokens(m.e.Tok, text)
+	if m.e.Tok.AddBOS() && m.e.Tok.BOS() >= 0 {
+		n++
+	}
+	return n
+}
+
 // RenderChat implements server.Model with the model's template, ChatML, or PlainTemplate.
 func (m *Model) RenderChat(msgs []server.ChatMessage, opts server.ChatOptions) (string, error) {
 	return m.tmpl.Render(chatMessages(msgs), chat.Options{AddGenerationPrompt: opts.AddGenerationPrompt})

@@ -43,6 +43,7 @@ type Backend struct {
 	cancelled atomic.Int64
 	closes    atomic.Int64
 	active    atomic.Int64 // loaded and not yet closed
+	tokenizes atomic.Int64
 }
 
 func (b *Backend) names() []string {
@@ -82,6 +83,9 @@ func (b *Backend) info(name string) server.ModelInfo {
 func (b *Backend) Loads() int64  { return b.loads.Load() }
 func (b *Backend) Closes() int64 { return b.closes.Load() }
 func (b *Backend) Active() int64 { return b.active.Load() }
+
+// Tokenizes counts Tokenize calls, so tests can see a prompt refused without tokenizing.
+func (b *Backend) Tokenizes() int64 { return b.tokenizes.Load() }
 
 // Cancelled counts generations that ended because their context was cancelled.
 func (b *Backend) Cancelled() int64 { return b.cancelled.Load() }
@@ -133,8 +137,25 @@ func (m *Model) Info() server.ModelInfo { return m.info }
 // ContextLength implements server.Model.
 func (m *Model) ContextLength() int { return m.b.ctxLen() }
 
+// MinPromptTokens bounds Tokenize from below by half the words, plus BOS: loose on purpose, so
+// that prompts just over the context still reach Tokenize and its exact refusal.
+func (m *Model) MinPromptTokens(text string) int {
+	words := 0
+	for i := 0; i < len(text); i++ {
+		if !isSpace(text[i]) && (i == 0 || isSpace(text[i-1])) {
+			words++
+		}
+	}
+	return 1 + words/2
+}
+
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'
+}
+
 // Tokenize gives one token per whitespace-separated word (ids are word lengths), plus a BOS.
 func (m *Model) Tokenize(text string) ([]int, error) {
+	m.b.tokenizes.Add(1)
 	ids := []int{1}
 	for _, w := range strings.Fields(text) {
 		ids = append(ids, len(w)+2)
