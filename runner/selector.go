@@ -2,7 +2,6 @@ package runner
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/dflash/dflash/cache"
 	"github.com/dflash/dflash/model"
@@ -104,67 +103,14 @@ func (s *SelectorSession) Propose(current, n int, _ []int, smp Sampler) ([]int, 
 		q := &s.q[slot-1]
 		var d int
 		if smp.Greedy {
-			d = int(s.ids[argmaxScore(s.scores)])
+			d = int(s.ids[sample.ArgmaxScore(s.scores)])
 			q.OneHot(d)
 		} else {
-			Proposal(q, s.ids, s.scores, temp)
+			sample.Proposal(q, s.ids, s.scores, temp)
 			d = smp.Draw(q)
 		}
 		s.drafts = append(s.drafts, d)
 		prev = d
 	}
 	return s.drafts, s.q[:n], nil
-}
-
-// argmaxScore is the index of the largest score, the earliest winning ties; NaN never wins
-// unless every score is NaN (then 0).
-func argmaxScore(scores []float32) int {
-	best, bi := float32(math.Inf(-1)), 0
-	found := false
-	for i, v := range scores {
-		if v > best || !found && v == best {
-			best, bi, found = v, i, true
-		}
-	}
-	return bi
-}
-
-// Proposal writes q = softmax(scores / temp) over the candidate ids as a sparse distribution
-// (sorted by descending probability, ties by ascending id, as sample.Distribution requires).
-// temp must be positive. NaN scores get probability 0; when no score is finite q is one-hot on
-// the first candidate.
-func Proposal(q *sample.Distribution, ids []int32, scores []float32, temp float64) {
-	q.IDs = append(q.IDs[:0], ids...)
-	q.P = q.P[:0]
-	m := math.Inf(-1)
-	for _, v := range scores {
-		if x := float64(v); x > m {
-			m = x
-		}
-	}
-	var sum float64
-	for _, v := range scores {
-		p := 0.0
-		if x := float64(v); x == x && !math.IsInf(m, -1) {
-			p = math.Exp((x - m) / temp)
-		}
-		sum += p
-		q.P = append(q.P, float32(p))
-	}
-	if !(sum > 0) || math.IsInf(sum, 0) {
-		q.IDs = append(q.IDs[:0], ids[0])
-		q.P = append(q.P[:0], 1)
-		return
-	}
-	inv := 1 / sum
-	for i := range q.P {
-		q.P[i] = float32(float64(q.P[i]) * inv)
-	}
-	// K is small (16 in published drafts): an insertion sort keeps the pairs together.
-	for i := 1; i < len(q.P); i++ {
-		for j := i; j > 0 && (q.P[j] > q.P[j-1] || q.P[j] == q.P[j-1] && q.IDs[j] < q.IDs[j-1]); j-- {
-			q.P[j], q.P[j-1] = q.P[j-1], q.P[j]
-			q.IDs[j], q.IDs[j-1] = q.IDs[j-1], q.IDs[j]
-		}
-	}
 }
