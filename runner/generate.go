@@ -48,11 +48,13 @@ type Request struct {
 	MaxTokens int   // tokens to emit at most; <= 0 means until a stop token or a full cache
 	Stop      []int // tokens that end generation and are not emitted (usually the target's EOS ids)
 
-	// Drafter, when set, makes decoding speculative; nil decodes plainly.
-	Drafter Drafter
-	// Depth is the depth controller state the caller keeps across requests; nil uses a fresh
-	// one for this request. Only Controlled drafters consult it.
-	Depth *Depth
+	// Session, when set, makes decoding speculative; nil decodes plainly. The caller opened it
+	// (Drafter.Open) and closes it: Generate restores it to the prompt's shared prefix at the
+	// start and settles it at the end, so between requests it is level with the sequence.
+	Session Session
+	// Depth picks each round's draft length, usually the session's drafter's Depth(). The zero
+	// Depth is adaptive with a fresh controller for this request.
+	Depth Depth
 
 	PrefillChunk int              // rows per prefill forward (default DefaultPrefillChunk)
 	Clock        func() time.Time // nil: time.Now; tests inject a fake clock
@@ -61,7 +63,7 @@ type Request struct {
 // Generate decodes req on seq, calling emit with every generated token in order. An error from
 // emit, or ctx being canceled (checked once per round), stops generation early; the error is
 // returned with the statistics so far. Whatever happens, seq stays consistent (its tokens are its
-// cache rows) and the drafter is closed.
+// cache rows) and the session is settled (never closed: its opener closes it).
 func Generate(ctx context.Context, seq *Sequence, req Request, emit func(token int) error) (st Stats, err error) {
 	st.Requests = 1
 	if len(req.Prompt) == 0 {
@@ -83,16 +85,13 @@ func Generate(ctx context.Context, seq *Sequence, req Request, emit func(token i
 	if g.now == nil {
 		g.now = time.Now
 	}
-	g.depth = req.Depth
-	if g.depth == nil {
-		g.depth = &Depth{}
-	}
+	g.depth = req.Depth.orFresh()
 	g.v.s = NewSampler(req.Options, vocab)
-	if d := req.Drafter; d != nil {
+	if d := req.Session; d != nil {
 		g.taps = d.Taps()
 		defer func() {
-			if cerr := d.Close(); cerr != nil && err == nil {
-				err = fmt.Errorf("generate: close drafter: %w", cerr)
+			if serr := d.Settle(); serr != nil && err == nil {
+				err = fmt.Errorf("generate: settle drafting session: %w", serr)
 			}
 		}()
 	}
@@ -110,7 +109,7 @@ type generation struct {
 	emit  func(int) error
 	now   func() time.Time
 	st    *Stats
-	depth *Depth
+	depth Depth
 	vocab int
 	taps  []int
 	v     verifier
@@ -134,13 +133,13 @@ func (g *generation) prefill(ctx context.Context) error {
 	for keep < len(seq.tokens) && keep < len(prompt)-1 && seq.tokens[keep] == prompt[keep] {
 		keep++
 	}
-	if d := g.req.Drafter; d != nil {
+	if d := g.req.Session; d != nil {
 		held, err := d.Restore(keep)
 		if err != nil {
-			return fmt.Errorf("generate: restore drafter to %d rows: %w", keep, err)
+			return fmt.Errorf("generate: restore drafting session to %d rows: %w", keep, err)
 		}
 		if held > keep || held < 0 {
-			return fmt.Errorf("generate: drafter restored %d rows of %d", held, keep)
+			return fmt.Errorf("generate: drafting session restored %d rows of %d", held, keep)
 		}
 		keep = held
 	}
@@ -215,7 +214,7 @@ func (g *generation) keep(tokens []int, kept int) error {
 		}
 	}
 	seq.tokens = append(seq.tokens, tokens[:kept]...)
-	if d := g.req.Drafter; d != nil {
+	if d := g.req.Session; d != nil {
 		taps := g.tapRows[:0]
 		for _, t := range g.res.Taps {
 			hidden := len(t) / len(tokens)
@@ -232,15 +231,12 @@ func (g *generation) keep(tokens []int, kept int) error {
 	return nil
 }
 
-// settler is a drafter that can write its pending context on its own (Session.Settle).
-type settler interface{ Settle() error }
-
 // decode runs rounds until a stop token, MaxTokens, a full cache, cancellation or an error. A
 // round processes [current, d_1..d_n] in one target forward (n = 0 is plain decoding), emits the
 // accepted drafts and one token from the target, and keeps the rows [current, accepted drafts]:
 // the last emitted token becomes the next round's current token and is not in the cache yet.
 func (g *generation) decode(ctx context.Context) error {
-	seq, st, d := g.seq, g.st, g.req.Drafter
+	seq, st, d := g.seq, g.st, g.req.Session
 	current := g.req.Prompt[len(g.req.Prompt)-1]
 	start := g.now()
 	defer func() { st.DecodeTime = g.now().Sub(start) }()
@@ -266,19 +262,14 @@ func (g *generation) decode(ctx context.Context) error {
 		}
 		n := 0
 		if d != nil {
-			limit = min(limit, d.Limit())
-			if d.Controlled() {
-				n = g.depth.Choose(limit)
-			} else {
-				n = max(limit, 0)
-			}
+			n = g.depth.choose(min(limit, d.Limit()))
 		}
 
-		if s, ok := d.(settler); ok && n > 0 {
+		if d != nil && n > 0 {
 			// Pending context rows are written apart from the block, so that the round's time
 			// holds only what its depth costs; the rows are the same whatever the batching.
 			t := g.now()
-			err := s.Settle()
+			err := d.Settle()
 			st.DraftTime += g.now().Sub(t)
 			if err != nil {
 				return fmt.Errorf("generate: draft context at %d: %w", seq.cache.Offset(), err)
@@ -335,8 +326,8 @@ func (g *generation) decode(ctx context.Context) error {
 		st.DraftTime += t1.Sub(t0)
 		st.VerifyTime += t2.Sub(t1)
 		st.OtherTime += t3.Sub(t2)
-		if d != nil && d.Controlled() {
-			g.depth.Observe(len(drafts), accepted, t3.Sub(t0)-g.context)
+		if d != nil {
+			g.depth.observe(len(drafts), accepted, t3.Sub(t0)-g.context)
 		}
 		for _, t := range emitted {
 			g.all = append(g.all, t)

@@ -8,15 +8,31 @@ import (
 	"github.com/dflash/dflash/sample"
 )
 
-// SelectorDepth is how many tokens a DFlash2 selector session drafts every round (DFLASH.md
-// section 5: the depth controller's shallower picks lose more accepted tokens than they save).
+// SelectorDepth is how many tokens a DFlash2 drafter's default policy drafts every round
+// (DFLASH.md section 5: the depth controller's shallower picks lose more accepted tokens than
+// they save).
 const SelectorDepth = 7
 
-// SelectorSession is the DFlash2 drafting session: the DFlash session's context handling (it is
-// a Session underneath: the same buffering, rewinds and restored prefix) with proposals made by
-// walking a model.BlockSelector's slots. It implements Drafter with a fixed depth of
-// min(SelectorDepth, B-1) and Controlled() false, so it neither follows nor trains the depth
-// controller.
+// SelectorDrafter is the long-lived side of a DFlash2 draft. Its default policy is
+// Fixed(min(SelectorDepth, B-1)), which neither follows nor trains a controller.
+type SelectorDrafter struct {
+	draft model.BlockSelector
+}
+
+// NewSelectorDrafter wraps a DFlash2 draft.
+func NewSelectorDrafter(d model.BlockSelector) *SelectorDrafter { return &SelectorDrafter{draft: d} }
+
+// Open starts a selector session with a fresh draft cache for up to capacity target positions.
+func (s *SelectorDrafter) Open(capacity int) Session { return NewSelectorSession(s.draft, capacity) }
+
+// Depth is Fixed(min(SelectorDepth, B-1)).
+func (s *SelectorDrafter) Depth() Depth {
+	return Fixed(max(0, min(SelectorDepth, s.draft.BlockSize()-1)))
+}
+
+// SelectorSession is the DFlash2 drafting session: the DFlash session's context handling (the
+// same buffering, rewinds and restored prefix) with proposals made by walking the Walk that the
+// draft's forward returns.
 //
 // The walk starts from the anchor (the current token, slot 1's predecessor); each slot's
 // candidates are scored given the token chosen for the slot before. At temperature 0 a slot
@@ -27,27 +43,12 @@ const SelectorDepth = 7
 // The draft always runs its full block: its attention is bidirectional and its convolutions
 // expect whole blocks, so fewer rows would change every slot's scores.
 type SelectorSession struct {
-	*Session
-	sel   *selectorDraft
-	depth int
+	draftContext[model.Walk]
 
 	ids    []int32
 	scores []float32
 	drafts []int
 	q      []sample.Distribution
-}
-
-// selectorDraft presents a BlockSelector to the Session as a BlockDraft: its Forward keeps the
-// Walk and returns no logits. Only the SelectorSession, which reads the Walk, ever uses it.
-type selectorDraft struct {
-	model.BlockSelector
-	walk model.Walk
-}
-
-func (a *selectorDraft) Forward(c cache.Cache, ctx []float32, ctxRows int, block []int) ([]float32, error) {
-	w, err := a.BlockSelector.Forward(c, ctx, ctxRows, block)
-	a.walk = w
-	return nil, err
 }
 
 // NewSelectorSession starts a selector session with a fresh draft cache for up to capacity
@@ -59,32 +60,26 @@ func NewSelectorSession(d model.BlockSelector, capacity int) *SelectorSession {
 // NewSelectorSessionCache starts a selector session on an existing draft cache whose rows
 // [0, c.Offset()) are context rows of the target positions they are at (a restored prefix).
 func NewSelectorSessionCache(d model.BlockSelector, c cache.Cache) *SelectorSession {
-	a := &selectorDraft{BlockSelector: d}
-	return &SelectorSession{Session: NewSessionCache(a, c), sel: a, depth: max(0, min(SelectorDepth, d.BlockSize()-1))}
+	return &SelectorSession{draftContext: newDraftContext(d.Forward, d.BlockSize(), d.MaskID(), d.TargetLayers(), c)}
 }
 
-// Limit is the fixed depth: min(SelectorDepth, B-1).
-func (s *SelectorSession) Limit() int { return s.depth }
-
-// Controlled is false: the loop asks for Limit() drafts every round and never feeds the depth
-// controller this session's rounds.
-func (s *SelectorSession) Controlled() bool { return false }
-
-// Propose drafts min(n, Limit()) tokens after current by walking the selector's slots over one
+// Propose drafts min(n, B-1) tokens after current by walking the selector's slots over one
 // full-block draft forward (which also writes every pending context row). q[i] is the sparse
 // proposal d[i] was drawn from (one-hot at temperature 0).
 func (s *SelectorSession) Propose(current, n int, _ []int, smp Sampler) ([]int, []sample.Distribution, error) {
-	if n < 1 || s.frontier == 0 || s.depth < 1 {
+	if err := s.check("propose"); err != nil {
+		return nil, nil, err
+	}
+	if n < 1 || s.frontier == 0 || s.blockSize < 2 {
 		return nil, nil, nil
 	}
-	n = min(n, s.depth)
-	s.sel.walk = nil
-	if _, err := s.forwardBlock(current, s.draft.BlockSize()-1); err != nil {
+	n = min(n, s.blockSize-1)
+	walk, err := s.forwardBlock(current, s.blockSize-1)
+	if err != nil {
 		return nil, nil, fmt.Errorf("selector session: %w", err)
 	}
-	walk := s.sel.walk
 	if walk == nil {
-		return nil, nil, fmt.Errorf("selector session: the draft returned no walk for a block of %d rows", s.draft.BlockSize())
+		return nil, nil, fmt.Errorf("selector session: the draft returned no walk for a block of %d rows", s.blockSize)
 	}
 	var temp float64
 	if !smp.Greedy {

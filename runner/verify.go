@@ -15,7 +15,6 @@ func NewSampler(o sample.Options, vocab int) Sampler {
 	return Sampler{Sampler: sample.New(o, vocab), Greedy: o.Greedy()}
 }
 
-
 // verifier decides a round from the target's logits over [current, d_1..d_n] (DFLASH.md
 // section 1). Row i's target distribution p_{i+1} is built with history + d_1..d_i, the same
 // history the drafter used for q_{i+1}, so penalties see the drafts as generated tokens.

@@ -120,9 +120,13 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return fmt.Errorf("prompt of %d tokens does not fit the context of %d tokens (raise --ctx up to the model's %d)", len(ids), capacity, e.Desc.Context)
 	}
 
-	drafter, depth, err := df.open(e, ids, opts, *n, capacity)
+	drafter, err := df.drafter(e, ids, opts, *n, capacity)
 	if err != nil {
 		return err
+	}
+	var depth runner.Depth
+	if drafter != nil {
+		depth = drafter.Depth()
 	}
 	out := bufio.NewWriter(stdout)
 	defer out.Flush()
@@ -146,8 +150,8 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return nil
 	}
 	seq := runner.NewSequence(e.Target, capacity)
-	st, genErr := runner.Generate(ctx, seq, runner.Request{
-		Prompt: ids, Options: opts, MaxTokens: *n, Stop: e.Stop, Drafter: drafter, Depth: depth,
+	st, genErr := generate(ctx, seq, drafter, depth, runner.Request{
+		Prompt: ids, Options: opts, MaxTokens: *n, Stop: e.Stop,
 	}, emit)
 	if stream != nil {
 		out.WriteString(stream.Flush())
@@ -156,17 +160,12 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		out.WriteString(joinIDs(generated) + "\n")
 	}
 	out.Flush()
-	if drafter != nil {
-		if err := drafter.Close(); err != nil && genErr == nil {
-			genErr = err
-		}
-	}
 	printSummary(stderr, st, drafter != nil, *stats)
 	if genErr != nil && !errors.Is(genErr, context.Canceled) {
 		return genErr
 	}
 	if *compare && genErr == nil {
-		line, err := compareRuns(ctx, e, &df, ids, opts, *n, capacity, drafter != nil)
+		line, err := compareRuns(ctx, e, drafter, ids, opts, *n, capacity)
 		if err != nil {
 			return fmt.Errorf("compare: %w", err)
 		}
@@ -175,10 +174,13 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// compareRuns measures plain and speculative decoding of the same request side by side: three
-// alternating silent runs of each (so host noise hits both alike), medians reported. The
-// streamed run above is not used for the figures: writing to a terminal is not decoding.
-func compareRuns(ctx context.Context, e *engine.Engine, df *draftFlags, ids []int, opts sample.Options, n, capacity int, speculative bool) (string, error) {
+// compareRuns measures plain and speculative decoding (with dr; nil: plain only) of the same
+// request side by side: three alternating silent runs of each (so host noise hits both alike),
+// medians reported. The streamed run above is not used for the figures: writing to a terminal is
+// not decoding. Every speculative run opens its own session and starts an adaptive policy
+// untrained, as a fresh `dflash run` would; the drafter is loaded once.
+func compareRuns(ctx context.Context, e *engine.Engine, dr runner.Drafter, ids []int, opts sample.Options, n, capacity int) (string, error) {
+	speculative := dr != nil
 	var plain, spec []float64
 	var tau float64
 	var tokens int
@@ -193,14 +195,9 @@ func compareRuns(ctx context.Context, e *engine.Engine, df *draftFlags, ids []in
 		if !speculative {
 			continue
 		}
-		d, depth, err := df.open(e, ids, opts, n, capacity)
-		if err != nil {
-			return "", err
-		}
-		st, err = runner.Generate(ctx, runner.NewSequence(e.Target, capacity), runner.Request{
-			Prompt: ids, Options: opts, MaxTokens: n, Stop: e.Stop, Drafter: d, Depth: depth,
+		st, err = generate(ctx, runner.NewSequence(e.Target, capacity), dr, dr.Depth().Fresh(), runner.Request{
+			Prompt: ids, Options: opts, MaxTokens: n, Stop: e.Stop,
 		}, func(int) error { return nil })
-		d.Close()
 		if err != nil {
 			return "", fmt.Errorf("speculative decoding: %w", err)
 		}
@@ -277,7 +274,7 @@ type chatSettings struct {
 // runChat holds a multi-turn conversation. The target's cache is kept between turns: each turn's
 // prompt is the whole rendered conversation, and the runner reuses the rows it shares with the
 // previous turn's cache, so only the new turn is read.
-func runChat(ctx context.Context, e *engine.Engine, df *draftFlags, cs chatSettings, opts sample.Options, stdin io.Reader, stdout, stderr io.Writer) error {
+func runChat(ctx context.Context, e *engine.Engine, df *draftFlags, cs chatSettings, opts sample.Options, stdin io.Reader, stdout, stderr io.Writer) (err error) {
 	if e.Tok == nil {
 		return usagef("--chat needs a model with a tokenizer")
 	}
@@ -302,12 +299,21 @@ func runChat(ctx context.Context, e *engine.Engine, df *draftFlags, cs chatSetti
 		msgs = append(msgs, chat.Message{Role: "system", Content: cs.system})
 	}
 	seq := runner.NewSequence(e.Target, cs.capacity)
-	drafter, depth, err := df.open(e, nil, opts, cs.n, cs.capacity)
+	drafter, err := df.drafter(e, nil, opts, cs.n, cs.capacity)
 	if err != nil {
 		return err
 	}
+	// One session for the whole conversation: it keeps the draft context of the turns so far,
+	// as seq keeps the target's, and the drafter's policy learns across turns.
+	var session runner.Session
+	var depth runner.Depth
 	if drafter != nil {
-		defer drafter.Close()
+		session, depth = drafter.Open(cs.capacity), drafter.Depth()
+		defer func() {
+			if cerr := session.Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("close drafting session: %w", cerr)
+			}
+		}()
 	}
 	in := bufio.NewScanner(stdin)
 	in.Buffer(make([]byte, 1<<20), 1<<20)
@@ -339,7 +345,7 @@ func runChat(ctx context.Context, e *engine.Engine, df *draftFlags, cs chatSetti
 		stream := tokenizer.NewStream(e.Tok)
 		var reply strings.Builder
 		st, err := runner.Generate(ctx, seq, runner.Request{
-			Prompt: ids, Options: opts, MaxTokens: cs.n, Stop: e.Stop, Drafter: drafter, Depth: depth,
+			Prompt: ids, Options: opts, MaxTokens: cs.n, Stop: e.Stop, Session: session, Depth: depth,
 		}, func(tok int) error {
 			s := stream.Add(tok)
 			reply.WriteString(s)

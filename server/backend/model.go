@@ -23,8 +23,10 @@ const PlainTemplate = engine.PlainTemplate
 // workspace); a generation that waits for another honours its context while waiting.
 //
 // Invariant: between generations the drafting session holds context rows for exactly the
-// sequence's cached tokens (runner.Generate closes, that is settles, the session before it
-// returns), so the next request's Restore keeps the same prefix in both.
+// sequence's cached tokens (runner.Generate settles the session before it returns), so the next
+// request's Restore keeps the same prefix in both. The Model opened the session, so the Model
+// closes it: on reset and on Close. The depth policy is the draft's (its controller learns
+// across every request the model serves).
 type Model struct {
 	info   server.ModelInfo
 	e      *engine.Engine
@@ -34,8 +36,7 @@ type Model struct {
 
 	turn    chan struct{} // holds one token while a generation runs
 	seq     *runner.Sequence
-	session runner.Drafter
-	depth   *runner.Depth
+	session runner.Session
 	last    runner.Stats
 	closed  bool
 }
@@ -62,11 +63,19 @@ func open(d *engine.Description, info server.ModelInfo, ctxCap int) (*Model, err
 // session out of step, reusing nothing is the safe choice.
 func (m *Model) reset() {
 	m.seq = runner.NewSequence(m.e.Target, m.ctxLen)
-	m.session = nil
+	m.closeSession()
 	if m.draft != nil {
-		m.session = m.draft.NewSession(m.ctxLen)
+		m.session = m.draft.Drafter.Open(m.ctxLen)
 	}
-	m.depth = &runner.Depth{}
+}
+
+// closeSession ends the drafting session, if any. After a failure its state may be out of step
+// with the sequence, so an error closing it only means there is nothing left worth keeping.
+func (m *Model) closeSession() {
+	if m.session != nil {
+		_ = m.session.Close()
+		m.session = nil
+	}
 }
 
 // Info implements server.Model.
@@ -133,10 +142,10 @@ func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(s
 	stream.Flush()
 	rr := runner.Request{
 		Prompt: req.Prompt, Options: sampleOptions(req.Options), MaxTokens: req.MaxTokens,
-		Stop: m.e.Stop, Depth: m.depth,
+		Stop: m.e.Stop,
 	}
 	if m.session != nil {
-		rr.Drafter = m.session
+		rr.Session, rr.Depth = m.session, m.draft.Drafter.Depth()
 	}
 	var emitErr error
 	st, err := runner.Generate(ctx, m.seq, rr, func(id int) error {
@@ -189,6 +198,7 @@ func (m *Model) Close() error {
 		return errors.New("backend: model closed twice")
 	}
 	m.closed = true
-	m.e, m.seq, m.session, m.draft, m.tmpl = nil, nil, nil, nil, engine.Template{}
+	m.closeSession()
+	m.e, m.seq, m.draft, m.tmpl = nil, nil, nil, engine.Template{}
 	return nil
 }
