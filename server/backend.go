@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"time"
+
+	"github.com/dflash/dflash/sample"
 )
 
 // Backend loads models by name. The server knows models only through it: package server/backend
@@ -67,27 +69,13 @@ type ChatOptions struct {
 	AddGenerationPrompt bool
 }
 
-// SampleOptions are the sampling controls of one generation. The server fills every field
-// (with the API's documented default where a request leaves one out); a backend should not
-// apply defaults of its own.
-type SampleOptions struct {
-	Temperature      float64 // 0 means greedy
-	TopK             int     // 0 disables
-	TopP             float64 // 1 disables
-	MinP             float64 // 0 disables
-	Seed             int64
-	HasSeed          bool    // false: the backend picks a random seed
-	RepeatPenalty    float64 // 1 disables
-	RepeatLastN      int
-	PresencePenalty  float64
-	FrequencyPenalty float64
-}
-
 // GenRequest is one generation.
 type GenRequest struct {
 	Prompt    []int // tokenized prompt, already checked to fit the context
 	MaxTokens int   // > 0; the server clips it so prompt + generated fits the context
-	Options   SampleOptions
+	// Options are the sampler's, filled by the server with every API default applied (a request
+	// without a seed has a random one); a backend uses them as they are.
+	Options sample.Options
 	// Stop strings are matched by the server on the emitted text (it cancels through emit),
 	// so a backend handles only its own end-of-sequence tokens.
 }

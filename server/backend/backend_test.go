@@ -17,6 +17,7 @@ import (
 	"github.com/dflash/dflash/model/dflash"
 	"github.com/dflash/dflash/model/dflash2"
 	"github.com/dflash/dflash/runner"
+	"github.com/dflash/dflash/sample"
 	"github.com/dflash/dflash/server"
 	"github.com/dflash/dflash/server/backend"
 )
@@ -114,7 +115,7 @@ func (c *collected) emit(tok server.Token) error {
 	return nil
 }
 
-var greedy = server.SampleOptions{Temperature: 0, TopP: 1, RepeatPenalty: 1, RepeatLastN: 64}
+var greedy = sample.Options{Temperature: 0, TopP: 1, RepeatPenalty: 1, PenaltyWindow: 64}
 
 func generate(t *testing.T, m *backend.Model, prompt []int, n int) (*collected, server.GenResult) {
 	t.Helper()

@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 
 	"github.com/dflash/dflash/engine"
 	"github.com/dflash/dflash/model/transformer"
 	"github.com/dflash/dflash/runner"
-	"github.com/dflash/dflash/sample"
 	"github.com/dflash/dflash/server"
 	"github.com/dflash/dflash/tokenizer"
 	"github.com/dflash/dflash/tokenizer/chat"
@@ -100,27 +98,6 @@ func chatMessages(msgs []server.ChatMessage) []chat.Message {
 	return cm
 }
 
-// sampleOptions maps the server's options onto the sampler's. ollama's repeat_last_n 0 means a
-// window of no tokens (penalties off), where the sampler's 0 means its default window.
-func sampleOptions(o server.SampleOptions) sample.Options {
-	s := sample.Options{
-		Temperature: float32(o.Temperature), TopK: o.TopK, TopP: float32(o.TopP), MinP: float32(o.MinP),
-		RepeatPenalty: float32(o.RepeatPenalty), PresencePenalty: float32(o.PresencePenalty),
-		FrequencyPenalty: float32(o.FrequencyPenalty), PenaltyWindow: o.RepeatLastN,
-		Seed: uint64(o.Seed),
-	}
-	if !o.HasSeed {
-		s.Seed = rand.Uint64()
-	}
-	if o.RepeatLastN == 0 {
-		s.RepeatPenalty, s.PresencePenalty, s.FrequencyPenalty = 1, 0, 0
-	}
-	if o.RepeatLastN < 0 {
-		s.PenaltyWindow = -1
-	}
-	return s
-}
-
 // Generate implements server.Model. The text of each token comes from a tokenizer.Stream that
 // first sees the prompt's last token (so a SentencePiece space after BOS is treated as in
 // running text); a character left incomplete at the end is emitted as a final piece with ID -1.
@@ -141,7 +118,7 @@ func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(s
 	stream.Add(req.Prompt[len(req.Prompt)-1])
 	stream.Flush()
 	rr := runner.Request{
-		Prompt: req.Prompt, Options: sampleOptions(req.Options), MaxTokens: req.MaxTokens,
+		Prompt: req.Prompt, Options: req.Options, MaxTokens: req.MaxTokens,
 		Stop: m.e.Stop,
 	}
 	if m.session != nil {
