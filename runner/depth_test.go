@@ -198,7 +198,7 @@ func TestDepthInLoop(t *testing.T) {
 func runTarget(t *testing.T, seq *Sequence, req Request) ([]int, Stats) {
 	t.Helper()
 	var out []int
-	st, err := Generate(t.Context(), seq, req, func(tok int) error { out = append(out, tok); return nil })
+	st, err := Generate(t.Context(), seq, req, func(tok Token) error { out = append(out, tok.ID); return nil })
 	if err != nil {
 		t.Fatalf("Generate: %v", err)
 	}

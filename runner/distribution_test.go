@@ -168,7 +168,7 @@ func TestSampledSpeculationMatchesPlainDistribution(t *testing.T) {
 				o.Seed = seedBase + uint64(r)
 				var out []int
 				st, err := Generate(context.Background(), seq, Request{Prompt: prompt, Options: o, MaxTokens: distSteps, Stop: oc.stop, Session: d, Depth: Fixed(3), Clock: fakeClock()},
-					func(tok int) error { out = append(out, tok); return nil })
+					func(tok Token) error { out = append(out, tok.ID); return nil })
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -35,7 +35,7 @@ func generate(t *testing.T, target model.Target, prompt []int, n int, stop []int
 	var out []int
 	seq := runner.NewSequence(target, 512)
 	st, err := runner.Generate(context.Background(), seq, runner.Request{Prompt: prompt, Options: opts, MaxTokens: n, Stop: stop, Session: d, Depth: depth},
-		func(tok int) error { out = append(out, tok); return nil })
+		func(tok runner.Token) error { out = append(out, tok.ID); return nil })
 	if err != nil {
 		t.Fatal(err)
 	}

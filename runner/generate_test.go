@@ -33,8 +33,8 @@ func run(t *testing.T, target *fake.Target, seq *Sequence, req Request) ([]int, 
 		req.Clock = fakeClock()
 	}
 	var out []int
-	st, err := Generate(context.Background(), seq, req, func(tok int) error {
-		out = append(out, tok)
+	st, err := Generate(context.Background(), seq, req, func(tok Token) error {
+		out = append(out, tok.ID)
 		return nil
 	})
 	if err != nil {
@@ -239,8 +239,8 @@ func TestGenerateStopsEarly(t *testing.T) {
 	errGone := errors.New("client gone")
 	seq := NewSequence(target, 64)
 	var got []int
-	st, err := Generate(context.Background(), seq, Request{Prompt: prompt, MaxTokens: 20}, func(tok int) error {
-		got = append(got, tok)
+	st, err := Generate(context.Background(), seq, Request{Prompt: prompt, MaxTokens: 20}, func(tok Token) error {
+		got = append(got, tok.ID)
 		if len(got) == 3 {
 			return errGone
 		}

@@ -53,7 +53,7 @@ func TestWhoeverOpensCloses(t *testing.T) {
 	}
 	// A request stopped by its consumer still settles the session.
 	stop := errors.New("consumer gone")
-	if _, err := Generate(t.Context(), seq, Request{Prompt: prompt, MaxTokens: 8, Session: s, Depth: Fixed(3), Clock: fakeClock()}, func(int) error { return stop }); !errors.Is(err, stop) {
+	if _, err := Generate(t.Context(), seq, Request{Prompt: prompt, MaxTokens: 8, Session: s, Depth: Fixed(3), Clock: fakeClock()}, func(Token) error { return stop }); !errors.Is(err, stop) {
 		t.Fatalf("Generate: %v, want the consumer's error", err)
 	}
 	if rec.opens != 1 || rec.restores != 4 || rec.closes != 0 {

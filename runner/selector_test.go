@@ -229,7 +229,7 @@ func TestSelectorFixedDepth(t *testing.T) {
 	dr := NewSelectorDrafter(sel)
 	rec := &depthRecorder{Session: dr.Open(256), prompt: len(prompt)}
 	seq := NewSequence(target, 256)
-	st, err := Generate(context.Background(), seq, Request{Prompt: prompt, MaxTokens: maxTokens, Session: rec, Depth: dr.Depth(), Clock: fakeClock()}, func(int) error { return nil })
+	st, err := Generate(context.Background(), seq, Request{Prompt: prompt, MaxTokens: maxTokens, Session: rec, Depth: dr.Depth(), Clock: fakeClock()}, func(Token) error { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +253,7 @@ func TestSelectorFixedDepth(t *testing.T) {
 	adaptive := WithDepth(dr, Adaptive(ctl))
 	rec = &depthRecorder{Session: adaptive.Open(256), prompt: len(prompt)}
 	seq = NewSequence(target, 256)
-	st, err = Generate(context.Background(), seq, Request{Prompt: prompt, MaxTokens: maxTokens, Session: rec, Depth: adaptive.Depth(), Clock: fakeClock()}, func(int) error { return nil })
+	st, err = Generate(context.Background(), seq, Request{Prompt: prompt, MaxTokens: maxTokens, Session: rec, Depth: adaptive.Depth(), Clock: fakeClock()}, func(Token) error { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +298,7 @@ func TestSelectorGreedyMatchesPlain(t *testing.T) {
 	gen := func(d Session) ([]int, Stats) {
 		var out []int
 		st, err := Generate(context.Background(), NewSequence(target, 256), Request{Prompt: prompt, MaxTokens: 40, Session: d, Depth: NewSelectorDrafter(draft).Depth(), Clock: fakeClock()},
-			func(tok int) error { out = append(out, tok); return nil })
+			func(tok Token) error { out = append(out, tok.ID); return nil })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -341,7 +341,7 @@ func TestSelectorSampledMatchesPlainDistribution(t *testing.T) {
 			oo.Seed = 1<<33 + uint64(r)
 			var out []int
 			st, err := Generate(context.Background(), seq, Request{Prompt: prompt, Options: oo, MaxTokens: distSteps, Session: d, Depth: dr.Depth(), Clock: fakeClock()},
-				func(tok int) error { out = append(out, tok); return nil })
+				func(tok Token) error { out = append(out, tok.ID); return nil })
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -159,7 +159,7 @@ func greedyTau(t *testing.T, tg model.Target, dir string, prompts [][]int, n int
 		st, err := runner.Generate(context.Background(), seq, runner.Request{
 			Prompt: p, Options: sample.Options{}, MaxTokens: n, Session: s,
 			Depth: runner.Fixed(d.BlockSize() - 1),
-		}, func(int) error { return nil })
+		}, func(runner.Token) error { return nil })
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -167,7 +167,7 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 			cont = cont[:0]
 			seq := runner.NewSequence(e.Target, capacity)
 			st, err := runner.Generate(context.Background(), seq, runner.Request{Prompt: p, Options: o, MaxTokens: *n, Stop: e.Stop},
-				func(t int) error { cont = append(cont, t); return nil })
+				func(t runner.Token) error { cont = append(cont, t.ID); return nil })
 			if err != nil {
 				return 0, nil, err
 			}
@@ -309,7 +309,7 @@ func benchSpeculation(e *engine.Engine, rep *benchReport, draft, depthsFlag stri
 			}
 			return generate(context.Background(), runner.NewSequence(e.Target, capacity), drafter, depth, runner.Request{
 				Prompt: p, Options: opts, MaxTokens: n, Stop: e.Stop,
-			}, func(int) error { return nil })
+			}, func(runner.Token) error { return nil })
 		}
 		if d == 0 && draft != "oracle" {
 			for _, p := range prompts {
@@ -352,7 +352,7 @@ func plainOnce(e *engine.Engine, prompt []int, n, capacity int) (float64, []int,
 	var cont []int
 	seq := runner.NewSequence(e.Target, capacity)
 	st, err := runner.Generate(context.Background(), seq, runner.Request{Prompt: prompt, MaxTokens: n, Stop: e.Stop},
-		func(t int) error { cont = append(cont, t); return nil })
+		func(t runner.Token) error { cont = append(cont, t.ID); return nil })
 	if err != nil {
 		return 0, nil, err
 	}

@@ -64,7 +64,7 @@ func (d *draftFlags) drafter(e *engine.Engine, prompt []int, opts sample.Options
 
 // generate runs one request on seq, speculating with a session of dr (nil: plain decoding)
 // under depth. It opens the session and closes it: a `dflash run` sequence serves one request.
-func generate(ctx context.Context, seq *runner.Sequence, dr runner.Drafter, depth runner.Depth, req runner.Request, emit func(int) error) (runner.Stats, error) {
+func generate(ctx context.Context, seq *runner.Sequence, dr runner.Drafter, depth runner.Depth, req runner.Request, emit func(runner.Token) error) (runner.Stats, error) {
 	if dr == nil {
 		return runner.Generate(ctx, seq, req, emit)
 	}
@@ -81,7 +81,7 @@ func greedyContinuation(e *engine.Engine, prompt []int, n, capacity int) ([]int,
 	var cont []int
 	seq := runner.NewSequence(e.Target, capacity)
 	_, err := runner.Generate(context.Background(), seq, runner.Request{Prompt: prompt, MaxTokens: n, Stop: e.Stop},
-		func(t int) error { cont = append(cont, t); return nil })
+		func(t runner.Token) error { cont = append(cont, t.ID); return nil })
 	if err != nil {
 		return nil, fmt.Errorf("oracle: plain greedy pass: %w", err)
 	}

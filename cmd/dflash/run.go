@@ -40,6 +40,8 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	stats := fs.Bool("stats", false, "print detailed decoding and speculation statistics")
 	ctxLen := fs.Int("ctx", 0, fmt.Sprintf("context length in tokens (default: the model's, at most %d)", defaultContext))
 	compare := fs.Bool("compare", false, "also decode plainly (same prompt and options) and print both speeds measured in this run")
+	var stops stringsFlag
+	fs.Var(&stops, "stop", "end the output at the first occurrence of this text, which is not printed (repeatable; needs a tokenizer)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -89,7 +91,7 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	defer stop()
 
 	if *chatMode {
-		return runChat(ctx, e, &df, chatSettings{system: *system, think: *think, n: *n, capacity: capacity, stats: *stats}, opts, stdin, stdout, stderr)
+		return runChat(ctx, e, &df, chatSettings{system: *system, think: *think, n: *n, capacity: capacity, stats: *stats, stops: stops}, opts, stdin, stdout, stderr)
 	}
 
 	var ids []int
@@ -130,19 +132,29 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	out := bufio.NewWriter(stdout)
 	defer out.Flush()
+	if len(stops) > 0 && e.Tok == nil {
+		return usagef("--stop needs a tokenizer to see the text (--tokenizer)")
+	}
 	var generated []int
+	// The runner turns tokens into text through the stream (so stop strings see it) whenever
+	// the model has a tokenizer; the text is printed unless ids are.
 	var stream *tokenizer.Stream
-	if !*printIDs && e.Tok != nil {
+	printText := !*printIDs && e.Tok != nil
+	if e.Tok != nil {
 		stream = tokenizer.NewStream(e.Tok)
 		for _, id := range ids {
-			out.WriteString(stream.Add(id))
+			if s := stream.Add(id); printText {
+				out.WriteString(s)
+			}
 		}
 		out.Flush()
 	}
-	emit := func(tok int) error {
-		generated = append(generated, tok)
-		if stream != nil {
-			out.WriteString(stream.Add(tok))
+	emit := func(t runner.Token) error {
+		if t.ID >= 0 {
+			generated = append(generated, t.ID)
+		}
+		if printText {
+			out.WriteString(t.Text)
 			// Flush per token so the text streams; the buffered writer coalesces the bytes of
 			// one token's text into one write.
 			return out.Flush()
@@ -150,10 +162,12 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return nil
 	}
 	seq := runner.NewSequence(e.Target, capacity)
-	st, genErr := generate(ctx, seq, drafter, depth, runner.Request{
-		Prompt: ids, Options: opts, MaxTokens: *n, Stop: e.Stop,
-	}, emit)
+	req := runner.Request{Prompt: ids, Options: opts, MaxTokens: *n, Stop: e.Stop, StopStrings: stops}
 	if stream != nil {
+		req.Text = stream
+	}
+	st, genErr := generate(ctx, seq, drafter, depth, req, emit)
+	if printText {
 		out.WriteString(stream.Flush())
 		out.WriteString("\n")
 	} else {
@@ -165,7 +179,7 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return genErr
 	}
 	if *compare && genErr == nil {
-		line, err := compareRuns(ctx, e, drafter, ids, opts, *n, capacity)
+		line, err := compareRuns(ctx, e, drafter, ids, stops, opts, *n, capacity)
 		if err != nil {
 			return fmt.Errorf("compare: %w", err)
 		}
@@ -179,15 +193,25 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 // medians reported. The streamed run above is not used for the figures: writing to a terminal is
 // not decoding. Every speculative run opens its own session and starts an adaptive policy
 // untrained, as a fresh `dflash run` would; the drafter is loaded once.
-func compareRuns(ctx context.Context, e *engine.Engine, dr runner.Drafter, ids []int, opts sample.Options, n, capacity int) (string, error) {
+func compareRuns(ctx context.Context, e *engine.Engine, dr runner.Drafter, ids []int, stops []string, opts sample.Options, n, capacity int) (string, error) {
 	speculative := dr != nil
+	// The same request as the streamed run, stop strings included (each run reads its own text).
+	request := func() runner.Request {
+		r := runner.Request{Prompt: ids, Options: opts, MaxTokens: n, Stop: e.Stop, StopStrings: stops}
+		if len(stops) > 0 {
+			s := tokenizer.NewStream(e.Tok)
+			for _, id := range ids {
+				s.Add(id)
+			}
+			r.Text = s
+		}
+		return r
+	}
 	var plain, spec []float64
 	var tau float64
 	var tokens int
 	for r := 0; r < 3; r++ {
-		st, err := runner.Generate(ctx, runner.NewSequence(e.Target, capacity), runner.Request{
-			Prompt: ids, Options: opts, MaxTokens: n, Stop: e.Stop,
-		}, func(int) error { return nil })
+		st, err := runner.Generate(ctx, runner.NewSequence(e.Target, capacity), request(), func(runner.Token) error { return nil })
 		if err != nil {
 			return "", fmt.Errorf("plain decoding: %w", err)
 		}
@@ -195,9 +219,7 @@ func compareRuns(ctx context.Context, e *engine.Engine, dr runner.Drafter, ids [
 		if !speculative {
 			continue
 		}
-		st, err = generate(ctx, runner.NewSequence(e.Target, capacity), dr, dr.Depth().Fresh(), runner.Request{
-			Prompt: ids, Options: opts, MaxTokens: n, Stop: e.Stop,
-		}, func(int) error { return nil })
+		st, err = generate(ctx, runner.NewSequence(e.Target, capacity), dr, dr.Depth().Fresh(), request(), func(runner.Token) error { return nil })
 		if err != nil {
 			return "", fmt.Errorf("speculative decoding: %w", err)
 		}
@@ -269,6 +291,7 @@ type chatSettings struct {
 	system, think string
 	n, capacity   int
 	stats         bool
+	stops         []string
 }
 
 // runChat holds a multi-turn conversation. The target's cache is kept between turns: each turn's
@@ -345,11 +368,11 @@ func runChat(ctx context.Context, e *engine.Engine, df *draftFlags, cs chatSetti
 		stream := tokenizer.NewStream(e.Tok)
 		var reply strings.Builder
 		st, err := runner.Generate(ctx, seq, runner.Request{
-			Prompt: ids, Options: opts, MaxTokens: cs.n, Stop: e.Stop, Session: session, Depth: depth,
-		}, func(tok int) error {
-			s := stream.Add(tok)
-			reply.WriteString(s)
-			_, err := io.WriteString(stdout, s)
+			Prompt: ids, Options: opts, MaxTokens: cs.n, Stop: e.Stop, StopStrings: cs.stops, Text: stream,
+			Session: session, Depth: depth,
+		}, func(t runner.Token) error {
+			reply.WriteString(t.Text)
+			_, err := io.WriteString(stdout, t.Text)
 			return err
 		})
 		rest := stream.Flush()
@@ -373,3 +396,9 @@ func runChat(ctx context.Context, e *engine.Engine, df *draftFlags, cs chatSetti
 	printSummary(stderr, total, drafter != nil, cs.stats)
 	return nil
 }
+
+// stringsFlag is a repeatable string flag.
+type stringsFlag []string
+
+func (f *stringsFlag) String() string     { return strings.Join(*f, ", ") }
+func (f *stringsFlag) Set(s string) error { *f = append(*f, s); return nil }

@@ -233,7 +233,7 @@ func cmdTrainDraft(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 			seq := runner.NewSequence(e.Target, len(s.Tokens)+dr.BlockSize+8)
 			sess := dr.Drafter.Open(len(s.Tokens) + dr.BlockSize + 8)
 			one, err := runner.Generate(ctx, seq, runner.Request{Prompt: prompt, MaxTokens: len(s.Tokens) - len(prompt), Stop: e.Stop,
-				Session: sess, Depth: depth}, func(int) error { return nil })
+				Session: sess, Depth: depth}, func(runner.Token) error { return nil })
 			if cerr := sess.Close(); cerr != nil && err == nil {
 				err = cerr
 			}

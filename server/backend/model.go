@@ -100,7 +100,9 @@ func chatMessages(msgs []server.ChatMessage) []chat.Message {
 
 // Generate implements server.Model. The text of each token comes from a tokenizer.Stream that
 // first sees the prompt's last token (so a SentencePiece space after BOS is treated as in
-// running text); a character left incomplete at the end is emitted as a final piece with ID -1.
+// running text); the runner applies the end-of-sequence ids and the request's stop strings, and
+// text it held back (an incomplete character, a possible start of a stop string) is emitted as
+// a final piece with ID -1.
 func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(server.Token) error) (server.GenResult, error) {
 	select {
 	case m.turn <- struct{}{}:
@@ -119,14 +121,14 @@ func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(s
 	stream.Flush()
 	rr := runner.Request{
 		Prompt: req.Prompt, Options: req.Options, MaxTokens: req.MaxTokens,
-		Stop: m.e.Stop,
+		Stop: m.e.Stop, StopStrings: req.Stop, Text: stream,
 	}
 	if m.session != nil {
 		rr.Session, rr.Depth = m.session, m.draft.Drafter.Depth()
 	}
 	var emitErr error
-	st, err := runner.Generate(ctx, m.seq, rr, func(id int) error {
-		emitErr = emit(server.Token{ID: id, Text: stream.Add(id)})
+	st, err := runner.Generate(ctx, m.seq, rr, func(t runner.Token) error {
+		emitErr = emit(server.Token{ID: t.ID, Text: t.Text})
 		return emitErr
 	})
 	m.last = st
@@ -134,11 +136,6 @@ func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(s
 		// The runner failed (not a cancellation, not the server stopping us through emit): the
 		// caches may be out of step, so the next request starts afresh.
 		m.reset()
-	}
-	if err == nil && st.DecodeTokens > 0 {
-		if rest := stream.Flush(); rest != "" {
-			err = emit(server.Token{ID: -1, Text: rest})
-		}
 	}
 	return result(st, len(req.Prompt), m.session != nil), err
 }
