@@ -292,28 +292,25 @@ func benchSpeculation(e *engine.Engine, rep *benchReport, draft, depthsFlag stri
 		// (a fixed one has no state). An adaptive one first learns over one unmeasured pass: the
 		// figure is the steady state a server reaches, not the first request of a cold process
 		// (`dflash run`). The draft is loaded once; every run opens and closes its own session.
-		var depth runner.Depth
+		var drafter runner.Drafter
 		if dr != nil {
-			depth = runner.Fixed(d)
+			drafter = runner.WithDepth(dr.Drafter, runner.Fixed(d))
 			if d == 0 {
-				depth = dr.Drafter.Depth().Fresh()
+				drafter = runner.WithDepth(dr.Drafter, dr.Drafter.Depth().Fresh())
 			}
 		}
-		generate := func(p, cont []int) (runner.Stats, error) {
-			drafter := runner.Drafter(nil)
+		speculate := func(p, cont []int) (runner.Stats, error) {
+			dr := drafter
 			if draft == "oracle" {
-				o := &runner.OracleDrafter{Tokens: append(append([]int(nil), p...), cont...), Limit: d, Vocab: e.Target.Config().Vocab}
-				drafter, depth = o, o.Depth()
-			} else {
-				drafter = dr.Drafter
+				dr = &runner.OracleDrafter{Tokens: append(append([]int(nil), p...), cont...), Limit: d, Vocab: e.Target.Config().Vocab}
 			}
-			return generate(context.Background(), runner.NewSequence(e.Target, capacity), drafter, depth, runner.Request{
+			return generate(context.Background(), runner.NewSequence(e.Target, capacity), dr, dr.Depth(), runner.Request{
 				Prompt: p, Options: opts, MaxTokens: n, Stop: e.Stop,
 			}, func(runner.Token) error { return nil })
 		}
 		if d == 0 && draft != "oracle" {
 			for _, p := range prompts {
-				if _, err := generate(p, nil); err != nil {
+				if _, err := speculate(p, nil); err != nil {
 					return err
 				}
 			}
@@ -326,7 +323,7 @@ func benchSpeculation(e *engine.Engine, rep *benchReport, draft, depthsFlag stri
 			var rates []float64
 			var tau float64
 			for r := 0; r < reps; r++ {
-				st, err := generate(p, cont)
+				st, err := speculate(p, cont)
 				if err != nil {
 					return err
 				}
