@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/dflash/dflash/internal/splitmix"
 	"github.com/dflash/dflash/sample"
 )
 
@@ -30,10 +31,12 @@ func (o *OracleDrafter) Depth() Depth { return Fixed(o.Limit) }
 type oracleSession struct {
 	o        *OracleDrafter
 	frontier int // position of the current token: rows [0, frontier) are committed
-	rng      uint64
-	drafts   []int
-	q        []sample.Distribution
-	closed   bool
+	// rng is the noise stream: it needs only to be reproducible and independent of the
+	// request's sampler.
+	rng    splitmix.Stream
+	drafts []int
+	q      []sample.Distribution
+	closed bool
 }
 
 var errClosed = errors.New("session closed")
@@ -46,7 +49,7 @@ func (s *oracleSession) Restore(keep int) (int, error) {
 		return 0, fmt.Errorf("oracle: restore: %w", errClosed)
 	}
 	s.frontier = keep
-	s.rng = s.o.Seed
+	s.rng = splitmix.Stream{State: s.o.Seed}
 	return keep, nil
 }
 
@@ -74,8 +77,8 @@ func (s *oracleSession) Propose(current, n int, _ []int, _ Sampler) ([]int, []sa
 	}
 	for i := s.frontier + 1; i < len(o.Tokens) && len(s.drafts) < n; i++ {
 		tok := o.Tokens[i]
-		if o.Noise > 0 && o.Vocab > 0 && s.uniform() < o.Noise {
-			tok = int(s.next() % uint64(o.Vocab))
+		if o.Noise > 0 && o.Vocab > 0 && s.rng.Float64() < o.Noise {
+			tok = int(s.rng.Next() % uint64(o.Vocab))
 		}
 		s.drafts = append(s.drafts, tok)
 	}
@@ -104,15 +107,3 @@ func (s *oracleSession) Close() error {
 	s.closed = true
 	return nil
 }
-
-// next is splitmix64: the oracle's noise needs only to be reproducible and independent of the
-// request's sampler.
-func (s *oracleSession) next() uint64 {
-	s.rng += 0x9e3779b97f4a7c15
-	z := s.rng
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-	return z ^ (z >> 31)
-}
-
-func (s *oracleSession) uniform() float64 { return float64(s.next()>>11) / (1 << 53) }
