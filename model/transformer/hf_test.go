@@ -485,11 +485,11 @@ func TestRewindLeavesNoTrace(t *testing.T) {
 	if _, err := m.Forward(c, model.Request{Tokens: prefix}); err != nil {
 		t.Fatal(err)
 	}
-	snap := c.Snapshot()
+	mark := c.Offset()
 	if _, err := m.Forward(c, model.Request{Tokens: rejected, Logits: model.LogitsAll}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Rewind(snap.Offset); err != nil {
+	if err := c.Rewind(mark); err != nil {
 		t.Fatal(err)
 	}
 	got, err := m.Forward(c, model.Request{Tokens: kept, Logits: model.LogitsAll})

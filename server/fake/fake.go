@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dflash/dflash/runner/stop"
 	"github.com/dflash/dflash/server"
 )
 
@@ -175,8 +176,9 @@ func (m *Model) RenderChat(msgs []server.ChatMessage, opts server.ChatOptions) (
 	return b.String(), nil
 }
 
-// Generate emits Words in order (cycling when Length asks for more), stopping after MaxTokens or
-// at the end of the sequence.
+// Generate emits Words in order (cycling when Length asks for more), stopping after MaxTokens,
+// at a stop string (through the same stop.Matcher the real backend's runner uses) or at the end
+// of the sequence.
 func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(server.Token) error) (res server.GenResult, err error) {
 	if m.closed.Load() {
 		return server.GenResult{}, errors.New("fake: generate on a closed model")
@@ -190,6 +192,14 @@ func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(s
 		res.EvalDuration = time.Since(start)
 		if s := res.Speculation; s != nil && s.Rounds > 0 {
 			s.Tau = float64(res.EvalTokens) / float64(s.Rounds)
+		}
+	}()
+	stops := stop.New(nil, req.Stop)
+	defer func() {
+		if err == nil && res.DoneReason != "" {
+			if rest := stops.Flush(); rest != "" {
+				err = emit(server.Token{ID: -1, Text: rest})
+			}
 		}
 	}()
 	n := len(Words)
@@ -218,8 +228,13 @@ func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(s
 			}
 			s.Accepted++
 		}
-		if err = emit(server.Token{ID: 100 + i%len(Words), Text: w}); err != nil {
+		text, hit := stops.Text(w)
+		if err = emit(server.Token{ID: 100 + i%len(Words), Text: text}); err != nil {
 			return res, err
+		}
+		if hit {
+			res.DoneReason = "stop"
+			return res, nil
 		}
 	}
 	res.DoneReason = "stop"
