@@ -35,7 +35,7 @@ const chunkRows = 32
 
 type layer struct {
 	inNorm, postNorm []float32 // [Hidden]
-	attn             Attn
+	attn             nn.AttnWeights
 	gate, up, down   *kernel.Matrix
 	vis              nn.Visibility
 }
@@ -51,8 +51,7 @@ type Draft struct {
 	hiddenNorm []float32
 	norm       []float32
 	layers     []layer
-	heads      Heads // its Rope grows with the caches (see grow)
-	attn       nn.Attention
+	heads      nn.Heads // its Rope grows with the caches (see grow)
 	dtype      kernel.DType
 	ws         workspace
 	// partScores is each block part's attention scratch; its length is the most parts a block
@@ -62,15 +61,13 @@ type Draft struct {
 	phaseFn    func(part int) // d.runPhase, bound once so that a forward allocates nothing
 }
 
-// workspace holds every buffer a forward writes; all are sized at construction except scores,
-// which NewCache grows to the longest span a cache allows.
+// workspace holds every buffer a forward writes, all sized at construction.
 type workspace struct {
 	feat     []float32 // chunkRows x Hidden: context features hidden_norm(fc(taps))
 	x, xn    []float32 // B x Hidden: block residual stream and its normed copy
 	tmp      []float32 // B x Hidden
 	q, att   []float32 // B x Heads*HeadDim
 	gate, up []float32 // B x Intermediate
-	scores   []float32
 	logits   []float32 // B x Vocab
 }
 
@@ -109,20 +106,17 @@ func (d *Draft) WeightBytes() int64 {
 }
 
 // NewCache allocates keys and values for capacity rows (context plus one block), with the
-// head-major copies attention reads for heads of up to 16 (see NewKV), and grows the rotary
-// tables and score buffer so that forwards on it never allocate. Forward also accepts a plain
-// *cache.KV, on which attention runs over rows (same values to rounding, other bits).
+// head-major copies attention reads for the target's shapes (nn.Attention.NewKV), and grows the
+// rotary tables and score buffers so that forwards on it never allocate. Forward also accepts a
+// plain *cache.KV, on which attention runs over rows (same values to rounding, other bits).
 func (d *Draft) NewCache(capacity int) cache.Cache {
 	capacity = max(capacity, 1)
 	d.grow(capacity)
-	return NewKV(d.cfg.Layers, capacity, d.cfg.KVHeads, d.cfg.HeadDim)
+	return d.heads.NewKV(d.cfg.Layers, capacity)
 }
 
 func (d *Draft) grow(positions int) {
 	d.heads.Rope.Grow(positions)
-	if len(d.ws.scores) < positions {
-		d.ws.scores = make([]float32, positions)
-	}
 	d.partScores.Grow(positions)
 }
 
@@ -272,9 +266,8 @@ func build(cfg Config, target model.Target, src source) (*Draft, error) {
 		return nil, errors.New("weights incomplete")
 	}
 	inv := (&hf.Config{RopeTheta: cfg.RopeTheta, RopeScaling: cfg.RopeScaling}).RopeInvFreq(cfg.HeadDim)
-	d.heads = Heads{Heads: cfg.Heads, KVHeads: cfg.KVHeads, HeadDim: cfg.HeadDim, Eps: float32(cfg.RMSEps),
+	d.heads = nn.Heads{Attention: nn.NewAttention(cfg.Heads, cfg.KVHeads, cfg.HeadDim), Eps: float32(cfg.RMSEps),
 		Rope: nn.NewRoPE(nn.RotateHalf, cfg.HeadDim, inv, 256)}
-	d.attn = nn.NewAttention(cfg.Heads, cfg.KVHeads, cfg.HeadDim)
 	b := cfg.BlockSize
 	d.ws = workspace{
 		feat:   make([]float32, chunkRows*h),
@@ -285,7 +278,6 @@ func build(cfg Config, target model.Target, src source) (*Draft, error) {
 		att:    make([]float32, b*qw),
 		gate:   make([]float32, b*cfg.Intermediate),
 		up:     make([]float32, b*cfg.Intermediate),
-		scores: make([]float32, 256),
 		logits: make([]float32, b*cfg.Vocab),
 	}
 	d.partScores = nn.NewPartScratch(256)
@@ -300,7 +292,7 @@ func build(cfg Config, target model.Target, src source) (*Draft, error) {
 // row 0 (the anchor's) included; it is nil for a context-only write. Everything is checked
 // before the cache is touched, so on error c is unchanged.
 func (d *Draft) Forward(c cache.Cache, ctx []float32, ctxRows int, block []int) ([]float32, error) {
-	kv, ok := AsKV(c)
+	kv, ok := nn.AsKV(c)
 	if !ok {
 		return nil, fmt.Errorf("dflash: forward needs a cache from NewCache or a *cache.KV, got %T", c)
 	}
@@ -334,12 +326,13 @@ func (d *Draft) Forward(c cache.Cache, ctx []float32, ctxRows int, block []int) 
 		d.fc.MatMul(feat, ctx[s*tapW:(s+r)*tapW], r)
 		nn.RMSNormRows(feat, feat, d.hiddenNorm, r, cfg.Hidden, float32(cfg.RMSEps))
 		for li := range d.layers {
-			d.heads.Write(c, li, &d.layers[li].attn, feat, r, pos+s)
+			d.heads.Project(nil, kv, li, &d.layers[li].attn, feat, r, pos+s)
+			kv.Publish(li, pos+s, r)
 		}
 	}
 	var logits []float32
 	if n > 0 {
-		logits = d.block(c, block, pos+ctxRows)
+		logits = d.block(kv, block, pos+ctxRows)
 	}
 	if err := kv.Advance(ctxRows + n); err != nil {
 		return nil, fmt.Errorf("dflash: %w", err) // unreachable: Room was checked
@@ -350,7 +343,7 @@ func (d *Draft) Forward(c cache.Cache, ctx []float32, ctxRows int, block []int) 
 // blockPhase is what the parts of one block forward share (see block): its inputs, the phase
 // being run, and per part a view of the workspace at its rows.
 type blockPhase struct {
-	c     cache.Cache
+	kv    nn.KV
 	block []int
 	pos   int
 	layer int
@@ -369,10 +362,10 @@ type partView struct {
 // projection, MLP) and starts layer l (norm, queries, keys and values into the cache). Block rows
 // attend to each other in both directions, so the parts join once per layer, after every row's
 // keys are written. A row's bits do not depend on the part it falls in.
-func (d *Draft) block(c cache.Cache, block []int, pos int) []float32 {
+func (d *Draft) block(kv nn.KV, block []int, pos int) []float32 {
 	n := len(block)
 	ph := &d.ph
-	ph.c, ph.block, ph.pos = c, block, pos
+	ph.kv, ph.block, ph.pos = kv, block, pos
 	ph.parts = d.partScores.Parts(n)
 	for l := 0; l <= len(d.layers); l++ {
 		ph.layer = l
@@ -380,10 +373,10 @@ func (d *Draft) block(c cache.Cache, block []int, pos int) []float32 {
 		// Head-major copies of layer l's keys for all rows, between the parts that wrote them
 		// and those that read them, so that no two cores write one cache line of a copy.
 		if l < len(d.layers) {
-			d.heads.CopyHeadMajor(c, l, n, pos)
+			kv.Publish(l, pos, n)
 		}
 	}
-	ph.c, ph.block = nil, nil
+	ph.kv, ph.block = nn.KV{}, nil
 	return d.ws.logits[:n*d.cfg.Vocab]
 }
 
@@ -422,7 +415,7 @@ func (d *Draft) runPhase(p int) {
 	} else {
 		li := ph.layer - 1
 		l := &d.layers[li]
-		AttendPart(d.attn, v.att, v.q, lo, hi, n, ph.c, li, ph.pos, l.vis, v.scores)
+		d.heads.Attend(v.att, v.q, lo, hi, n, ph.kv, li, ph.pos, l.vis, v.scores)
 		MatMul(l.attn.O, tmp, v.att, rows)
 		addTo(x, tmp)
 		nn.RMSNormRows(xn, x, l.postNorm, rows, h, eps)
@@ -458,12 +451,10 @@ func (d *Draft) runPhase(p int) {
 	}
 	l := &d.layers[ph.layer]
 	nn.RMSNormRows(xn, x, l.inNorm, rows, h, eps)
-	d.heads.Queries(v.q, &l.attn, xn, rows, pos)
 	// Every block row's key must be in the cache before any block row attends: with
 	// bidirectional attention row 0 sees row n-1. The join after this phase guarantees it;
 	// block copies the keys head-major there.
-	kv, _ := AsKV(ph.c)
-	d.heads.KeysValues(kv, ph.layer, &l.attn, xn, rows, pos)
+	d.heads.Project(v.q, ph.kv, ph.layer, &l.attn, xn, rows, pos)
 }
 
 func addTo(x, y []float32) {

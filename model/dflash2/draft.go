@@ -10,7 +10,6 @@ import (
 	"github.com/dflash/dflash/format/safetensors"
 	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/model"
-	"github.com/dflash/dflash/model/dflash"
 	"github.com/dflash/dflash/model/nn"
 )
 
@@ -30,7 +29,7 @@ type convWeights struct {
 
 type layer struct {
 	attnNorm, mlpNorm []float32
-	attn              dflash.Attn
+	attn              nn.AttnWeights
 	gate, up, down    *kernel.Matrix
 	attnConv, mlpConv convWeights
 }
@@ -77,8 +76,7 @@ type Draft struct {
 	layers             []layer
 	selProj            *kernel.Matrix // W_h [rank][hidden]
 	selPred, selSucc   table          // A, B: [vocab][rank]
-	heads              dflash.Heads   // its Rope grows with the caches
-	attn               nn.Attention
+	heads              nn.Heads       // its Rope grows with the caches
 	eps                float32
 	logitScale, softcp float32
 
@@ -114,9 +112,9 @@ func (d *Draft) NewCache(capacity int) cache.Cache {
 	if need := nn.ScratchLen(capacity); len(d.ws.scores) < need {
 		d.ws.scores = make([]float32, need)
 	}
-	// The same layout as DFlash's draft: head-major K/V copies for small heads, so attention
-	// runs on the vectorised path.
-	return dflash.NewKV(d.cfg.Layers, capacity, d.cfg.KVHeads, d.cfg.HeadDim)
+	// The same layout as DFlash's draft and the target: head-major K/V copies for small heads,
+	// so attention runs on the vectorised path.
+	return d.heads.NewKV(d.cfg.Layers, capacity)
 }
 
 // Load reads a DFlash2 draft folder (config.json and safetensors) and binds it to target after
@@ -228,9 +226,8 @@ func Load(dir string, target model.Target, opt Options) (*Draft, error) {
 // init sizes the rope tables and the workspace.
 func (d *Draft) init(inv []float64) {
 	c := &d.cfg
-	d.heads = dflash.Heads{Heads: c.Heads, KVHeads: c.KVHeads, HeadDim: c.HeadDim, Eps: d.eps,
+	d.heads = nn.Heads{Attention: nn.NewAttention(c.Heads, c.KVHeads, c.HeadDim), Eps: d.eps,
 		Rope: nn.NewRoPE(nn.RotateHalf, c.HeadDim, inv, max(c.BlockSize, 256))}
-	d.attn = nn.NewAttention(c.Heads, c.KVHeads, c.HeadDim)
 	d.logitScale = 1
 	if c.LogitScale > 0 {
 		d.logitScale = float32(c.LogitScale)
@@ -263,7 +260,7 @@ func (d *Draft) init(inv []float64) {
 // Forward. On error c is unchanged.
 func (d *Draft) Forward(cc cache.Cache, ctx []float32, ctxRows int, block []int) (model.Walk, error) {
 	cfg := &d.cfg
-	kv, ok := dflash.AsKV(cc)
+	kv, ok := nn.AsKV(cc)
 	if !ok {
 		return nil, fmt.Errorf("dflash2 forward: cache is %T, want one from NewCache", cc)
 	}
@@ -295,11 +292,11 @@ func (d *Draft) Forward(cc cache.Cache, ctx []float32, ctxRows int, block []int)
 	}
 	for start := 0; start < ctxRows; start += chunkRows {
 		rows := min(chunkRows, ctxRows-start)
-		d.context(cc, ctx[start*width:(start+rows)*width], rows, pos+start)
+		d.context(kv, ctx[start*width:(start+rows)*width], rows, pos+start)
 	}
 	var w model.Walk
 	if len(block) > 0 {
-		d.block(cc, block, pos+ctxRows)
+		d.block(kv, block, pos+ctxRows)
 		w = &d.walk
 	}
 	if err := kv.Advance(total); err != nil {
@@ -310,19 +307,20 @@ func (d *Draft) Forward(cc cache.Cache, ctx []float32, ctxRows int, block []int)
 
 // context writes the K/V of rows context rows at positions [pos, pos+rows) in every layer:
 // ctx_j = hidden_norm(fc(taps_j)), k = k_norm(k_proj(ctx_j)) with RoPE at j, v = v_proj(ctx_j).
-func (d *Draft) context(c cache.Cache, taps []float32, rows, pos int) {
+func (d *Draft) context(kv nn.KV, taps []float32, rows, pos int) {
 	h := d.cfg.Hidden
 	x := d.ws.ctx[:rows*h]
 	d.fc.MatMul(x, taps, rows)
 	nn.RMSNormRows(x, x, d.hiddenNorm, rows, h, d.eps)
 	for li := range d.layers {
-		d.heads.Write(c, li, &d.layers[li].attn, x, rows, pos)
+		d.heads.Project(nil, kv, li, &d.layers[li].attn, x, rows, pos)
+		kv.Publish(li, pos, rows)
 	}
 }
 
 // block runs the block rows at positions [pos, pos+n) through every layer, with the grouped
 // convolutions around each sublayer, then scores the selector's inputs for slots 1..n-1.
-func (d *Draft) block(c cache.Cache, block []int, pos int) {
+func (d *Draft) block(kv nn.KV, block []int, pos int) {
 	cfg := &d.cfg
 	ws := &d.ws
 	n := len(block)
@@ -347,10 +345,10 @@ func (d *Draft) block(c cache.Cache, block []int, pos int) {
 		nn.RMSNormRows(xn, x, l.attnNorm, n, h, d.eps)
 		l.attnConv.proj.MatMul(delta, xn, n)
 		GroupedConv(xc, xn, delta, l.attnConv.base[:taps*h], n, n, h, taps, group, stride)
-		d.heads.Queries(ws.q, &l.attn, xc, n, pos)
 		// Every block row's key is in the cache before any block row attends (DFlash's order).
-		d.heads.Write(c, li, &l.attn, xc, n, pos)
-		dflash.Attend(d.attn, ws.att, ws.q, n, c, li, pos, cfg.Visibility(li), ws.scores)
+		d.heads.Project(ws.q, kv, li, &l.attn, xc, n, pos)
+		kv.Publish(li, pos, n)
+		d.heads.Attend(ws.att, ws.q, 0, n, n, kv, li, pos, cfg.Visibility(li), ws.scores)
 		l.attn.O.MatMul(tmp, ws.att, n)
 		GroupedConv(xc, tmp, delta[side1:], l.attnConv.base[taps*h:], n, n, h, taps, group, stride)
 		nn.Add(x, xc)

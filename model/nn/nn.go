@@ -1,6 +1,8 @@
 // Package nn owns the small building blocks of a decoder layer that targets, drafts and the draft
 // trainer share: RMSNorm, rotary position embeddings, attention over a key/value cache with a
-// visibility rule, softmax and the SwiGLU MLP. Weight products go through kernel.Matrix, softmax
+// visibility rule, softmax and the SwiGLU MLP; and the one key/value cache layout every forward
+// reads (KV: row-major rows plus head-major copies for small heads) with the per-layer attention
+// steps on it (Heads: Project the rows' queries, keys and values, Attend). Weight products go through kernel.Matrix, softmax
 // exponentials and head-major attention through the kernel's vector primitives (ExpShift,
 // AxpyRowsMax, DotRows); the rest is plain loops over caller-owned buffers.
 //
