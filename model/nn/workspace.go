@@ -13,6 +13,8 @@ type Workspace struct {
 	Tmp      []float32 // Rows x hidden: a sublayer's output before its residual add
 	Gate, Up []float32 // Rows x intermediate
 	Scores   []float32 // attention scratch (ScratchLen): set by the owner, not by NewWorkspace
+
+	hidden, qWidth, intermediate int
 }
 
 // NewWorkspace sizes scratch for rows rows of a decoder with the given widths; Scores is left to
@@ -24,7 +26,18 @@ func NewWorkspace(rows, hidden, qWidth, intermediate int) *Workspace {
 		Q: make([]float32, rows*qWidth), Att: make([]float32, rows*qWidth),
 		Tmp:  make([]float32, rows*hidden),
 		Gate: make([]float32, rows*intermediate), Up: make([]float32, rows*intermediate),
+		hidden: hidden, qWidth: qWidth, intermediate: intermediate,
 	}
+}
+
+// view points v at rows [lo, hi) of ws (Scores aside).
+func (ws *Workspace) view(v *Workspace, lo, hi int) {
+	h, q, im := ws.hidden, ws.qWidth, ws.intermediate
+	v.Rows = hi - lo
+	v.X, v.XN, v.Tmp = ws.X[lo*h:hi*h], ws.XN[lo*h:hi*h], ws.Tmp[lo*h:hi*h]
+	v.Q, v.Att = ws.Q[lo*q:hi*q], ws.Att[lo*q:hi*q]
+	v.Gate, v.Up = ws.Gate[lo*im:hi*im], ws.Up[lo*im:hi*im]
+	v.hidden, v.qWidth, v.intermediate = h, q, im
 }
 
 // MLPResidual is the second half of a pre-norm decoder layer for rows rows of x (width hidden):

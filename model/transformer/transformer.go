@@ -40,11 +40,11 @@ type Model struct {
 	head      *kernel.Matrix // [Vocab][Hidden]; the embedding when tied
 	heads     nn.Heads       // its Rope grows with the caches (see grow)
 	ws        workspace
-	// partScores is each part's attention scratch (see phase); its length is the most parts a
-	// chunk is split into.
+	// partScores is each part's attention scratch (see forward); its length is the most parts
+	// a chunk is split into.
 	partScores nn.PartScratch
-	ph         phase
-	phaseFn    func(part int) // m.runPhase, bound once so that a forward allocates nothing
+	fwd        forward
+	phases     *nn.Phases // runs fwd, bound once so that a forward allocates nothing
 }
 
 // workspace holds every buffer a forward writes: the per-chunk scratch of nn.Workspace, plus
@@ -80,7 +80,8 @@ func newModel(cfg model.Config, sp spec, emb, head *kernel.Matrix, layers []Laye
 		tapIdx:    make([]int, cfg.Layers),
 	}
 	m.partScores = nn.NewPartScratch(m.heads.Rope.MaxPos())
-	m.phaseFn = m.runPhase
+	m.fwd.m = m
+	m.phases = nn.NewPhases(&m.fwd, m.ws.Workspace, cfg.Layers)
 	return m, nil
 }
 
@@ -222,7 +223,11 @@ func (m *Model) Forward(c cache.Cache, r model.Request) (model.Result, error) {
 		case hi > lo:
 			dst = res.Logits
 		}
-		m.chunk(kv, r.Tokens[start:start+rows], pos+start, res.Taps, start, dst, lo, hi)
+		f := &m.fwd
+		f.kv, f.tokens, f.pos, f.taps, f.tapRow = kv, r.Tokens[start:start+rows], pos+start, res.Taps, start
+		f.logits, f.logitLo, f.logitHi = dst, lo, hi
+		m.phases.Run(m.partScores, rows)
+		f.kv, f.tokens, f.taps, f.logits = nn.KV{}, nil, nil, nil
 	}
 	if err := kv.Advance(n); err != nil {
 		return model.Result{}, fmt.Errorf("transformer: %w", err) // unreachable: Room was checked
@@ -230,98 +235,61 @@ func (m *Model) Forward(c cache.Cache, r model.Request) (model.Result, error) {
 	return res, nil
 }
 
-// A chunk of several rows splits them into parts (nn.PartScratch.Parts) that run concurrently
-// on the kernel's pool (kernel.Parallel): each part runs its own rows through a layer, so a layer
-// costs one hand-off, and since a row's result never depends on the rows computed with it, a
-// split changes no bit (TestSplitForwardBitwise).
-//
-// phase is what one chunk's parts share: the inputs of chunk and, per part, its rows and a view
-// of the workspace at them. Phase l of a chunk finishes layer l-1 for a part's rows (attention,
-// output projection, MLP) and starts layer l (norm, q/k/v into the cache): a row's attention needs
-// the keys of every earlier row of the chunk, which other parts write, so that is where the
-// parts join; the rest of a layer reads only the part's own rows.
-type phase struct {
-	kv     nn.KV
-	tokens []int
-	pos    int
-	taps   [][]float32
-	tapRow int
-	layer  int
-	parts  int
-	// logits: rows [logitLo, logitHi) of the chunk write their logits to logits[(i-logitLo)*Vocab:]
-	// in the last phase.
+// forward is one chunk of a Forward, as nn.Phases runs it: up to chunkRows rows at positions
+// [pos, pos+len(tokens)), split into parts (nn.PartScratch.Parts) that run concurrently on the
+// kernel's pool, each taking its rows through a layer, with one join per layer (see nn.Stack).
+// Tapped layers' outputs go to taps at row tapRow; chunk rows [logitLo, logitHi) write their
+// logits to logits[(i-logitLo)*Vocab:]. A split changes no bit (TestSplitForwardBitwise).
+type forward struct {
+	m                *Model
+	kv               nn.KV
+	tokens           []int
+	pos              int
+	taps             [][]float32
+	tapRow           int
 	logits           []float32
 	logitLo, logitHi int
-	views            [nn.MaxParts]nn.Workspace
 }
 
-// chunk runs up to chunkRows rows at positions [pos, pos+len(tokens)) through every layer,
-// copying tapped layers' outputs to taps at row tapRow, and writes the logits of chunk rows
-// [logitLo, logitHi) to logits.
-func (m *Model) chunk(kv nn.KV, tokens []int, pos int, taps [][]float32, tapRow int, logits []float32, logitLo, logitHi int) {
-	n := len(tokens)
-	ph := &m.ph
-	ph.kv, ph.tokens, ph.pos, ph.taps, ph.tapRow = kv, tokens, pos, taps, tapRow
-	ph.logits, ph.logitLo, ph.logitHi = logits, logitLo, logitHi
-	ph.parts = m.partScores.Parts(n)
-	for l := 0; l <= len(m.layers); l++ {
-		ph.layer = l
-		kernel.Parallel(ph.parts, m.phaseFn)
-		// The head-major copies of layer l's rows, between the parts that computed the keys
-		// and those that read them (see nn.KV.Publish).
-		if l < len(m.layers) {
-			kv.Publish(l, pos, n)
-		}
+func (f *forward) Embed(p *nn.Part) {
+	h := f.m.cfg.Hidden
+	for i, t := range f.tokens[p.Lo:p.Hi] {
+		f.m.embedding.Row(p.X[i*h:(i+1)*h], t)
 	}
-	ph.kv, ph.tokens, ph.taps, ph.logits = nn.KV{}, nil, nil, nil
 }
 
-// runPhase is phase ph.layer for the rows of part p (see phase).
-func (m *Model) runPhase(p int) {
-	ph := &m.ph
-	cfg := &m.cfg
-	ws := &m.ws
-	h := cfg.Hidden
-	qw := cfg.Heads * cfg.HeadDim
-	n := len(ph.tokens)
-	lo, hi := nn.PartRows(p, ph.parts, n)
-	rows := hi - lo
-	if rows == 0 {
-		return
-	}
-	v := &ph.views[p]
-	v.Rows = rows
-	v.X, v.XN, v.Q, v.Att, v.Tmp = ws.X[lo*h:hi*h], ws.XN[lo*h:hi*h], ws.Q[lo*qw:hi*qw], ws.Att[lo*qw:hi*qw], ws.Tmp[lo*h:hi*h]
-	v.Gate, v.Up = ws.Gate[lo*cfg.Intermediate:hi*cfg.Intermediate], ws.Up[lo*cfg.Intermediate:hi*cfg.Intermediate]
-	v.Scores = m.partScores[p]
-	x, xn := v.X, v.XN
-	pos := ph.pos + lo // position of the part's first row
-	if ph.layer == 0 {
-		for i, t := range ph.tokens[lo:hi] {
-			m.embedding.Row(x[i*h:(i+1)*h], t)
-		}
-	} else {
-		li := ph.layer - 1
-		l := &m.layers[li]
-		m.heads.Attend(v.Att, v.Q, lo, hi, n, ph.kv, li, ph.pos, nn.Causal, v.Scores)
-		l.O.MatMul(v.Tmp, v.Att, rows)
-		nn.Add(x, v.Tmp)
-		v.MLPResidual(x, rows, h, l.MLPNorm, cfg.RMSEps, l.Gate, l.Up, l.Down)
-		if ti := ws.tapIdx[li]; ti >= 0 {
-			copy(ph.taps[ti][(ph.tapRow+lo)*h:], x)
-		}
-	}
-	if ph.layer == len(m.layers) {
-		a, b := max(lo, ph.logitLo), min(hi, ph.logitHi)
-		if a < b {
-			xn := ws.XN[a*h : b*h]
-			nn.RMSNormRows(xn, ws.X[a*h:b*h], m.norm, b-a, h, cfg.RMSEps)
-			m.head.MatMul(ph.logits[(a-ph.logitLo)*cfg.Vocab:], xn, b-a)
-		}
-		return
-	}
-	li := ph.layer
+func (f *forward) Open(p *nn.Part, li int) {
+	m := f.m
 	l := &m.layers[li]
-	nn.RMSNormRows(xn, x, l.AttnNorm, rows, h, cfg.RMSEps)
-	m.heads.Project(v.Q, ph.kv, li, &l.AttnWeights, xn, rows, pos)
+	nn.RMSNormRows(p.XN, p.X, l.AttnNorm, p.Rows, m.cfg.Hidden, m.cfg.RMSEps)
+	m.heads.Project(p.Q, f.kv, li, &l.AttnWeights, p.XN, p.Rows, f.pos+p.Lo)
+}
+
+// Join makes the head-major copies of layer li's rows, between the parts that computed the keys
+// and those that read them (see nn.KV.Publish).
+func (f *forward) Join(li int) { f.kv.Publish(li, f.pos, len(f.tokens)) }
+
+func (f *forward) Close(p *nn.Part, li int) {
+	m := f.m
+	cfg := &m.cfg
+	l := &m.layers[li]
+	m.heads.Attend(p.Att, p.Q, p.Lo, p.Hi, len(f.tokens), f.kv, li, f.pos, nn.Causal, p.Scores)
+	l.O.MatMul(p.Tmp, p.Att, p.Rows)
+	nn.Add(p.X, p.Tmp)
+	p.MLPResidual(p.X, p.Rows, cfg.Hidden, l.MLPNorm, cfg.RMSEps, l.Gate, l.Up, l.Down)
+	if ti := m.ws.tapIdx[li]; ti >= 0 {
+		copy(f.taps[ti][(f.tapRow+p.Lo)*cfg.Hidden:], p.X)
+	}
+}
+
+func (f *forward) Head(p *nn.Part) {
+	m := f.m
+	h := m.cfg.Hidden
+	a, b := max(p.Lo, f.logitLo), min(p.Hi, f.logitHi)
+	if a >= b {
+		return
+	}
+	xn := p.XN[(a-p.Lo)*h : (b-p.Lo)*h]
+	nn.RMSNormRows(xn, p.X[(a-p.Lo)*h:(b-p.Lo)*h], m.norm, b-a, h, m.cfg.RMSEps)
+	m.head.MatMul(f.logits[(a-f.logitLo)*m.cfg.Vocab:], xn, b-a)
 }
