@@ -30,9 +30,6 @@ type Options struct {
 	DType Compute
 }
 
-// chunkRows is the widest batch handed to one kernel product (see MatMul).
-const chunkRows = 32
-
 type layer struct {
 	inNorm, postNorm []float32 // [Hidden]
 	attn             nn.AttnWeights
@@ -64,7 +61,7 @@ type Draft struct {
 // workspace holds every buffer a forward writes, all sized at construction.
 type workspace struct {
 	*nn.Workspace           // B rows: the block's
-	feat          []float32 // chunkRows x Hidden: context features hidden_norm(fc(taps))
+	feat          []float32 // nn.ChunkRows x Hidden: context features hidden_norm(fc(taps))
 	logits        []float32 // B x Vocab
 }
 
@@ -268,7 +265,7 @@ func build(cfg Config, target model.Target, src source) (*Draft, error) {
 	b := cfg.BlockSize
 	d.ws = workspace{
 		Workspace: nn.NewWorkspace(b, h, qw, cfg.Intermediate),
-		feat:      make([]float32, chunkRows*h),
+		feat:      make([]float32, nn.ChunkRows*h),
 		logits:    make([]float32, b*cfg.Vocab),
 	}
 	d.partScores = nn.NewPartScratch(256)
@@ -312,8 +309,8 @@ func (d *Draft) Forward(c cache.Cache, ctx []float32, ctxRows int, block []int) 
 	// A cache from NewCache is covered already; another one costs one allocation here.
 	d.grow(kv.Capacity)
 	pos := kv.Offset()
-	for s := 0; s < ctxRows; s += chunkRows {
-		r := min(chunkRows, ctxRows-s)
+	for s := 0; s < ctxRows; s += nn.ChunkRows {
+		r := min(nn.ChunkRows, ctxRows-s)
 		feat := d.ws.feat[:r*cfg.Hidden]
 		d.fc.MatMul(feat, ctx[s*tapW:(s+r)*tapW], r)
 		nn.RMSNormRows(feat, feat, d.hiddenNorm, r, cfg.Hidden, float32(cfg.RMSEps))
@@ -379,25 +376,10 @@ func (f *blockForward) Close(p *nn.Part, li int) {
 	d := f.d
 	cfg := &d.cfg
 	l := &d.layers[li]
-	rows, h := p.Rows, cfg.Hidden
-	x, xn, tmp := p.X, p.XN, p.Tmp
 	d.heads.Attend(p.Att, p.Q, p.Lo, p.Hi, len(f.block), f.kv, li, f.pos, l.vis, p.Scores)
-	MatMul(l.attn.O, tmp, p.Att, rows)
-	addTo(x, tmp)
-	nn.RMSNormRows(xn, x, l.postNorm, rows, h, float32(cfg.RMSEps))
-	// rows <= BlockSize; SwiGLU's products take at most 32 (kernel.MatMul's limit).
-	if rows <= chunkRows {
-		nn.SwiGLU(tmp, xn, rows, l.gate, l.up, l.down, p.Gate, p.Up)
-	} else {
-		g, u := p.Gate, p.Up
-		MatMul(l.gate, g, xn, rows)
-		MatMul(l.up, u, xn, rows)
-		for i, val := range g {
-			g[i] = nn.Silu(val) * u[i]
-		}
-		MatMul(l.down, tmp, g, rows)
-	}
-	addTo(x, tmp)
+	l.attn.O.MatMul(p.Tmp, p.Att, p.Rows)
+	nn.Add(p.X, p.Tmp)
+	p.MLPResidual(p.X, p.Rows, cfg.Hidden, l.postNorm, float32(cfg.RMSEps), l.gate, l.up, l.down)
 }
 
 func (f *blockForward) Head(p *nn.Part) {
@@ -405,7 +387,7 @@ func (f *blockForward) Head(p *nn.Part) {
 	cfg := &d.cfg
 	nn.RMSNormRows(p.XN, p.X, d.norm, p.Rows, cfg.Hidden, float32(cfg.RMSEps))
 	logits := d.ws.logits[p.Lo*cfg.Vocab : p.Hi*cfg.Vocab]
-	MatMul(d.head, logits, p.XN, p.Rows)
+	d.head.MatMul(logits, p.XN, p.Rows)
 	if s := float32(cfg.LogitScale); s != 0 && s != 1 {
 		for i := range logits {
 			logits[i] *= s
@@ -415,12 +397,5 @@ func (f *blockForward) Head(p *nn.Part) {
 		for i, val := range logits {
 			logits[i] = float32(c * math.Tanh(float64(val)/c))
 		}
-	}
-}
-
-func addTo(x, y []float32) {
-	y = y[:len(x)]
-	for i := range x {
-		x[i] += y[i]
 	}
 }

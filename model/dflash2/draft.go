@@ -19,9 +19,6 @@ type Options struct {
 	ForceF32 bool
 }
 
-// chunkRows bounds the rows of one context write pass, and so the workspace.
-const chunkRows = 32
-
 type convWeights struct {
 	base []float32      // [2][taps][hidden]: side 0 prepare, side 1 finish
 	proj *kernel.Matrix // [2*taps*groups][hidden]
@@ -85,10 +82,10 @@ type Draft struct {
 }
 
 type workspace struct {
-	x, xn, xc, tmp, ctx []float32 // chunkRows x hidden
-	q, att              []float32 // chunkRows x heads*headDim
-	gate, up            []float32 // chunkRows x intermediate
-	delta               []float32 // chunkRows x 2*taps*groups
+	x, xn, xc, tmp, ctx []float32 // nn.ChunkRows x hidden
+	q, att              []float32 // nn.ChunkRows x heads*headDim
+	gate, up            []float32 // nn.ChunkRows x intermediate
+	delta               []float32 // nn.ChunkRows x 2*taps*groups
 	scores              []float32
 	logits              []float32 // (block-1) x vocab, grown on first use
 }
@@ -233,7 +230,7 @@ func (d *Draft) init(inv []float64) {
 		d.logitScale = float32(c.LogitScale)
 	}
 	d.softcp = float32(c.LogitSoftcap)
-	rows := max(chunkRows, c.BlockSize)
+	rows := max(nn.ChunkRows, c.BlockSize)
 	h, qw := c.Hidden, c.Heads*c.HeadDim
 	d.ws = workspace{
 		x: make([]float32, rows*h), xn: make([]float32, rows*h), xc: make([]float32, rows*h),
@@ -290,8 +287,8 @@ func (d *Draft) Forward(cc cache.Cache, ctx []float32, ctxRows int, block []int)
 	if need := nn.ScratchLen(pos + total); len(d.ws.scores) < need {
 		d.ws.scores = make([]float32, need)
 	}
-	for start := 0; start < ctxRows; start += chunkRows {
-		rows := min(chunkRows, ctxRows-start)
+	for start := 0; start < ctxRows; start += nn.ChunkRows {
+		rows := min(nn.ChunkRows, ctxRows-start)
 		d.context(kv, ctx[start*width:(start+rows)*width], rows, pos+start)
 	}
 	var w model.Walk

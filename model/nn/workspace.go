@@ -2,6 +2,12 @@ package nn
 
 import "github.com/dflash/dflash/kernel"
 
+// ChunkRows is the most rows one pass of a forward runs through its layers: longer forwards (a
+// prompt, a draft's first context write) run in chunks of this many rows, which bounds every
+// workspace at construction. It is no limit of the kernel, whose products take any number of
+// rows; a row's result does not depend on its chunk, so chunking changes no bit.
+const ChunkRows = 32
+
 // Workspace is the scratch one forward of a decoder stack needs for up to Rows rows at a time.
 // It is sized once (at model construction) and reused by every forward, so the hot path never
 // allocates. A part of a row-split forward views its rows of a shared Workspace, with Scores its

@@ -18,11 +18,6 @@ import (
 	"github.com/dflash/dflash/model/nn"
 )
 
-// chunkRows is the widest batch one kernel product takes (kernel.MatMul supports 1..32 rows);
-// longer forwards run in chunks of this many rows. A row's result does not depend on the chunk it
-// falls in, so chunking changes nothing numerically.
-const chunkRows = 32
-
 // Layer holds one decoder block's weights. QNorm and KNorm are nil for Llama.
 type Layer struct {
 	AttnNorm, MLPNorm []float32
@@ -75,7 +70,7 @@ func newModel(cfg model.Config, sp spec, emb, head *kernel.Matrix, layers []Laye
 	m.heads = nn.Heads{Attention: nn.NewAttention(cfg.Heads, cfg.KVHeads, cfg.HeadDim), Eps: cfg.RMSEps,
 		Rope: nn.NewRoPE(sp.style, cfg.HeadDim, sp.inv, min(cfg.MaxSeq, 256))}
 	m.ws = workspace{
-		Workspace: nn.NewWorkspace(chunkRows, cfg.Hidden, cfg.Heads*cfg.HeadDim, cfg.Intermediate),
+		Workspace: nn.NewWorkspace(nn.ChunkRows, cfg.Hidden, cfg.Heads*cfg.HeadDim, cfg.Intermediate),
 		logits:    make([]float32, cfg.Vocab),
 		tapIdx:    make([]int, cfg.Layers),
 	}
@@ -207,8 +202,8 @@ func (m *Model) Forward(c cache.Cache, r model.Request) (model.Result, error) {
 		}
 		res.Taps = m.ws.taps[:len(r.Taps)]
 	}
-	for start := 0; start < n; start += chunkRows {
-		rows := min(chunkRows, n-start)
+	for start := 0; start < n; start += nn.ChunkRows {
+		rows := min(nn.ChunkRows, n-start)
 		lo, hi := 0, 0 // chunk rows whose logits are asked for
 		switch {
 		case r.Logits == model.LogitsAll:
@@ -235,7 +230,7 @@ func (m *Model) Forward(c cache.Cache, r model.Request) (model.Result, error) {
 	return res, nil
 }
 
-// forward is one chunk of a Forward, as nn.Phases runs it: up to chunkRows rows at positions
+// forward is one chunk of a Forward, as nn.Phases runs it: up to nn.ChunkRows rows at positions
 // [pos, pos+len(tokens)), split into parts (nn.PartScratch.Parts) that run concurrently on the
 // kernel's pool, each taking its rows through a layer, with one join per layer (see nn.Stack).
 // Tapped layers' outputs go to taps at row tapRow; chunk rows [logitLo, logitHi) write their
