@@ -381,7 +381,7 @@ func (d *Draft) candidates(hs []float32, n int) {
 	for s := 1; s < n; s++ {
 		ids := wk.ids[(s-1)*wk.k : s*wk.k]
 		vals := wk.unary[(s-1)*wk.k : s*wk.k]
-		topK(ids, vals, logits[(s-1)*v:s*v])
+		TopK(ids, vals, logits[(s-1)*v:s*v])
 		// The transform is increasing, so the top-K of the raw logits is the top-K after it.
 		for j := range vals {
 			vals[j] = d.transform(vals[j])
@@ -398,10 +398,15 @@ func (d *Draft) transform(x float32) float32 {
 	return x
 }
 
-// topK fills ids/vals with the len(ids) largest logits, descending, the lower id first on ties;
-// NaN logits are never chosen before a number.
-func topK(ids []int32, vals []float32, logits []float32) {
+// TopK fills ids/vals with the len(ids) largest logits, descending, the lower id first on ties;
+// a NaN logit counts as -Inf, so it is never chosen before a number. It is the selector's
+// candidate rule, which the trainer (train/d2.go) shares so that training and inference see the
+// same candidates. len(vals) must be at least len(ids), and len(logits) at least len(ids).
+func TopK(ids []int32, vals []float32, logits []float32) {
 	k := len(ids)
+	if k == 0 {
+		return
+	}
 	n := 0
 	for id, x := range logits {
 		if x != x {
