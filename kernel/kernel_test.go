@@ -395,6 +395,9 @@ func TestAnyRowCount(t *testing.T) {
 								t.Fatal(err)
 							}
 							y1, y2 := make([]float32, s.n), make([]float32, m2.N)
+							bitsEqual := func(a, b []float32) bool {
+								return slices.EqualFunc(a, b, func(u, v float32) bool { return math.Float32bits(u) == math.Float32bits(v) })
+							}
 							for r := 0; r < rows; r++ {
 								m.MatMul(y1, x[r*s.k:(r+1)*s.k], 1)
 								m2.MatMul(y2, x[r*s.k:(r+1)*s.k], 1)
@@ -408,16 +411,4 @@ func TestAnyRowCount(t *testing.T) {
 			}
 		}
 	})
-}
-
-func bitsEqual(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-			return false
-		}
-	}
-	return true
 }

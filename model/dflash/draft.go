@@ -362,10 +362,9 @@ func (f *blockForward) Embed(p *nn.Part) {
 func (f *blockForward) Open(p *nn.Part, li int) {
 	d := f.d
 	l := &d.layers[li]
-	nn.RMSNormRows(p.XN, p.X, l.inNorm, p.Rows, d.cfg.Hidden, float32(d.cfg.RMSEps))
 	// Every block row's key must be in the cache before any block row attends: with
 	// bidirectional attention row 0 sees row n-1. The join after this phase guarantees it.
-	d.heads.Project(p.Q, f.kv, li, &l.attn, p.XN, p.Rows, f.pos+p.Lo)
+	p.ProjectAttention(&d.heads, f.kv, li, &l.attn, l.inNorm, float32(d.cfg.RMSEps), f.pos)
 }
 
 // Join copies layer li's keys of all rows head-major, between the parts that wrote them and
@@ -376,9 +375,7 @@ func (f *blockForward) Close(p *nn.Part, li int) {
 	d := f.d
 	cfg := &d.cfg
 	l := &d.layers[li]
-	d.heads.Attend(p.Att, p.Q, p.Lo, p.Hi, len(f.block), f.kv, li, f.pos, l.vis, p.Scores)
-	l.attn.O.MatMul(p.Tmp, p.Att, p.Rows)
-	nn.Add(p.X, p.Tmp)
+	p.AttentionResidual(&d.heads, f.kv, li, l.attn.O, len(f.block), f.pos, l.vis)
 	p.MLPResidual(p.X, p.Rows, cfg.Hidden, l.postNorm, float32(cfg.RMSEps), l.gate, l.up, l.down)
 }
 

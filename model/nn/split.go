@@ -78,6 +78,22 @@ type Part struct {
 	Workspace
 }
 
+// ProjectAttention is the half of a pre-norm attention sublayer before the join, for the part's
+// rows of a forward whose first row is at position pos: XN = RMSNorm(X) under norm, then the rows'
+// queries into Q and their keys and values into layer li of c (Heads.Project).
+func (p *Part) ProjectAttention(h *Heads, c KV, li int, w *AttnWeights, norm []float32, eps float32, pos int) {
+	RMSNormRows(p.XN, p.X, norm, p.Rows, p.hidden, eps)
+	h.Project(p.Q, c, li, w, p.XN, p.Rows, pos+p.Lo)
+}
+
+// AttentionResidual is the half after the join: the part's rows attend over layer li of c
+// (n rows in the forward, the first at position pos) and X += O(attention). It uses Att and Tmp.
+func (p *Part) AttentionResidual(h *Heads, c KV, li int, o *kernel.Matrix, n, pos int, vis Visibility) {
+	h.Attend(p.Att, p.Q, p.Lo, p.Hi, n, c, li, pos, vis, p.Scores)
+	o.MatMul(p.Tmp, p.Att, p.Rows)
+	Add(p.X, p.Tmp)
+}
+
 // Phases runs a Stack over the rows of a forward, split into parts on the kernel's pool
 // (kernel.Parallel). A row's result never depends on the rows computed with it, so a split
 // changes no bit. It is bound to its Stack and Workspace once, so a forward allocates nothing.

@@ -254,10 +254,8 @@ func (f *forward) Embed(p *nn.Part) {
 }
 
 func (f *forward) Open(p *nn.Part, li int) {
-	m := f.m
-	l := &m.layers[li]
-	nn.RMSNormRows(p.XN, p.X, l.AttnNorm, p.Rows, m.cfg.Hidden, m.cfg.RMSEps)
-	m.heads.Project(p.Q, f.kv, li, &l.AttnWeights, p.XN, p.Rows, f.pos+p.Lo)
+	l := &f.m.layers[li]
+	p.ProjectAttention(&f.m.heads, f.kv, li, &l.AttnWeights, l.AttnNorm, f.m.cfg.RMSEps, f.pos)
 }
 
 // Join makes the head-major copies of layer li's rows, between the parts that computed the keys
@@ -268,9 +266,7 @@ func (f *forward) Close(p *nn.Part, li int) {
 	m := f.m
 	cfg := &m.cfg
 	l := &m.layers[li]
-	m.heads.Attend(p.Att, p.Q, p.Lo, p.Hi, len(f.tokens), f.kv, li, f.pos, nn.Causal, p.Scores)
-	l.O.MatMul(p.Tmp, p.Att, p.Rows)
-	nn.Add(p.X, p.Tmp)
+	p.AttentionResidual(&m.heads, f.kv, li, l.O, len(f.tokens), f.pos, nn.Causal)
 	p.MLPResidual(p.X, p.Rows, cfg.Hidden, l.MLPNorm, cfg.RMSEps, l.Gate, l.Up, l.Down)
 	if ti := m.ws.tapIdx[li]; ti >= 0 {
 		copy(f.taps[ti][(f.tapRow+p.Lo)*cfg.Hidden:], p.X)
