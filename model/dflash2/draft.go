@@ -81,11 +81,13 @@ type Draft struct {
 	walk walk
 }
 
+// workspace holds a forward's buffers for rows = max(nn.ChunkRows, BlockSize) rows: a context
+// chunk or the block.
 type workspace struct {
-	x, xn, xc, tmp, ctx []float32 // nn.ChunkRows x hidden
-	q, att              []float32 // nn.ChunkRows x heads*headDim
-	gate, up            []float32 // nn.ChunkRows x intermediate
-	delta               []float32 // nn.ChunkRows x 2*taps*groups
+	x, xn, xc, tmp, ctx []float32 // rows x hidden
+	q, att              []float32 // rows x heads*headDim
+	gate, up            []float32 // rows x intermediate
+	delta               []float32 // rows x 2*taps*groups
 	scores              []float32
 	logits              []float32 // (block-1) x vocab, grown on first use
 }
@@ -316,7 +318,10 @@ func (d *Draft) context(kv nn.KV, taps []float32, rows, pos int) {
 }
 
 // block runs the block rows at positions [pos, pos+n) through every layer, with the grouped
-// convolutions around each sublayer, then scores the selector's inputs for slots 1..n-1.
+// convolutions around each sublayer, then scores the selector's inputs for slots 1..n-1. The
+// convolutions on both sides of attention read each row's taps-1 predecessors, so a row split
+// (nn.Phases) would need more than one join per layer: the block runs on the caller, layer after
+// layer.
 func (d *Draft) block(kv nn.KV, block []int, pos int) {
 	cfg := &d.cfg
 	ws := &d.ws
