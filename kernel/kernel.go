@@ -2,7 +2,9 @@
 // rows, and the small vector primitives attention needs. Nothing else lives here: no model
 // knowledge, no allocation on the hot path, no I/O.
 //
-// A weight matrix W has N output rows of K inputs. MatMul computes y[r] = W x[r] for 1..32 rows.
+// A weight matrix W has N output rows of K inputs. MatMul computes y[r] = W x[r] for any number
+// of rows: the kernels take them in groups of up to 4, so callers never cut a product into
+// batches (a forward's workspace bounds its rows, not the kernel).
 //
 // Invariant kept by every path (and tested): the result for a row is bitwise identical whatever
 // the batch width and whatever the other rows hold. Decoding (1 row) and verification (n rows) then
@@ -154,7 +156,7 @@ func (m *Matrix) Row(dst []float32, j int) {
 	}
 }
 
-// MatMul computes y[r*N+j] = sum_i W[j][i] * x[r*K+i] for r < rows.
+// MatMul computes y[r*N+j] = sum_i W[j][i] * x[r*K+i] for r < rows, any rows >= 0.
 func (m *Matrix) MatMul(y, x []float32, rows int) {
 	if rows <= 0 {
 		return

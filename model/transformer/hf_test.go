@@ -602,7 +602,7 @@ func TestSplitForwardBitwise(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		kv := c.(*headMajorCache).KV
+		kv := c.(*nn.HeadMajorKV).KV
 		return append([]float32(nil), res.Logits...), append(append([]float32(nil), res.Taps[0]...), res.Taps[1]...), append([]float32(nil), kv.K[1][:45*kv.Width]...)
 	}
 	forEachPath(t, func(t *testing.T) {
