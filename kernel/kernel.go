@@ -24,7 +24,8 @@ package kernel
 
 import (
 	"fmt"
-	"math"
+
+	"github.com/dflash/dflash/kernel/quant"
 )
 
 // DType is the element type a Matrix stores its weights in.
@@ -174,18 +175,11 @@ func (m *Matrix) MatMul(y, x []float32, rows int) {
 	matmul(active, m, y[:rows*m.N], x[:rows*m.K], rows)
 }
 
-// BF16ToF32 widens a bf16 bit pattern exactly.
-func BF16ToF32(b uint16) float32 { return math.Float32frombits(uint32(b) << 16) }
+// BF16ToF32 widens a bf16 bit pattern exactly (kernel/quant's conversion, so every path agrees).
+func BF16ToF32(b uint16) float32 { return quant.BF16ToF32(b) }
 
 // F32ToBF16 rounds to nearest even (NaN stays NaN).
-func F32ToBF16(f float32) uint16 {
-	u := math.Float32bits(f)
-	if u&0x7fffffff > 0x7f800000 {
-		return uint16(u>>16) | 0x40
-	}
-	u += 0x7fff + (u>>16)&1
-	return uint16(u >> 16)
-}
+func F32ToBF16(f float32) uint16 { return quant.F32ToBF16(f) }
 
 // Product names one weight product of MatMulEach: Y = M x for the rows of the shared input.
 type Product struct {
