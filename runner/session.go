@@ -8,8 +8,12 @@ import (
 	"github.com/dflash/dflash/sample"
 )
 
-// FlushRows is how many pending context rows trigger a context-only draft forward. Buffering
-// lets prefill chunks and rounds share draft forwards; the cap bounds the draft's workspace.
+// FlushRows is how many pending context rows trigger a context-only draft forward of their own.
+// Fewer wait for the next proposal, whose forward writes them together with its block
+// (DFLASH.md section 3), so a round's accepted rows and short prefill chunks cost no forward of
+// their own. The cap bounds the pending buffer (FlushRows x taps x hidden floats) and how far
+// the draft cache can lag behind the target; the draft forward itself runs any number of rows
+// in chunks of nn.ChunkRows.
 const FlushRows = 256
 
 // BlockDrafter is the long-lived side of a DFlash draft (DFLASH.md section 2): the draft model
