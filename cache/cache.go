@@ -1,6 +1,13 @@
 // Package cache owns the state a model keeps between forwards: per-layer key/value rows today,
-// recurrent states later. It knows offsets, rewinding and snapshots; it never computes attention
-// and never decides what to keep (the runner does).
+// recurrent states later. It knows offsets and rewinding; it never computes attention and never
+// decides what to keep (the runner does).
+//
+// There is no whole-state snapshot: nothing ever called one. A verify round keeps the first k of its
+// n rows, which one snapshot taken before the round cannot express, and a drafting session
+// writes context and block rows in one forward, so it has no moment between them to take one.
+// Recurrent (hybrid) caches will need per-row states recorded inside the verify forward and
+// chosen by the kept count afterwards; that is an interface of its own, to be shaped by its
+// first caller.
 //
 // Invariant: rows [0, Offset()) are exactly the rows of the tokens the owner has processed and
 // kept, at their true positions. Rewind drops rows past an offset; a later write at that offset
@@ -9,24 +16,12 @@ package cache
 
 import "fmt"
 
-// Cache is what the runner needs from any model state: where it stands, how to go back, and a
-// snapshot for state that cannot simply be truncated (recurrent layers).
+// Cache is what the runner needs from any model state: where it stands and how to go back.
 type Cache interface {
 	// Offset is the number of committed rows.
 	Offset() int
 	// Rewind drops rows at and beyond offset to. It fails if to is negative or past Offset.
 	Rewind(to int) error
-	// Snapshot records the state at the current offset; Restore returns to it. For a pure KV
-	// cache a snapshot is just the offset (rows below it are never modified), so Restore only
-	// works while the rows it names have not been rewound away.
-	Snapshot() Snapshot
-	Restore(Snapshot) error
-}
-
-// Snapshot is an opaque saved state of a Cache.
-type Snapshot struct {
-	Offset int
-	state  any // extra state for caches that cannot be truncated; nil for KV
 }
 
 // KV holds keys and values for every layer: Layers x Capacity rows of Width floats each
@@ -68,16 +63,6 @@ func (c *KV) Advance(n int) error {
 
 // Room reports whether n more rows fit.
 func (c *KV) Room(n int) bool { return c.offset+n <= c.Capacity }
-
-func (c *KV) Snapshot() Snapshot { return Snapshot{Offset: c.offset} }
-
-func (c *KV) Restore(s Snapshot) error {
-	if s.Offset > c.offset {
-		return fmt.Errorf("cache: restore to %d: rows past %d were rewound away", s.Offset, c.offset)
-	}
-	c.offset = s.Offset
-	return nil
-}
 
 // Row returns the key and value rows of layer l at position pos.
 func (c *KV) Row(l, pos int) (k, v []float32) {

@@ -10,7 +10,6 @@ func TestKVOffsets(t *testing.T) {
 	if err := c.Advance(4); err != nil {
 		t.Fatal(err)
 	}
-	snap := c.Snapshot()
 	if err := c.Advance(3); err != nil {
 		t.Fatal(err)
 	}
@@ -20,9 +19,9 @@ func TestKVOffsets(t *testing.T) {
 	if c.Offset() != 5 {
 		t.Fatalf("offset %d after rewind to 5", c.Offset())
 	}
-	// The snapshot at 4 names rows still present, so it restores.
-	if err := c.Restore(snap); err != nil || c.Offset() != 4 {
-		t.Fatalf("restore to 4: offset %d, err %v", c.Offset(), err)
+	// The next round writes at 5, over the rejected rows.
+	if err := c.Advance(2); err != nil || c.Offset() != 7 {
+		t.Fatalf("advance after rewind: offset %d, err %v", c.Offset(), err)
 	}
 }
 
@@ -35,7 +34,6 @@ func TestKVRejects(t *testing.T) {
 		{"rewind forward", func(c *KV) error { return c.Rewind(4) }},
 		{"advance past capacity", func(c *KV) error { return c.Advance(7) }}, // 2 + 7 > 8
 		{"advance negative", func(c *KV) error { return c.Advance(-1) }},
-		{"restore rows rewound away", func(c *KV) error { return c.Restore(Snapshot{Offset: 3}) }},
 	}
 	for _, tc := range tests {
 		c := NewKV(1, 8, 2)

@@ -7,11 +7,12 @@ import (
 )
 
 // Draft is a loaded draft model attached to an engine's target. Its weights are shared; each
-// sequence gets its own drafting session (and so its own draft cache) from NewSession.
+// sequence gets its own drafting session (and so its own draft cache) from Drafter.Open.
 type Draft struct {
 	DraftInfo
-	// NewSession opens a drafting session with room for capacity rows.
-	NewSession func(capacity int) runner.Drafter
+	// Drafter is the draft's long-lived side: it opens one session per sequence and holds the
+	// depth policy (an adaptive controller for DFlash, a fixed depth for DFlash2).
+	Drafter runner.Drafter
 }
 
 // LoadDraft describes a DFlash or DFlash2 draft folder for the engine's target (DescribeDraft:
@@ -31,11 +32,11 @@ func (e *Engine) OpenDraft(di DraftInfo) (*Draft, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &Draft{DraftInfo: di, NewSession: func(c int) runner.Drafter { return runner.NewSelectorSession(d, c) }}, nil
+		return &Draft{DraftInfo: di, Drafter: runner.NewSelectorDrafter(d)}, nil
 	}
 	d, err := dflash.Load(di.Dir, e.Target, dflash.Options{})
 	if err != nil {
 		return nil, err
 	}
-	return &Draft{DraftInfo: di, NewSession: func(c int) runner.Drafter { return runner.NewSession(d, c) }}, nil
+	return &Draft{DraftInfo: di, Drafter: runner.NewBlockDrafter(d)}, nil
 }

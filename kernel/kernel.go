@@ -2,7 +2,9 @@
 // rows, and the small vector primitives attention needs. Nothing else lives here: no model
 // knowledge, no allocation on the hot path, no I/O.
 //
-// A weight matrix W has N output rows of K inputs. MatMul computes y[r] = W x[r] for 1..32 rows.
+// A weight matrix W has N output rows of K inputs. MatMul computes y[r] = W x[r] for any number
+// of rows: the kernels take them in groups of up to 4, so callers never cut a product into
+// batches (a forward's workspace bounds its rows, not the kernel).
 //
 // Invariant kept by every path (and tested): the result for a row is bitwise identical whatever
 // the batch width and whatever the other rows hold. Decoding (1 row) and verification (n rows) then
@@ -22,7 +24,8 @@ package kernel
 
 import (
 	"fmt"
-	"math"
+
+	"github.com/dflash/dflash/kernel/quant"
 )
 
 // DType is the element type a Matrix stores its weights in.
@@ -154,7 +157,7 @@ func (m *Matrix) Row(dst []float32, j int) {
 	}
 }
 
-// MatMul computes y[r*N+j] = sum_i W[j][i] * x[r*K+i] for r < rows.
+// MatMul computes y[r*N+j] = sum_i W[j][i] * x[r*K+i] for r < rows, any rows >= 0.
 func (m *Matrix) MatMul(y, x []float32, rows int) {
 	if rows <= 0 {
 		return
@@ -172,18 +175,11 @@ func (m *Matrix) MatMul(y, x []float32, rows int) {
 	matmul(active, m, y[:rows*m.N], x[:rows*m.K], rows)
 }
 
-// BF16ToF32 widens a bf16 bit pattern exactly.
-func BF16ToF32(b uint16) float32 { return math.Float32frombits(uint32(b) << 16) }
+// BF16ToF32 widens a bf16 bit pattern exactly (kernel/quant's conversion, so every path agrees).
+func BF16ToF32(b uint16) float32 { return quant.BF16ToF32(b) }
 
 // F32ToBF16 rounds to nearest even (NaN stays NaN).
-func F32ToBF16(f float32) uint16 {
-	u := math.Float32bits(f)
-	if u&0x7fffffff > 0x7f800000 {
-		return uint16(u>>16) | 0x40
-	}
-	u += 0x7fff + (u>>16)&1
-	return uint16(u >> 16)
-}
+func F32ToBF16(f float32) uint16 { return quant.F32ToBF16(f) }
 
 // Product names one weight product of MatMulEach: Y = M x for the rows of the shared input.
 type Product struct {

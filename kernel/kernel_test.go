@@ -373,3 +373,42 @@ func TestBF16RoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestAnyRowCount: MatMul and MatMulEach take any number of rows, not only the 1..32 a verify
+// block or a prompt chunk uses: products of 33 and 70 rows (past any chunk a caller might
+// cut) give every row the bits of its one-row product, split across threads or not. Forwards
+// rely on this when a part of a long block or a draft's context write exceeds 32 rows.
+func TestAnyRowCount(t *testing.T) {
+	forEachPath(t, func(t *testing.T) {
+		for _, dt := range []DType{F32, BF16} {
+			for si, s := range []struct{ n, k int }{{17, 3}, {172, 64}, {200, 300}} {
+				m, _ := testMatrix(dt, s.n, s.k, uint64(si))
+				m2, _ := testMatrix(dt, s.n+5, s.k, uint64(si+100))
+				for _, split := range []bool{false, true} {
+					withSplit(split, func() {
+						for _, rows := range []int{33, 70} {
+							x := randVec(rows*s.k, uint64(rows))
+							y := make([]float32, rows*s.n)
+							m.MatMul(y, x, rows)
+							ya, yb := make([]float32, rows*s.n), make([]float32, rows*m2.N)
+							if err := MatMulEach(x, rows, Product{M: m, Y: ya}, Product{M: m2, Y: yb}); err != nil {
+								t.Fatal(err)
+							}
+							y1, y2 := make([]float32, s.n), make([]float32, m2.N)
+							bitsEqual := func(a, b []float32) bool {
+								return slices.EqualFunc(a, b, func(u, v float32) bool { return math.Float32bits(u) == math.Float32bits(v) })
+							}
+							for r := 0; r < rows; r++ {
+								m.MatMul(y1, x[r*s.k:(r+1)*s.k], 1)
+								m2.MatMul(y2, x[r*s.k:(r+1)*s.k], 1)
+								if !bitsEqual(y[r*s.n:(r+1)*s.n], y1) || !bitsEqual(ya[r*s.n:(r+1)*s.n], y1) || !bitsEqual(yb[r*m2.N:(r+1)*m2.N], y2) {
+									t.Fatalf("%v %dx%d split=%v rows=%d: row %d differs from its one-row product", dt, s.n, s.k, split, rows, r)
+								}
+							}
+						}
+					})
+				}
+			}
+		}
+	})
+}

@@ -1,19 +1,91 @@
 package runner
 
-import "time"
+import (
+	"strconv"
+	"time"
+)
 
-// Depth chooses each round's draft length n in [0, limit] (DFLASH.md section 4) by maximising
-// the expected emitted tokens per unit of round time,
+// Depth is a depth policy: how many drafts each round of a drafter's sessions carries. It is
+// one of two values, whatever the drafter: Fixed(n) drafts n every round, Adaptive(c) lets the
+// controller c choose each round and learn from it. A round never drafts past what the session
+// can carry, what may still be emitted, or what the cache holds. The zero Depth is adaptive
+// with a controller of its own for each request that uses it.
+type Depth struct {
+	fixed int
+	ctl   *Controller // nil: fixed (or, in the zero Depth, a fresh controller per request)
+	set   bool        // false only in the zero Depth
+}
+
+// Fixed drafts n tokens every round (n <= 0: plain decoding with a drafter attached).
+func Fixed(n int) Depth { return Depth{fixed: max(n, 0), set: true} }
+
+// Adaptive lets c choose every round and learn from it; a nil c gets a fresh controller.
+func Adaptive(c *Controller) Depth {
+	if c == nil {
+		c = &Controller{}
+	}
+	return Depth{ctl: c, set: true}
+}
+
+// Controller is the adaptive policy's controller, nil for a fixed one.
+func (p Depth) Controller() *Controller { return p.ctl }
+
+// IsFixed reports whether p drafts a fixed number of tokens, and how many.
+func (p Depth) IsFixed() (n int, ok bool) { return p.fixed, p.set && p.ctl == nil }
+
+func (p Depth) String() string {
+	if n, ok := p.IsFixed(); ok {
+		return "fixed " + strconv.Itoa(n)
+	}
+	return "adaptive"
+}
+
+// Fresh is p with an untrained controller when p is adaptive (p itself when fixed): the policy
+// of a cold process, for runs that must not learn from each other.
+func (p Depth) Fresh() Depth {
+	if _, ok := p.IsFixed(); ok {
+		return p
+	}
+	return Adaptive(nil)
+}
+
+// orFresh is p, with a fresh controller if p is the zero Depth.
+func (p Depth) orFresh() Depth {
+	if !p.set {
+		return Adaptive(nil)
+	}
+	return p
+}
+
+// choose is the next round's depth, at most limit.
+func (p Depth) choose(limit int) int {
+	if limit <= 0 {
+		return 0
+	}
+	if p.ctl == nil {
+		return min(p.fixed, limit)
+	}
+	return p.ctl.Choose(limit)
+}
+
+// observe reports a round to the controller; a fixed policy learns nothing.
+func (p Depth) observe(n, accepted int, took time.Duration) {
+	if p.ctl != nil {
+		p.ctl.Observe(n, accepted, took)
+	}
+}
+
+// Controller is the adaptive depth policy's state: it chooses each round's draft length n in
+// [0, limit] (DFLASH.md section 4) by maximising the expected emitted tokens per unit of round
+// time,
 //
 //	EV(n) = (1 + sum_{k=1..n} prod_{i<=k} a_i) / cost(n),
 //
 // where a_i is the acceptance rate at position i given positions < i were accepted and cost(n)
-// the measured wall time of a round at depth n. n = 0 is plain decoding. A Depth is a value the
-// caller keeps across requests (one per model pair), so what it learned carries over. It is not
-// safe for concurrent use.
-type Depth struct {
-	// Fixed > 0 forces every round to draft min(Fixed, limit) tokens.
-	Fixed int
+// the measured wall time of a round at depth n. n = 0 is plain decoding. A Controller lives as
+// long as its drafter (one per model pair), so what it learned carries over between requests.
+// It is not safe for concurrent use.
+type Controller struct {
 	// Alpha is the weight of a new observation in the moving averages (default 0.05: about
 	// the last 40 rounds, a compromise between following a change of content and the noise
 	// of 0/1 acceptance observations).
@@ -65,28 +137,28 @@ func (a *average) add(x, alpha float64) {
 	a.v += w * (x - a.v)
 }
 
-func (d *Depth) alpha() float64 {
+func (d *Controller) alpha() float64 {
 	if d.Alpha > 0 {
 		return d.Alpha
 	}
 	return 0.05
 }
 
-func (d *Depth) trust() int {
+func (d *Controller) trust() int {
 	if d.Trust > 0 {
 		return d.Trust
 	}
 	return 10
 }
 
-func (d *Depth) prior() float64 {
+func (d *Controller) prior() float64 {
 	if d.Prior > 0 {
 		return d.Prior
 	}
 	return 0.5
 }
 
-func (d *Depth) probeEvery() int {
+func (d *Controller) probeEvery() int {
 	if d.ProbeEvery == 0 {
 		return 16
 	}
@@ -94,12 +166,9 @@ func (d *Depth) probeEvery() int {
 }
 
 // Choose returns the depth for the next round, at most limit.
-func (d *Depth) Choose(limit int) int {
+func (d *Controller) Choose(limit int) int {
 	if limit <= 0 {
 		return 0
-	}
-	if d.Fixed > 0 {
-		return min(d.Fixed, limit)
 	}
 	d.choices++
 	// Plain decoding's cost anchors the interpolation of every other depth's: measure it first.
@@ -171,7 +240,7 @@ func (d *Depth) Choose(limit int) int {
 }
 
 // probeNow reports whether this choice probes one step deeper than best.
-func (d *Depth) probeNow(best int) bool {
+func (d *Controller) probeNow(best int) bool {
 	p := d.probeEvery()
 	if p <= 0 {
 		return false
@@ -194,7 +263,7 @@ func (d *Depth) probeNow(best int) bool {
 // Observe records a round that drafted n tokens, of which accepted were accepted, and took
 // took of wall time (drafting, verification and bookkeeping; the decode loop leaves out the
 // draft's context writes, which every kept row costs at any depth).
-func (d *Depth) Observe(n, accepted int, took time.Duration) {
+func (d *Controller) Observe(n, accepted int, took time.Duration) {
 	for len(d.cost) <= n {
 		d.cost = append(d.cost, average{})
 	}
@@ -220,7 +289,7 @@ func (d *Depth) Observe(n, accepted int, took time.Duration) {
 }
 
 // Rate is the acceptance rate used for position i (1-based).
-func (d *Depth) Rate(i int) float64 {
+func (d *Controller) Rate(i int) float64 {
 	if i <= len(d.acc) && d.acc[i-1].n >= d.trust() {
 		return d.acc[i-1].v
 	}
@@ -235,7 +304,7 @@ func (d *Depth) Rate(i int) float64 {
 // Cost is the estimated seconds of a round at depth n: measured, interpolated linearly between
 // the nearest measured depths, or the nearest measured cost beyond them (an optimistic guess that
 // the controller then measures). ok is false when nothing has been measured.
-func (d *Depth) Cost(n int) (c float64, ok bool) {
+func (d *Controller) Cost(n int) (c float64, ok bool) {
 	lo, hi := -1, -1
 	for m := range d.cost {
 		if d.cost[m].n == 0 {
@@ -252,7 +321,7 @@ func (d *Depth) Cost(n int) (c float64, ok bool) {
 }
 
 // costBetween is Cost(n) given the nearest measured depths lo <= n and hi >= n (-1: none).
-func (d *Depth) costBetween(n, lo, hi int) (float64, bool) {
+func (d *Controller) costBetween(n, lo, hi int) (float64, bool) {
 	switch {
 	case lo < 0 && hi < 0:
 		return 0, false
@@ -266,7 +335,7 @@ func (d *Depth) costBetween(n, lo, hi int) (float64, bool) {
 }
 
 // EV is the expected tokens per second of a round at depth n (per round when no cost is known).
-func (d *Depth) EV(n int) float64 {
+func (d *Controller) EV(n int) float64 {
 	tokens, run := 1.0, 1.0
 	for k := 1; k <= n; k++ {
 		run *= d.Rate(k)

@@ -13,7 +13,7 @@ import (
 
 // simulate runs rounds of a scripted world: position i is accepted with probability accept[i-1]
 // given the earlier ones were, and a round at depth n costs cost(n). It returns the choices.
-func simulate(d *Depth, rounds, limit int, accept []float64, cost func(n int) time.Duration, seed uint64) []int {
+func simulate(d *Controller, rounds, limit int, accept []float64, cost func(n int) time.Duration, seed uint64) []int {
 	rng := rand.New(rand.NewPCG(seed, 0))
 	var chosen []int
 	for range rounds {
@@ -64,7 +64,7 @@ func TestDepthConvergesToBestEV(t *testing.T) {
 	if best != 4 {
 		t.Fatalf("scenario's best depth is %d, the comment says 4", best)
 	}
-	d := &Depth{}
+	d := &Controller{}
 	chosen := simulate(d, 3000, 8, accept, cost, 1)
 	if got := modeOf(chosen[2000:]); got != best {
 		t.Fatalf("most chosen depth over the last 1000 rounds is %d, want %d (rates %.2f %.2f %.2f %.2f %.2f)",
@@ -81,7 +81,7 @@ func TestDepthConvergesToBestEV(t *testing.T) {
 func TestDepthZeroWhenDraftsNeverHelpAndProbes(t *testing.T) {
 	never := make([]float64, 8)
 	cost := func(n int) time.Duration { return time.Duration(1000+500*n) * time.Microsecond }
-	d := &Depth{ProbeEvery: 4}
+	d := &Controller{ProbeEvery: 4}
 	chosen := simulate(d, 200, 8, never, cost, 2)
 	// Once position 1 is trusted (10 rejections) plain decoding wins; every 4th choice probes
 	// one deeper than the best, so the tail alternates 0, 0, 0, 1.
@@ -98,7 +98,7 @@ func TestDepthZeroWhenDraftsNeverHelpAndProbes(t *testing.T) {
 }
 
 func TestDepthCostAndRateEstimates(t *testing.T) {
-	d := &Depth{Alpha: 0.01}
+	d := &Controller{Alpha: 0.01}
 	if _, ok := d.Cost(3); ok {
 		t.Fatal("a cost was estimated before anything was measured")
 	}
@@ -114,7 +114,7 @@ func TestDepthCostAndRateEstimates(t *testing.T) {
 		}
 	}
 
-	d = &Depth{Alpha: 0.01}
+	d = &Controller{Alpha: 0.01}
 	for range 10 {
 		d.Observe(2, 2, time.Second)
 		d.Observe(2, 0, time.Second)
@@ -125,11 +125,11 @@ func TestDepthCostAndRateEstimates(t *testing.T) {
 		t.Fatalf("rates %v %v %v, want 0.5 1 1", d.Rate(1), d.Rate(2), d.Rate(3))
 	}
 	// Before anything is trusted, the prior stands in.
-	if r := (&Depth{Prior: 0.7}).Rate(2); r != 0.7 {
+	if r := (&Controller{Prior: 0.7}).Rate(2); r != 0.7 {
 		t.Fatalf("untrained rate %v, want the prior 0.7", r)
 	}
 	// Forced depth, capped by the limit.
-	if n := (&Depth{Fixed: 5}).Choose(3); n != 3 {
+	if n := Fixed(5).choose(3); n != 3 {
 		t.Fatalf("forced depth 5 under limit 3 chose %d", n)
 	}
 }
@@ -151,19 +151,19 @@ func TestDepthInLoop(t *testing.T) {
 	clock := func() time.Time { return now }
 	ft := &fake.Target{Vocab: testVocab, Layers: 2}
 	target := timedTarget{ft, &now}
-	randomDraft := func() *Session {
-		return NewSession(&fake.Draft{Block: 8, Mask: testVocab - 1, Layers: []int{0}, Vocab: testVocab}, 512)
+	randomDraft := func() *BlockSession {
+		return NewBlockSession(&fake.Draft{Block: 8, Mask: testVocab - 1, Layers: []int{0}, Vocab: testVocab}, 512)
 	}
-	generate := func(prompt []int, d Drafter, depth *Depth) Stats {
+	generate := func(prompt []int, s Session, depth Depth) Stats {
 		t.Helper()
 		seq := NewSequence(target, 512)
-		_, st := runTarget(t, seq, Request{Prompt: prompt, MaxTokens: 60, Drafter: d, Depth: depth, Clock: clock})
+		_, st := runTarget(t, seq, Request{Prompt: prompt, MaxTokens: 60, Session: s, Depth: depth, Clock: clock})
 		return st
 	}
 
 	// A one-token prompt leaves the draft without context: the first round decodes plainly.
 	ft.Forwards = nil
-	st := generate([]int{3}, randomDraft(), &Depth{Fixed: 3})
+	st := generate([]int{3}, randomDraft(), Fixed(3))
 	if len(ft.Forwards[0].Tokens) != 1 || st.Depths[0] < 1 {
 		t.Fatalf("first forward %v, depths %v: want a plain first round", ft.Forwards[0].Tokens, st.Depths)
 	}
@@ -175,14 +175,14 @@ func TestDepthInLoop(t *testing.T) {
 
 	// Random drafts are accepted about 1 time in 16: a fresh controller starts deep (the prior
 	// is 0.5), learns, and settles on plain decoding with probes.
-	depth := &Depth{}
-	first := generate([]int{1, 2, 3}, randomDraft(), depth)
+	depth := &Controller{}
+	first := generate([]int{1, 2, 3}, randomDraft(), Adaptive(depth))
 	if len(first.Depths) < 8 || first.Depths[7] == 0 {
 		t.Fatalf("a fresh controller never tried the full block: %v", first.Depths)
 	}
 	learned := depth.acc[0].n
 	// The next request keeps what was learned: no round deeper than a probe from plain decoding.
-	second := generate([]int{4, 5, 6}, randomDraft(), depth)
+	second := generate([]int{4, 5, 6}, randomDraft(), Adaptive(depth))
 	if len(second.Depths) > 2 {
 		t.Fatalf("second request depths %v: the learned state was not kept", second.Depths)
 	}
@@ -198,7 +198,7 @@ func TestDepthInLoop(t *testing.T) {
 func runTarget(t *testing.T, seq *Sequence, req Request) ([]int, Stats) {
 	t.Helper()
 	var out []int
-	st, err := Generate(t.Context(), seq, req, func(tok int) error { out = append(out, tok); return nil })
+	st, err := Generate(t.Context(), seq, req, func(tok Token) error { out = append(out, tok.ID); return nil })
 	if err != nil {
 		t.Fatalf("Generate: %v", err)
 	}
@@ -212,7 +212,7 @@ func runTarget(t *testing.T, seq *Sequence, req Request) ([]int, Stats) {
 func TestChooseIsBestEV(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	for trial := range 300 {
-		d := &Depth{ProbeEvery: -1, Trust: 1 + rng.IntN(5)}
+		d := &Controller{ProbeEvery: -1, Trust: 1 + rng.IntN(5)}
 		for range rng.IntN(60) {
 			n := rng.IntN(12)
 			d.Observe(n, rng.IntN(n+1), time.Duration(1000+rng.IntN(400)*(n+1))*time.Microsecond)
@@ -248,7 +248,7 @@ func TestDefaultProbingFollowsCost(t *testing.T) {
 			}
 			return time.Millisecond + c.extra*time.Duration(n)
 		}
-		d := &Depth{}
+		d := &Controller{}
 		simulate(d, 200, 8, never, cost, 3) // learn that drafts never pass
 		chosen := simulate(d, 1000, 8, never, cost, 4)
 		probes := 0
@@ -269,7 +269,7 @@ func TestDefaultProbingFollowsCost(t *testing.T) {
 func TestExplorationClimbsWhenRowsAreDear(t *testing.T) {
 	never := make([]float64, 15)
 	cost := func(n int) time.Duration { return time.Duration(1000+1500*n) * time.Microsecond }
-	chosen := simulate(&Depth{ProbeEvery: -1}, 50, 15, never, cost, 5)
+	chosen := simulate(&Controller{ProbeEvery: -1}, 50, 15, never, cost, 5)
 	if m := slices.Max(chosen); m > 3 {
 		t.Fatalf("a fresh controller drafted %d rows with rows costing 1.5 plain rounds: %v", m, chosen)
 	}

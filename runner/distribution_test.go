@@ -137,17 +137,17 @@ func TestSampledSpeculationMatchesPlainDistribution(t *testing.T) {
 	}
 	drafters := []struct {
 		name string
-		make func() Drafter
+		make func() Session
 	}{
-		{"dflash-random", func() Drafter {
-			return NewSession(&fake.Draft{Block: 4, Mask: 4, Layers: []int{0, 1}, Vocab: distVocab}, 64)
+		{"dflash-random", func() Session {
+			return NewBlockSession(&fake.Draft{Block: 4, Mask: 4, Layers: []int{0, 1}, Vocab: distVocab}, 64)
 		}},
-		{"dflash-near", func() Drafter {
-			return NewSession(&fake.Draft{Block: 4, Mask: 4, Layers: []int{1}, Vocab: distVocab, Logits: near}, 64)
+		{"dflash-near", func() Session {
+			return NewBlockSession(&fake.Draft{Block: 4, Mask: 4, Layers: []int{1}, Vocab: distVocab, Logits: near}, 64)
 		}},
-		{"oracle-noise", func() Drafter {
+		{"oracle-noise", func() Session {
 			seq := append(slices.Clone(prompt), target.Greedy(prompt, distSteps+2)...)
-			return &OracleDrafter{Tokens: seq, Depth: 3, Noise: 0.4, Vocab: distVocab, Seed: 5}
+			return (&OracleDrafter{Tokens: seq, Limit: 3, Noise: 0.4, Vocab: distVocab, Seed: 5}).Open(0)
 		}},
 	}
 	for _, oc := range opts {
@@ -159,7 +159,7 @@ func TestSampledSpeculationMatchesPlainDistribution(t *testing.T) {
 		if math.Abs(total-1) > 1e-4 {
 			t.Fatalf("%s: exact probabilities sum to %v", oc.name, total)
 		}
-		sample := func(t *testing.T, d Drafter, seedBase uint64) (map[string]int, Stats) {
+		sample := func(t *testing.T, d Session, seedBase uint64) (map[string]int, Stats) {
 			counts := map[string]int{}
 			seq := NewSequence(target, 64)
 			var all Stats
@@ -167,8 +167,8 @@ func TestSampledSpeculationMatchesPlainDistribution(t *testing.T) {
 				o := oc.o
 				o.Seed = seedBase + uint64(r)
 				var out []int
-				st, err := Generate(context.Background(), seq, Request{Prompt: prompt, Options: o, MaxTokens: distSteps, Stop: oc.stop, Drafter: d, Depth: &Depth{Fixed: 3}, Clock: fakeClock()},
-					func(tok int) error { out = append(out, tok); return nil })
+				st, err := Generate(context.Background(), seq, Request{Prompt: prompt, Options: o, MaxTokens: distSteps, Stop: oc.stop, Session: d, Depth: Fixed(3), Clock: fakeClock()},
+					func(tok Token) error { out = append(out, tok.ID); return nil })
 				if err != nil {
 					t.Fatal(err)
 				}

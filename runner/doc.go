@@ -1,7 +1,14 @@
 // Package runner owns one request's decode loop: prompt prefill with prefix reuse, plain
-// decoding, speculative rounds (a drafter proposes, one target forward verifies, the target cache
-// is rewound to the last kept row), the DFlash drafting session, the depth controller and the
+// decoding, speculative rounds (a session proposes, one target forward verifies, the target cache
+// is rewound to the last kept row), the DFlash drafting sessions, the depth policy and the
 // statistics of a request.
+//
+// Speculation has two lifetimes. A Drafter is per model pair and long-lived: it holds the draft
+// (weights live in the model) and its depth policy, whose adaptive controller learns across
+// requests. A Session is per sequence: it holds the draft cache and the context rows not yet
+// written, and lives as long as the sequence does. Whoever opens a session closes it; Generate
+// only restores it at the start of a request and settles it at the end. The depth policy (Fixed
+// or Adaptive) applies to any drafter alike.
 //
 // It must never touch weights or kernels (models do), never decide how a token is drawn from a
 // distribution (package sample does), and never let a rejected draft leave a trace: every token

@@ -30,12 +30,12 @@ func tinyQwen3(t *testing.T, vocab int, seed uint64) *transformer.Model {
 	return m
 }
 
-func generate(t *testing.T, target model.Target, prompt []int, n int, stop []int, opts sample.Options, d runner.Drafter, depth *runner.Depth) ([]int, runner.Stats) {
+func generate(t *testing.T, target model.Target, prompt []int, n int, stop []int, opts sample.Options, d runner.Session, depth runner.Depth) ([]int, runner.Stats) {
 	t.Helper()
 	var out []int
 	seq := runner.NewSequence(target, 512)
-	st, err := runner.Generate(context.Background(), seq, runner.Request{Prompt: prompt, Options: opts, MaxTokens: n, Stop: stop, Drafter: d, Depth: depth},
-		func(tok int) error { out = append(out, tok); return nil })
+	st, err := runner.Generate(context.Background(), seq, runner.Request{Prompt: prompt, Options: opts, MaxTokens: n, Stop: stop, Session: d, Depth: depth},
+		func(tok runner.Token) error { out = append(out, tok.ID); return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestGreedySpeculationEqualsPlainOnRealModels(t *testing.T) {
 				if trial%2 == 1 {
 					stop = []int{rng.IntN(vocab)}
 				}
-				want, _ := generate(t, target, prompt, n, stop, sample.Options{}, nil, nil)
+				want, _ := generate(t, target, prompt, n, stop, sample.Options{}, nil, runner.Depth{})
 				for _, dt := range []kernel.DType{kernel.F32, kernel.BF16} {
 					for _, block := range []int{4, 16} {
 						cfg := dflash.ConfigFor(target.Config(), 2, block)
@@ -74,18 +74,18 @@ func TestGreedySpeculationEqualsPlainOnRealModels(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
-						for _, depth := range []*runner.Depth{{}, {Fixed: block - 1}} {
-							got, _ := generate(t, target, prompt, n, stop, sample.Options{}, runner.NewSession(draft, 512), depth)
+						for _, depth := range []runner.Depth{{}, runner.Fixed(block - 1)} {
+							got, _ := generate(t, target, prompt, n, stop, sample.Options{}, runner.NewBlockSession(draft, 512), depth)
 							if !slices.Equal(got, want) {
-								t.Fatalf("vocab %d trial %d draft %v block %d depth %+v:\n got %v\nwant %v", vocab, trial, dt, block, *depth, got, want)
+								t.Fatalf("vocab %d trial %d draft %v block %d depth %v:\n got %v\nwant %v", vocab, trial, dt, block, depth, got, want)
 							}
 						}
 					}
 				}
 				full := append(slices.Clone(prompt), want...)
 				for _, noise := range []float64{0, 0.3} {
-					o := &runner.OracleDrafter{Tokens: full, Depth: 7, Noise: noise, Vocab: vocab, Seed: uint64(trial)}
-					got, st := generate(t, target, prompt, n, stop, sample.Options{}, o, &runner.Depth{Fixed: 7})
+					o := &runner.OracleDrafter{Tokens: full, Limit: 7, Noise: noise, Vocab: vocab, Seed: uint64(trial)}
+					got, st := generate(t, target, prompt, n, stop, sample.Options{}, o.Open(512), o.Depth())
 					if !slices.Equal(got, want) {
 						t.Fatalf("oracle noise %.1f vocab %d trial %d:\n got %v\nwant %v", noise, vocab, trial, got, want)
 					}
@@ -110,7 +110,7 @@ func TestSampledSpeculationRunsOnRealModels(t *testing.T) {
 	}
 	for _, o := range []sample.Options{{Temperature: 1, Seed: 1}, {Temperature: 0.7, TopK: 5, TopP: 0.9, Seed: 2}} {
 		t.Run(fmt.Sprintf("T%.1f", o.Temperature), func(t *testing.T) {
-			got, st := generate(t, target, []int{1, 2, 3}, 60, nil, o, runner.NewSession(draft, 512), &runner.Depth{})
+			got, st := generate(t, target, []int{1, 2, 3}, 60, nil, o, runner.NewBlockSession(draft, 512), runner.Depth{})
 			if len(got) != 60 || st.DecodeTokens != 60 {
 				t.Fatalf("got %d tokens (stats %d), want 60", len(got), st.DecodeTokens)
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dflash/dflash/cache"
 	"github.com/dflash/dflash/model"
+	"github.com/dflash/dflash/runner/stop"
 	"github.com/dflash/dflash/sample"
 )
 
@@ -47,22 +48,48 @@ type Request struct {
 	Options   sample.Options
 	MaxTokens int   // tokens to emit at most; <= 0 means until a stop token or a full cache
 	Stop      []int // tokens that end generation and are not emitted (usually the target's EOS ids)
+	// StopStrings end generation at the first occurrence of any of them in the output's text;
+	// neither the string nor anything after it is shown. They need Text.
+	StopStrings []string
+	// Text, when set, turns emitted tokens into the text each Token shows (a tokenizer.Stream,
+	// primed by the caller with whatever precedes the output).
+	Text Detokenizer
 
-	// Drafter, when set, makes decoding speculative; nil decodes plainly.
-	Drafter Drafter
-	// Depth is the depth controller state the caller keeps across requests; nil uses a fresh
-	// one for this request. Only Controlled drafters consult it.
-	Depth *Depth
+	// Session, when set, makes decoding speculative; nil decodes plainly. The caller opened it
+	// (Drafter.Open) and closes it: Generate restores it to the prompt's shared prefix at the
+	// start and settles it at the end, so between requests it is level with the sequence.
+	Session Session
+	// Depth picks each round's draft length, usually the session's drafter's Depth(). The zero
+	// Depth is adaptive with a fresh controller for this request.
+	Depth Depth
 
 	PrefillChunk int              // rows per prefill forward (default DefaultPrefillChunk)
 	Clock        func() time.Time // nil: time.Now; tests inject a fake clock
 }
 
-// Generate decodes req on seq, calling emit with every generated token in order. An error from
-// emit, or ctx being canceled (checked once per round), stops generation early; the error is
-// returned with the statistics so far. Whatever happens, seq stays consistent (its tokens are its
-// cache rows) and the drafter is closed.
-func Generate(ctx context.Context, seq *Sequence, req Request, emit func(token int) error) (st Stats, err error) {
+// Token is one piece of the output: a generated token and the text it shows (empty without
+// Request.Text). Text that was held back (the detokenizer's incomplete character, the tail that
+// might have begun a stop string) is shown, when the output ends without a stop string, by a last
+// piece with ID -1.
+type Token struct {
+	ID   int
+	Text string
+}
+
+// Detokenizer turns ids into text as they come; tokenizer.Stream is one.
+type Detokenizer interface {
+	Add(id int) string
+	Flush() string
+}
+
+// Generate decodes req on seq, calling emit with every generated token in order. All of a
+// request's stops are applied here, through one stop.Matcher: a stop token ends the output where
+// it stands, even among accepted drafts; a stop string ends it in the emitted text, holding back
+// what might begin one. An error from emit, or ctx being canceled (checked once per round),
+// stops generation early; the error is returned with the statistics so far. Whatever happens,
+// seq stays consistent (its tokens are its cache rows) and the session is settled (never closed:
+// its opener closes it).
+func Generate(ctx context.Context, seq *Sequence, req Request, emit func(Token) error) (st Stats, err error) {
 	st.Requests = 1
 	if len(req.Prompt) == 0 {
 		return st, errors.New("generate: empty prompt")
@@ -73,44 +100,56 @@ func Generate(ctx context.Context, seq *Sequence, req Request, emit func(token i
 	if err := req.Options.Validate(); err != nil {
 		return st, fmt.Errorf("generate: %w", err)
 	}
+	stops := stop.New(req.Stop, req.StopStrings)
+	if stops.HasStrings() && req.Text == nil {
+		return st, errors.New("generate: stop strings need Request.Text to see the output's text")
+	}
 	vocab := seq.target.Config().Vocab
 	for i, t := range req.Prompt {
 		if t < 0 || t >= vocab {
 			return st, fmt.Errorf("generate: prompt token %d is %d, outside the vocabulary of %d", i, t, vocab)
 		}
 	}
-	g := &generation{seq: seq, req: req, emit: emit, now: req.Clock, st: &st, vocab: vocab}
+	g := &generation{seq: seq, req: req, emit: emit, now: req.Clock, st: &st, vocab: vocab, stops: stops}
 	if g.now == nil {
 		g.now = time.Now
 	}
-	g.depth = req.Depth
-	if g.depth == nil {
-		g.depth = &Depth{}
-	}
+	g.depth = req.Depth.orFresh()
 	g.v.s = NewSampler(req.Options, vocab)
-	if d := req.Drafter; d != nil {
+	if d := req.Session; d != nil {
 		g.taps = d.Taps()
 		defer func() {
-			if cerr := d.Close(); cerr != nil && err == nil {
-				err = fmt.Errorf("generate: close drafter: %w", cerr)
+			if serr := d.Settle(); serr != nil && err == nil {
+				err = fmt.Errorf("generate: settle drafting session: %w", serr)
 			}
 		}()
 	}
 	if err := g.prefill(ctx); err != nil {
 		return st, err
 	}
-	err = g.decode(ctx)
-	return st, err
+	if err = g.decode(ctx); err != nil || req.Text == nil || stops.Stopped() {
+		return st, err
+	}
+	// The output ended without a stop string: show what was held back.
+	show, _ := stops.Text(req.Text.Flush())
+	if show += stops.Flush(); show != "" && emit != nil {
+		if err := emit(Token{ID: -1, Text: show}); err != nil {
+			st.Reason = StopCanceled
+			return st, err
+		}
+	}
+	return st, nil
 }
 
 // generation is one request in flight.
 type generation struct {
 	seq   *Sequence
 	req   Request
-	emit  func(int) error
+	emit  func(Token) error
+	stops *stop.Matcher
 	now   func() time.Time
 	st    *Stats
-	depth *Depth
+	depth Depth
 	vocab int
 	taps  []int
 	v     verifier
@@ -134,13 +173,13 @@ func (g *generation) prefill(ctx context.Context) error {
 	for keep < len(seq.tokens) && keep < len(prompt)-1 && seq.tokens[keep] == prompt[keep] {
 		keep++
 	}
-	if d := g.req.Drafter; d != nil {
+	if d := g.req.Session; d != nil {
 		held, err := d.Restore(keep)
 		if err != nil {
-			return fmt.Errorf("generate: restore drafter to %d rows: %w", keep, err)
+			return fmt.Errorf("generate: restore drafting session to %d rows: %w", keep, err)
 		}
 		if held > keep || held < 0 {
-			return fmt.Errorf("generate: drafter restored %d rows of %d", held, keep)
+			return fmt.Errorf("generate: drafting session restored %d rows of %d", held, keep)
 		}
 		keep = held
 	}
@@ -215,7 +254,7 @@ func (g *generation) keep(tokens []int, kept int) error {
 		}
 	}
 	seq.tokens = append(seq.tokens, tokens[:kept]...)
-	if d := g.req.Drafter; d != nil {
+	if d := g.req.Session; d != nil {
 		taps := g.tapRows[:0]
 		for _, t := range g.res.Taps {
 			hidden := len(t) / len(tokens)
@@ -232,15 +271,12 @@ func (g *generation) keep(tokens []int, kept int) error {
 	return nil
 }
 
-// settler is a drafter that can write its pending context on its own (Session.Settle).
-type settler interface{ Settle() error }
-
 // decode runs rounds until a stop token, MaxTokens, a full cache, cancellation or an error. A
 // round processes [current, d_1..d_n] in one target forward (n = 0 is plain decoding), emits the
 // accepted drafts and one token from the target, and keeps the rows [current, accepted drafts]:
 // the last emitted token becomes the next round's current token and is not in the cache yet.
 func (g *generation) decode(ctx context.Context) error {
-	seq, st, d := g.seq, g.st, g.req.Drafter
+	seq, st, d := g.seq, g.st, g.req.Session
 	current := g.req.Prompt[len(g.req.Prompt)-1]
 	start := g.now()
 	defer func() { st.DecodeTime = g.now().Sub(start) }()
@@ -266,19 +302,14 @@ func (g *generation) decode(ctx context.Context) error {
 		}
 		n := 0
 		if d != nil {
-			limit = min(limit, d.Limit())
-			if d.Controlled() {
-				n = g.depth.Choose(limit)
-			} else {
-				n = max(limit, 0)
-			}
+			n = g.depth.choose(min(limit, d.Limit()))
 		}
 
-		if s, ok := d.(settler); ok && n > 0 {
+		if d != nil && n > 0 {
 			// Pending context rows are written apart from the block, so that the round's time
 			// holds only what its depth costs; the rows are the same whatever the batching.
 			t := g.now()
-			err := s.Settle()
+			err := d.Settle()
 			st.DraftTime += g.now().Sub(t)
 			if err != nil {
 				return fmt.Errorf("generate: draft context at %d: %w", seq.cache.Offset(), err)
@@ -317,17 +348,17 @@ func (g *generation) decode(ctx context.Context) error {
 
 		// A stop token ends the output where it stands, even among accepted drafts; the rows
 		// after it are dropped with the rejected ones.
-		stop := slices.IndexFunc(out, func(t int) bool { return slices.Contains(g.req.Stop, t) })
+		end := slices.IndexFunc(out, g.stops.Token)
 		kept := len(out)
-		if stop >= 0 {
-			kept = stop + 1
+		if end >= 0 {
+			kept = end + 1
 		}
 		if err := g.keep(g.block, kept); err != nil {
 			return fmt.Errorf("generate: keep %d rows at %d: %w", kept, seq.cache.Offset(), err)
 		}
 		emitted := out[:kept]
-		if stop >= 0 {
-			emitted = out[:stop]
+		if end >= 0 {
+			emitted = out[:end]
 		}
 		current = out[kept-1]
 		t3 := g.now()
@@ -335,20 +366,31 @@ func (g *generation) decode(ctx context.Context) error {
 		st.DraftTime += t1.Sub(t0)
 		st.VerifyTime += t2.Sub(t1)
 		st.OtherTime += t3.Sub(t2)
-		if d != nil && d.Controlled() {
-			g.depth.Observe(len(drafts), accepted, t3.Sub(t0)-g.context)
+		if d != nil {
+			g.depth.observe(len(drafts), accepted, t3.Sub(t0)-g.context)
 		}
 		for _, t := range emitted {
 			g.all = append(g.all, t)
 			st.DecodeTokens++
+			piece := Token{ID: t}
+			hit := false
+			if g.req.Text != nil {
+				piece.Text, hit = g.stops.Text(g.req.Text.Add(t))
+			}
 			if g.emit != nil {
-				if err := g.emit(t); err != nil {
+				if err := g.emit(piece); err != nil {
 					st.Reason = StopCanceled
 					return err
 				}
 			}
+			if hit {
+				// The rows of the round's later tokens stay in the cache: they are the sequence's
+				// tokens all the same, and a next request that shares them reuses them.
+				st.Reason = StopString
+				return nil
+			}
 		}
-		if stop >= 0 {
+		if end >= 0 {
 			st.Reason = StopToken
 			return nil
 		}

@@ -33,8 +33,8 @@ func run(t *testing.T, target *fake.Target, seq *Sequence, req Request) ([]int, 
 		req.Clock = fakeClock()
 	}
 	var out []int
-	st, err := Generate(context.Background(), seq, req, func(tok int) error {
-		out = append(out, tok)
+	st, err := Generate(context.Background(), seq, req, func(tok Token) error {
+		out = append(out, tok.ID)
 		return nil
 	})
 	if err != nil {
@@ -82,16 +82,14 @@ func drafterCases() []drafterCase {
 	return []drafterCase{
 		{"dflash-random", func(target *fake.Target, _ []int, _ int) Drafter {
 			// Hashed draft logits: drafts are right about 1 time in 16.
-			d := &fake.Draft{Block: 8, Mask: testVocab - 1, Layers: []int{0, 1}, Vocab: testVocab}
-			return NewSession(d, 1024)
+			return NewBlockDrafter(&fake.Draft{Block: 8, Mask: testVocab - 1, Layers: []int{0, 1}, Vocab: testVocab})
 		}},
 		{"dflash-noisy-perfect", func(target *fake.Target, _ []int, _ int) Drafter {
-			d := &fake.Draft{Block: 6, Mask: testVocab - 1, Layers: []int{1}, Vocab: testVocab, Logits: perfectDraft(target, 0.2, 7)}
-			return NewSession(d, 1024)
+			return NewBlockDrafter(&fake.Draft{Block: 6, Mask: testVocab - 1, Layers: []int{1}, Vocab: testVocab, Logits: perfectDraft(target, 0.2, 7)})
 		}},
 		{"oracle-noise", func(target *fake.Target, prompt []int, n int) Drafter {
 			seq := append(slices.Clone(prompt), target.Greedy(prompt, n+16)...)
-			return &OracleDrafter{Tokens: seq, Depth: 5, Noise: 0.3, Vocab: testVocab, Seed: 3}
+			return &OracleDrafter{Tokens: seq, Limit: 5, Noise: 0.3, Vocab: testVocab, Seed: 3}
 		}},
 	}
 }
@@ -115,7 +113,12 @@ func TestGreedySpeculativeEqualsPlain(t *testing.T) {
 					stop = []int{5, 9}
 				}
 				want, _ := run(t, target, nil, Request{Prompt: prompt, MaxTokens: n, Stop: stop})
-				got, st := run(t, target, nil, Request{Prompt: prompt, MaxTokens: n, Stop: stop, Drafter: dc.make(target, prompt, n)})
+				d := dc.make(target, prompt, n)
+				s := d.Open(1024)
+				got, st := run(t, target, nil, Request{Prompt: prompt, MaxTokens: n, Stop: stop, Session: s, Depth: d.Depth()})
+				if err := s.Close(); err != nil {
+					t.Fatal(err)
+				}
 				if !slices.Equal(got, want) {
 					t.Fatalf("trial %d prompt %v: speculative %v\nwant plain %v", trial, prompt, got, want)
 				}
@@ -140,9 +143,9 @@ func TestStopTokenInsideBlock(t *testing.T) {
 	// round (after the prompt) drafts greedy[0..7], all accepted, and the stop sits inside it.
 	stopTok := greedy[6]
 	k := slices.Index(greedy, stopTok)
-	oracle := &OracleDrafter{Tokens: append(slices.Clone(prompt), greedy...), Depth: 8}
+	oracle := &OracleDrafter{Tokens: append(slices.Clone(prompt), greedy...), Limit: 8}
 	seq := NewSequence(target, 128)
-	got, st := run(t, target, seq, Request{Prompt: prompt, MaxTokens: 40, Stop: []int{stopTok}, Drafter: oracle})
+	got, st := run(t, target, seq, Request{Prompt: prompt, MaxTokens: 40, Stop: []int{stopTok}, Session: oracle.Open(128), Depth: oracle.Depth()})
 	if !slices.Equal(got, greedy[:k]) || st.Reason != StopToken {
 		t.Fatalf("got %v (%s), want %v then stop", got, st.Reason, greedy[:k])
 	}
@@ -155,10 +158,10 @@ func TestStopTokenInsideBlock(t *testing.T) {
 func TestFullAcceptanceLeavesDraftLevel(t *testing.T) {
 	target := &fake.Target{Vocab: testVocab, Layers: 4}
 	d := &fake.Draft{Block: 5, Mask: testVocab - 1, Layers: []int{0, 3}, Vocab: testVocab, Logits: perfectDraft(target, 0, 0)}
-	s := NewSession(d, 256)
+	s := NewBlockSession(d, 256)
 	prompt := []int{4, 8, 15, 12, 2}
 	seq := NewSequence(target, 256)
-	got, st := run(t, target, seq, Request{Prompt: prompt, MaxTokens: 41, Drafter: s, Depth: &Depth{Fixed: 4}})
+	got, st := run(t, target, seq, Request{Prompt: prompt, MaxTokens: 41, Session: s, Depth: Fixed(4)})
 	if want := target.Greedy(prompt, 41); !slices.Equal(got, want) {
 		t.Fatalf("got %v, want %v", got, want)
 	}
@@ -182,18 +185,18 @@ func TestFullAcceptanceLeavesDraftLevel(t *testing.T) {
 func TestPromptPrefixReuse(t *testing.T) {
 	target := &fake.Target{Vocab: testVocab, Layers: 2}
 	d := &fake.Draft{Block: 4, Mask: testVocab - 1, Layers: []int{1}, Vocab: testVocab, Logits: perfectDraft(target, 0.3, 1)}
-	s := NewSession(d, 512)
+	s := NewBlockSession(d, 512)
 	seq := NewSequence(target, 512)
-	depth := &Depth{}
+	depth := Adaptive(nil)
 	first := []int{1, 2, 3, 4, 5, 6}
-	out1, _ := run(t, target, seq, Request{Prompt: first, MaxTokens: 10, Drafter: s, Depth: depth})
+	out1, _ := run(t, target, seq, Request{Prompt: first, MaxTokens: 10, Session: s, Depth: depth})
 
 	// The next turn extends the conversation: every cached row is reused (the last emitted
 	// token was never in the cache), and the drafter resumes from the same rows.
 	second := append(append(slices.Clone(first), out1...), 7, 8)
 	cached := len(seq.Tokens())
 	target.Forwards = nil
-	out2, st := run(t, target, seq, Request{Prompt: second, MaxTokens: 10, Drafter: s, Depth: depth})
+	out2, st := run(t, target, seq, Request{Prompt: second, MaxTokens: 10, Session: s, Depth: depth})
 	if st.Reused != cached || st.PromptTokens != len(second)-1-cached {
 		t.Fatalf("reused %d and prefilled %d, want %d and %d", st.Reused, st.PromptTokens, cached, len(second)-1-cached)
 	}
@@ -207,7 +210,7 @@ func TestPromptPrefixReuse(t *testing.T) {
 
 	// A prompt that diverges early keeps only the common prefix, in target and draft.
 	third := []int{1, 2, 9}
-	out3, st := run(t, target, seq, Request{Prompt: third, MaxTokens: 5, Drafter: s, Depth: depth})
+	out3, st := run(t, target, seq, Request{Prompt: third, MaxTokens: 5, Session: s, Depth: depth})
 	if st.Reused != 2 {
 		t.Fatalf("reused %d rows, want the common prefix of 2", st.Reused)
 	}
@@ -222,8 +225,8 @@ func TestPromptPrefixReuse(t *testing.T) {
 	// A drafter that holds fewer rows than the target makes the target recompute them.
 	plainSeq := NewSequence(target, 512)
 	run(t, target, plainSeq, Request{Prompt: first, MaxTokens: 3})
-	fresh := NewSession(&fake.Draft{Block: 4, Mask: testVocab - 1, Layers: []int{1}, Vocab: testVocab}, 512)
-	_, st = run(t, target, plainSeq, Request{Prompt: append(slices.Clone(first), 3), MaxTokens: 3, Drafter: fresh})
+	fresh := NewBlockSession(&fake.Draft{Block: 4, Mask: testVocab - 1, Layers: []int{1}, Vocab: testVocab}, 512)
+	_, st = run(t, target, plainSeq, Request{Prompt: append(slices.Clone(first), 3), MaxTokens: 3, Session: fresh})
 	if st.Reused != 0 {
 		t.Fatalf("reused %d rows with an empty drafter, want 0", st.Reused)
 	}
@@ -236,8 +239,8 @@ func TestGenerateStopsEarly(t *testing.T) {
 	errGone := errors.New("client gone")
 	seq := NewSequence(target, 64)
 	var got []int
-	st, err := Generate(context.Background(), seq, Request{Prompt: prompt, MaxTokens: 20}, func(tok int) error {
-		got = append(got, tok)
+	st, err := Generate(context.Background(), seq, Request{Prompt: prompt, MaxTokens: 20}, func(tok Token) error {
+		got = append(got, tok.ID)
 		if len(got) == 3 {
 			return errGone
 		}
@@ -296,8 +299,8 @@ func TestOracleCeiling(t *testing.T) {
 	target := &fake.Target{Vocab: testVocab, Layers: 2}
 	prompt := []int{7, 1}
 	greedy := target.Greedy(prompt, 60)
-	oracle := &OracleDrafter{Tokens: append(slices.Clone(prompt), greedy...), Depth: 5}
-	got, st := run(t, target, nil, Request{Prompt: prompt, MaxTokens: 60, Drafter: oracle})
+	oracle := &OracleDrafter{Tokens: append(slices.Clone(prompt), greedy...), Limit: 5}
+	got, st := run(t, target, nil, Request{Prompt: prompt, MaxTokens: 60, Session: oracle.Open(512), Depth: oracle.Depth()})
 	// An exact oracle is always right: 10 rounds of 5 drafts plus a bonus emit 60 tokens, tau 6.
 	if !slices.Equal(got, greedy) || st.Accepted != st.Drafted || st.Rounds != 10 || st.Tau() != 6 {
 		t.Fatalf("oracle: %d rounds, accepted %d/%d, tau %v", st.Rounds, st.Accepted, st.Drafted, st.Tau())
@@ -313,12 +316,14 @@ func BenchmarkRoundOverhead(b *testing.B) {
 	greedy := target.Greedy(prompt, n)
 	for _, bc := range []struct {
 		name string
-		d    func() Drafter
+		d    func() Session
 	}{
-		{"plain", func() Drafter { return nil }},
-		{"oracle8", func() Drafter { return &OracleDrafter{Tokens: append(slices.Clone(prompt), greedy...), Depth: 8} }},
-		{"dflash8", func() Drafter {
-			return NewSession(&fake.Draft{Block: 9, Mask: 1023, Layers: []int{0, 1}, Vocab: 1024}, 1024)
+		{"plain", func() Session { return nil }},
+		{"oracle8", func() Session {
+			return (&OracleDrafter{Tokens: append(slices.Clone(prompt), greedy...), Limit: 8}).Open(0)
+		}},
+		{"dflash8", func() Session {
+			return NewBlockSession(&fake.Draft{Block: 9, Mask: 1023, Layers: []int{0, 1}, Vocab: 1024}, 1024)
 		}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
@@ -326,7 +331,7 @@ func BenchmarkRoundOverhead(b *testing.B) {
 			tokens := 0
 			for b.Loop() {
 				target.Forwards = target.Forwards[:0]
-				st, err := Generate(context.Background(), seq, Request{Prompt: prompt, MaxTokens: n, Drafter: bc.d(), Depth: &Depth{Fixed: 8}}, nil)
+				st, err := Generate(context.Background(), seq, Request{Prompt: prompt, MaxTokens: n, Session: bc.d(), Depth: Fixed(8)}, nil)
 				if err != nil {
 					b.Fatal(err)
 				}

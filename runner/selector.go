@@ -2,22 +2,37 @@ package runner
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/dflash/dflash/cache"
 	"github.com/dflash/dflash/model"
 	"github.com/dflash/dflash/sample"
 )
 
-// SelectorDepth is how many tokens a DFlash2 selector session drafts every round (DFLASH.md
-// section 5: the depth controller's shallower picks lose more accepted tokens than they save).
+// SelectorDepth is how many tokens a DFlash2 drafter's default policy drafts every round
+// (DFLASH.md section 5: the depth controller's shallower picks lose more accepted tokens than
+// they save).
 const SelectorDepth = 7
 
-// SelectorSession is the DFlash2 drafting session: the DFlash session's context handling (it is
-// a Session underneath: the same buffering, rewinds and restored prefix) with proposals made by
-// walking a model.BlockSelector's slots. It implements Drafter with a fixed depth of
-// min(SelectorDepth, B-1) and Controlled() false, so it neither follows nor trains the depth
-// controller.
+// SelectorDrafter is the long-lived side of a DFlash2 draft. Its default policy is
+// Fixed(min(SelectorDepth, B-1)), which neither follows nor trains a controller.
+type SelectorDrafter struct {
+	draft model.BlockSelector
+}
+
+// NewSelectorDrafter wraps a DFlash2 draft.
+func NewSelectorDrafter(d model.BlockSelector) *SelectorDrafter { return &SelectorDrafter{draft: d} }
+
+// Open starts a selector session with a fresh draft cache for up to capacity target positions.
+func (s *SelectorDrafter) Open(capacity int) Session { return NewSelectorSession(s.draft, capacity) }
+
+// Depth is Fixed(min(SelectorDepth, B-1)).
+func (s *SelectorDrafter) Depth() Depth {
+	return Fixed(max(0, min(SelectorDepth, s.draft.BlockSize()-1)))
+}
+
+// SelectorSession is the DFlash2 drafting session: the DFlash session's context handling (the
+// same buffering, rewinds and restored prefix) with proposals made by walking the Walk that the
+// draft's forward returns.
 //
 // The walk starts from the anchor (the current token, slot 1's predecessor); each slot's
 // candidates are scored given the token chosen for the slot before. At temperature 0 a slot
@@ -28,27 +43,12 @@ const SelectorDepth = 7
 // The draft always runs its full block: its attention is bidirectional and its convolutions
 // expect whole blocks, so fewer rows would change every slot's scores.
 type SelectorSession struct {
-	*Session
-	sel   *selectorDraft
-	depth int
+	draftContext[model.Walk]
 
 	ids    []int32
 	scores []float32
 	drafts []int
 	q      []sample.Distribution
-}
-
-// selectorDraft presents a BlockSelector to the Session as a BlockDraft: its Forward keeps the
-// Walk and returns no logits. Only the SelectorSession, which reads the Walk, ever uses it.
-type selectorDraft struct {
-	model.BlockSelector
-	walk model.Walk
-}
-
-func (a *selectorDraft) Forward(c cache.Cache, ctx []float32, ctxRows int, block []int) ([]float32, error) {
-	w, err := a.BlockSelector.Forward(c, ctx, ctxRows, block)
-	a.walk = w
-	return nil, err
 }
 
 // NewSelectorSession starts a selector session with a fresh draft cache for up to capacity
@@ -60,32 +60,26 @@ func NewSelectorSession(d model.BlockSelector, capacity int) *SelectorSession {
 // NewSelectorSessionCache starts a selector session on an existing draft cache whose rows
 // [0, c.Offset()) are context rows of the target positions they are at (a restored prefix).
 func NewSelectorSessionCache(d model.BlockSelector, c cache.Cache) *SelectorSession {
-	a := &selectorDraft{BlockSelector: d}
-	return &SelectorSession{Session: NewSessionCache(a, c), sel: a, depth: max(0, min(SelectorDepth, d.BlockSize()-1))}
+	return &SelectorSession{draftContext: newDraftContext(d.Forward, d.BlockSize(), d.MaskID(), d.TargetLayers(), c)}
 }
 
-// Limit is the fixed depth: min(SelectorDepth, B-1).
-func (s *SelectorSession) Limit() int { return s.depth }
-
-// Controlled is false: the loop asks for Limit() drafts every round and never feeds the depth
-// controller this session's rounds.
-func (s *SelectorSession) Controlled() bool { return false }
-
-// Propose drafts min(n, Limit()) tokens after current by walking the selector's slots over one
+// Propose drafts min(n, B-1) tokens after current by walking the selector's slots over one
 // full-block draft forward (which also writes every pending context row). q[i] is the sparse
 // proposal d[i] was drawn from (one-hot at temperature 0).
 func (s *SelectorSession) Propose(current, n int, _ []int, smp Sampler) ([]int, []sample.Distribution, error) {
-	if n < 1 || s.frontier == 0 || s.depth < 1 {
+	if err := s.check("propose"); err != nil {
+		return nil, nil, err
+	}
+	if n < 1 || s.frontier == 0 || s.blockSize < 2 {
 		return nil, nil, nil
 	}
-	n = min(n, s.depth)
-	s.sel.walk = nil
-	if _, err := s.forwardBlock(current, s.draft.BlockSize()-1); err != nil {
+	n = min(n, s.blockSize-1)
+	walk, err := s.forwardBlock(current, s.blockSize-1)
+	if err != nil {
 		return nil, nil, fmt.Errorf("selector session: %w", err)
 	}
-	walk := s.sel.walk
 	if walk == nil {
-		return nil, nil, fmt.Errorf("selector session: the draft returned no walk for a block of %d rows", s.draft.BlockSize())
+		return nil, nil, fmt.Errorf("selector session: the draft returned no walk for a block of %d rows", s.blockSize)
 	}
 	var temp float64
 	if !smp.Greedy {
@@ -104,67 +98,14 @@ func (s *SelectorSession) Propose(current, n int, _ []int, smp Sampler) ([]int, 
 		q := &s.q[slot-1]
 		var d int
 		if smp.Greedy {
-			d = int(s.ids[argmaxScore(s.scores)])
+			d = int(s.ids[sample.ArgmaxScore(s.scores)])
 			q.OneHot(d)
 		} else {
-			Proposal(q, s.ids, s.scores, temp)
+			sample.Proposal(q, s.ids, s.scores, temp)
 			d = smp.Draw(q)
 		}
 		s.drafts = append(s.drafts, d)
 		prev = d
 	}
 	return s.drafts, s.q[:n], nil
-}
-
-// argmaxScore is the index of the largest score, the earliest winning ties; NaN never wins
-// unless every score is NaN (then 0).
-func argmaxScore(scores []float32) int {
-	best, bi := float32(math.Inf(-1)), 0
-	found := false
-	for i, v := range scores {
-		if v > best || !found && v == best {
-			best, bi, found = v, i, true
-		}
-	}
-	return bi
-}
-
-// Proposal writes q = softmax(scores / temp) over the candidate ids as a sparse distribution
-// (sorted by descending probability, ties by ascending id, as sample.Distribution requires).
-// temp must be positive. NaN scores get probability 0; when no score is finite q is one-hot on
-// the first candidate.
-func Proposal(q *sample.Distribution, ids []int32, scores []float32, temp float64) {
-	q.IDs = append(q.IDs[:0], ids...)
-	q.P = q.P[:0]
-	m := math.Inf(-1)
-	for _, v := range scores {
-		if x := float64(v); x > m {
-			m = x
-		}
-	}
-	var sum float64
-	for _, v := range scores {
-		p := 0.0
-		if x := float64(v); x == x && !math.IsInf(m, -1) {
-			p = math.Exp((x - m) / temp)
-		}
-		sum += p
-		q.P = append(q.P, float32(p))
-	}
-	if !(sum > 0) || math.IsInf(sum, 0) {
-		q.IDs = append(q.IDs[:0], ids[0])
-		q.P = append(q.P[:0], 1)
-		return
-	}
-	inv := 1 / sum
-	for i := range q.P {
-		q.P[i] = float32(float64(q.P[i]) * inv)
-	}
-	// K is small (16 in published drafts): an insertion sort keeps the pairs together.
-	for i := 1; i < len(q.P); i++ {
-		for j := i; j > 0 && (q.P[j] > q.P[j-1] || q.P[j] == q.P[j-1] && q.IDs[j] < q.IDs[j-1]); j-- {
-			q.P[j], q.P[j-1] = q.P[j-1], q.P[j]
-			q.IDs[j], q.IDs[j-1] = q.IDs[j-1], q.IDs[j]
-		}
-	}
 }

@@ -64,7 +64,7 @@ func newScriptSession(block int, edges func(slot, prev int) ([]int32, []float32)
 }
 
 // commitRows reports rows rows of one tap (fake.Hidden wide) at position 0.
-func commitRows(t *testing.T, s Drafter, rows int) {
+func commitRows(t *testing.T, s Session, rows int) {
 	t.Helper()
 	taps := make([]float32, rows*fake.Hidden)
 	for r := range rows {
@@ -97,8 +97,11 @@ func softmax(xs []float32, temp float64) []float64 {
 // before it; verification against a target that accepts one token emits that token.
 func TestSelectorFollowsScores(t *testing.T) {
 	s, sel := newScriptSession(4, preferTwo)
-	if s.Limit() != 3 || s.Controlled() {
-		t.Fatalf("block 4: Limit %d (want B-1 = 3), Controlled %v (want false)", s.Limit(), s.Controlled())
+	if s.Limit() != 3 {
+		t.Fatalf("block 4: Limit %d, want B-1 = 3", s.Limit())
+	}
+	if n, ok := NewSelectorDrafter(sel).Depth().IsFixed(); !ok || n != 3 {
+		t.Fatalf("block 4: default policy %v, want fixed min(SelectorDepth, B-1) = 3", NewSelectorDrafter(sel).Depth())
 	}
 	commitRows(t, s, 2)
 	greedy := NewSampler(sample.Options{}, 5)
@@ -188,7 +191,7 @@ func TestSelectorFollowsScores(t *testing.T) {
 
 // depthRecorder records the n of every Propose and the number of tokens emitted before it.
 type depthRecorder struct {
-	Drafter
+	Session
 	prompt  int
 	ns      []int
 	emitted []int
@@ -197,7 +200,7 @@ type depthRecorder struct {
 func (r *depthRecorder) Propose(current, n int, history []int, s Sampler) ([]int, []sample.Distribution, error) {
 	r.ns = append(r.ns, n)
 	r.emitted = append(r.emitted, len(history)-r.prompt)
-	return r.Drafter.Propose(current, n, history, s)
+	return r.Session.Propose(current, n, history, s)
 }
 
 // hashEdges proposes pseudo-random candidates, so rounds accept varying numbers of drafts.
@@ -213,18 +216,20 @@ func hashEdges(vocab int) func(slot, prev int) ([]int32, []float32) {
 	}
 }
 
-// TestSelectorFixedDepth: a selector session asks for depth 7 every round (unless the request's
-// remaining length caps it) whatever the rounds accept, and leaves the depth controller's
-// statistics untouched; a plain DFlash session sharing that controller then trains it.
+// TestSelectorFixedDepth: a selector drafter's default policy asks for depth 7 every round
+// (unless the request's remaining length caps it) whatever the rounds accept, and leaves an
+// adaptive controller's statistics untouched; the same selector wrapped in that adaptive policy
+// then follows and trains it. Depth is the policy's, not the drafter's.
 func TestSelectorFixedDepth(t *testing.T) {
 	target := &fake.Target{Vocab: 5, Layers: 2, Seed: 4}
 	prompt := []int{1, 2, 3, 4, 0}
 	const maxTokens = 60
-	dep := &Depth{}
+	ctl := &Controller{}
 	sel := &scriptSelector{Draft: &fake.Draft{Block: 10, Mask: 4, Layers: []int{0, 1}, Vocab: 5}, edges: hashEdges(5)}
-	rec := &depthRecorder{Drafter: NewSelectorSession(sel, 256), prompt: len(prompt)}
+	dr := NewSelectorDrafter(sel)
+	rec := &depthRecorder{Session: dr.Open(256), prompt: len(prompt)}
 	seq := NewSequence(target, 256)
-	st, err := Generate(context.Background(), seq, Request{Prompt: prompt, MaxTokens: maxTokens, Drafter: rec, Depth: dep, Clock: fakeClock()}, func(int) error { return nil })
+	st, err := Generate(context.Background(), seq, Request{Prompt: prompt, MaxTokens: maxTokens, Session: rec, Depth: dr.Depth(), Clock: fakeClock()}, func(Token) error { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,27 +242,34 @@ func TestSelectorFixedDepth(t *testing.T) {
 		}
 	}
 	for n := 0; n <= 9; n++ {
-		if _, ok := dep.Cost(n); ok {
-			t.Fatalf("the selector session's rounds trained the depth controller (cost of depth %d measured)", n)
+		if _, ok := ctl.Cost(n); ok {
+			t.Fatalf("the fixed policy's rounds trained the controller (cost of depth %d measured)", n)
 		}
 	}
-	if r := dep.Rate(1); r != 0.5 {
-		t.Fatalf("acceptance rate at 1 is %v after selector rounds, want the untouched prior 0.5", r)
+	if r := ctl.Rate(1); r != 0.5 {
+		t.Fatalf("acceptance rate at 1 is %v after fixed rounds, want the untouched prior 0.5", r)
 	}
 
-	plain := &depthRecorder{Drafter: NewSession(&fake.Draft{Block: 10, Mask: 4, Layers: []int{0, 1}, Vocab: 5}, 256), prompt: len(prompt)}
+	adaptive := WithDepth(dr, Adaptive(ctl))
+	rec = &depthRecorder{Session: adaptive.Open(256), prompt: len(prompt)}
 	seq = NewSequence(target, 256)
-	if _, err := Generate(context.Background(), seq, Request{Prompt: prompt, MaxTokens: maxTokens, Drafter: plain, Depth: dep, Clock: fakeClock()}, func(int) error { return nil }); err != nil {
+	st, err = Generate(context.Background(), seq, Request{Prompt: prompt, MaxTokens: maxTokens, Session: rec, Depth: adaptive.Depth(), Clock: fakeClock()}, func(Token) error { return nil })
+	if err != nil {
 		t.Fatal(err)
+	}
+	// The controller measures plain decoding first: a round that proposes nothing, which the
+	// fixed policy never chooses while it has context.
+	if st.Rounds == len(rec.ns) {
+		t.Fatalf("every one of %d adaptive rounds proposed (%v): the controller was not followed", st.Rounds, rec.ns)
 	}
 	measured := false
 	for n := 0; n <= 9; n++ {
-		if _, ok := dep.Cost(n); ok {
+		if _, ok := ctl.Cost(n); ok {
 			measured = true
 		}
 	}
 	if !measured {
-		t.Fatal("a plain DFlash session did not train the depth controller")
+		t.Fatal("the selector under an adaptive policy did not train its controller")
 	}
 }
 
@@ -283,10 +295,10 @@ func TestSelectorGreedyMatchesPlain(t *testing.T) {
 		t.Fatal(err)
 	}
 	prompt := []int{3, 14, 15, 9, 26, 5, 35}
-	gen := func(d Drafter) ([]int, Stats) {
+	gen := func(d Session) ([]int, Stats) {
 		var out []int
-		st, err := Generate(context.Background(), NewSequence(target, 256), Request{Prompt: prompt, MaxTokens: 40, Drafter: d, Depth: &Depth{}, Clock: fakeClock()},
-			func(tok int) error { out = append(out, tok); return nil })
+		st, err := Generate(context.Background(), NewSequence(target, 256), Request{Prompt: prompt, MaxTokens: 40, Session: d, Depth: NewSelectorDrafter(draft).Depth(), Clock: fakeClock()},
+			func(tok Token) error { out = append(out, tok.ID); return nil })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -319,7 +331,8 @@ func TestSelectorSampledMatchesPlainDistribution(t *testing.T) {
 	for _, o := range []sample.Options{{Temperature: 1}, {Temperature: 0.7, TopP: 0.8}} {
 		exact := exactSequences(target, prompt, o, nil)
 		sel := &scriptSelector{Draft: &fake.Draft{Block: 4, Mask: 4, Layers: []int{0, 1}, Vocab: distVocab}, edges: edges}
-		d := NewSelectorSession(sel, 64)
+		dr := NewSelectorDrafter(sel)
+		d := dr.Open(64)
 		seq := NewSequence(target, 64)
 		counts := map[string]int{}
 		var all Stats
@@ -327,8 +340,8 @@ func TestSelectorSampledMatchesPlainDistribution(t *testing.T) {
 			oo := o
 			oo.Seed = 1<<33 + uint64(r)
 			var out []int
-			st, err := Generate(context.Background(), seq, Request{Prompt: prompt, Options: oo, MaxTokens: distSteps, Drafter: d, Depth: &Depth{}, Clock: fakeClock()},
-				func(tok int) error { out = append(out, tok); return nil })
+			st, err := Generate(context.Background(), seq, Request{Prompt: prompt, Options: oo, MaxTokens: distSteps, Session: d, Depth: dr.Depth(), Clock: fakeClock()},
+				func(tok Token) error { out = append(out, tok.ID); return nil })
 			if err != nil {
 				t.Fatal(err)
 			}

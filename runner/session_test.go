@@ -29,16 +29,16 @@ func seqTokens(n int) []int {
 	return out
 }
 
-func newTestSession(block int) (*Session, *fake.Draft, *fake.Cache) {
+func newTestSession(block int) (*BlockSession, *fake.Draft, *fake.Cache) {
 	d := &fake.Draft{Block: block, Mask: testVocab - 1, Layers: []int{0, 2}, Vocab: testVocab}
-	s := NewSession(d, 4096)
+	s := NewBlockSession(d, 4096)
 	return s, d, s.Cache().(*fake.Cache)
 }
 
 func greedySampler() Sampler { return NewSampler(sample.Options{}, testVocab) }
 
 // commit reports rows [from, to) of seqTokens.
-func commit(t *testing.T, s *Session, from, to int) {
+func commit(t *testing.T, s *BlockSession, from, to int) {
 	t.Helper()
 	toks := seqTokens(to)[from:to]
 	if err := s.Committed(toks, tapRows(s.Taps(), toks, from), from); err != nil {
@@ -107,7 +107,7 @@ func TestSessionRestoredPrefixResumesAtRightSlot(t *testing.T) {
 	if _, err := d.Forward(c, taps[0], 5, nil); err != nil {
 		t.Fatal(err)
 	}
-	s := NewSessionCache(d, c)
+	s := NewBlockSessionCache(d, c)
 	if s.Frontier() != 5 {
 		t.Fatalf("frontier %d, want the 5 restored rows", s.Frontier())
 	}
@@ -199,28 +199,42 @@ func containsInOrder(log []string, want ...string) bool {
 	return len(want) == 0
 }
 
-func TestSessionCloseDrains(t *testing.T) {
+func TestSessionSettleAndCloseDrain(t *testing.T) {
 	s, _, c := newTestSession(8)
 	commit(t, s, 0, 4)
 	if _, _, err := s.Propose(1, 5, nil, greedySampler()); err != nil {
 		t.Fatal(err)
 	}
 	// Nothing is pending, but the block of 6 rows must still leave the cache.
-	if err := s.Close(); err != nil {
+	if err := s.Settle(); err != nil {
 		t.Fatal(err)
 	}
 	if c.Offset() != 4 {
-		t.Fatalf("draft cache at %d after Close, want the 4 context rows", c.Offset())
+		t.Fatalf("draft cache at %d after Settle, want the 4 context rows", c.Offset())
 	}
-	// Pending rows are written by Close as well.
+	// Close settles too: pending rows are written and an outstanding block drained.
 	commit(t, s, 4, 9)
+	if _, _, err := s.Propose(2, 3, nil, greedySampler()); err != nil {
+		t.Fatal(err)
+	}
+	commit(t, s, 9, 11)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if c.Offset() != 9 {
-		t.Fatalf("draft cache at %d after Close with 5 pending rows, want 9", c.Offset())
+	if c.Offset() != 11 {
+		t.Fatalf("draft cache at %d after Close with 2 pending rows over a block, want 11", c.Offset())
 	}
 	checkSlots(t, c)
+	// A closed session refuses every later call: its opener has ended it.
+	if err := s.Close(); err == nil {
+		t.Fatal("a second Close was accepted")
+	}
+	if _, err := s.Restore(0); err == nil {
+		t.Fatal("Restore on a closed session was accepted")
+	}
+	if _, _, err := s.Propose(1, 2, nil, greedySampler()); err == nil {
+		t.Fatal("Propose on a closed session was accepted")
+	}
 }
 
 func TestSessionDraftFailureLeavesStateUsable(t *testing.T) {

@@ -10,6 +10,7 @@ type StopReason string
 
 const (
 	StopToken    StopReason = "stop"     // a stop token was produced (it is not emitted)
+	StopString   StopReason = "string"   // a stop string appeared in the text (it is not shown)
 	StopLength   StopReason = "length"   // MaxTokens were emitted
 	StopCapacity StopReason = "capacity" // the target cache is full
 	StopCanceled StopReason = "canceled" // the context was canceled or emit returned an error

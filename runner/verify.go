@@ -3,7 +3,8 @@ package runner
 import "github.com/dflash/dflash/sample"
 
 // Sampler is a request's sampler and whether it decodes greedily. Drafters and the verifier
-// choose tokens through it so that a draft and the target filter logits the same way.
+// choose tokens through it (sample.Sampler.Choose) so that a draft and the target filter logits
+// and break ties the same way.
 type Sampler struct {
 	*sample.Sampler
 	Greedy bool
@@ -12,27 +13,6 @@ type Sampler struct {
 // NewSampler builds the sampler for options o over vocab tokens.
 func NewSampler(o sample.Options, vocab int) Sampler {
 	return Sampler{Sampler: sample.New(o, vocab), Greedy: o.Greedy()}
-}
-
-// Choose picks a token from d: its most probable id when greedy (the lowest id on ties, as
-// sample.Argmax), a draw otherwise.
-func (s Sampler) Choose(d *sample.Distribution) int {
-	if s.Greedy {
-		return mode(d)
-	}
-	return s.Draw(d)
-}
-
-// mode is d's most probable id, the lowest id winning ties whatever d's layout.
-func mode(d *sample.Distribution) int {
-	best, bi := float32(-1), -1
-	for i := range d.Len() {
-		p, id := d.P[i], d.ID(i)
-		if p > best || (p == best && id < bi) {
-			best, bi = p, id
-		}
-	}
-	return bi
 }
 
 // verifier decides a round from the target's logits over [current, d_1..d_n] (DFLASH.md
@@ -59,7 +39,7 @@ func (v *verifier) decide(logits []float32, vocab int, drafts []int, q []sample.
 		}
 		d := drafts[i]
 		if v.s.Greedy {
-			if top := mode(&v.p); top != d {
+			if top := v.p.Mode(); top != d {
 				v.out = append(v.out, top)
 				break
 			}

@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"time"
+
+	"github.com/dflash/dflash/sample"
 )
 
 // Backend loads models by name. The server knows models only through it: package server/backend
@@ -30,10 +32,11 @@ type Model interface {
 	// RenderChat applies the model's chat template to msgs.
 	RenderChat(msgs []ChatMessage, opts ChatOptions) (string, error)
 	// Generate decodes after req.Prompt, calling emit once per generated token, in order, with
-	// the text that token adds (possibly empty for a partial UTF-8 sequence). It must stop at
-	// the end of sequence (DoneReason "stop"), after req.MaxTokens tokens (DoneReason
-	// "length"), when ctx is cancelled (returning ctx.Err()) or when emit returns an error
-	// (returning that error unchanged). It checks ctx at least once per token or speculation
+	// the text that token adds (possibly empty for a partial UTF-8 sequence or text held back
+	// for a stop string), and possibly once more with ID -1 for held-back text. It must stop at
+	// the end of sequence or a stop string (DoneReason "stop"), after req.MaxTokens tokens
+	// (DoneReason "length"), when ctx is cancelled (returning ctx.Err()) or when emit returns an
+	// error (returning that error unchanged). It checks ctx at least once per token or speculation
 	// round. The GenResult holds the counters so far even when an error is returned.
 	Generate(ctx context.Context, req GenRequest, emit func(Token) error) (GenResult, error)
 	// Close frees the model. The server calls it once, when no generation is running.
@@ -70,29 +73,18 @@ type ChatOptions struct {
 	AddGenerationPrompt bool
 }
 
-// SampleOptions are the sampling controls of one generation. The server fills every field
-// (with the API's documented default where a request leaves one out); a backend should not
-// apply defaults of its own.
-type SampleOptions struct {
-	Temperature      float64 // 0 means greedy
-	TopK             int     // 0 disables
-	TopP             float64 // 1 disables
-	MinP             float64 // 0 disables
-	Seed             int64
-	HasSeed          bool    // false: the backend picks a random seed
-	RepeatPenalty    float64 // 1 disables
-	RepeatLastN      int
-	PresencePenalty  float64
-	FrequencyPenalty float64
-}
-
 // GenRequest is one generation.
 type GenRequest struct {
 	Prompt    []int // tokenized prompt, already checked to fit the context
 	MaxTokens int   // > 0; the server clips it so prompt + generated fits the context
-	Options   SampleOptions
-	// Stop strings are matched by the server on the emitted text (it cancels through emit),
-	// so a backend handles only its own end-of-sequence tokens.
+	// Options are the sampler's, filled by the server with every API default applied (a request
+	// without a seed has a random one); a backend uses them as they are.
+	Options sample.Options
+	// Stop strings end the generation at their first occurrence in the output's text
+	// (DoneReason "stop"); neither the string nor anything after it is emitted, and text that
+	// may begin one is held back until it cannot (package runner/stop does all of this). The
+	// backend applies them together with its own end-of-sequence tokens.
+	Stop []string
 }
 
 // Token is one generated token.

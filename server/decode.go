@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dflash/dflash/sample"
 )
 
 // RequestError is a client error: Status is the HTTP status, Param the request field at fault
@@ -53,13 +56,13 @@ func decodeJSON(body []byte, v any) *RequestError {
 		return &RequestError{Status: http.StatusBadRequest,
 			Msg: fmt.Sprintf("malformed JSON at byte offset %d: %v", syn.Offset, err)}
 	case errors.As(err, &typ):
-		field := typ.Field
+		field := typeErrorField(v, typ)
 		if field == "" {
 			return &RequestError{Status: http.StatusBadRequest,
 				Msg: fmt.Sprintf("request body must be a JSON object, got %s", typ.Value)}
 		}
 		return &RequestError{Status: http.StatusBadRequest, Param: field,
-			Msg: fmt.Sprintf("invalid %q: expected %s, got JSON %s (byte offset %d)", field, typ.Type, typ.Value, typ.Offset)}
+			Msg: fmt.Sprintf("invalid %q: expected %s, got JSON %s (byte offset %d)", field, jsonKind(typ.Type), typ.Value, typ.Offset)}
 	default:
 		return &RequestError{Status: http.StatusBadRequest, Msg: fmt.Sprintf("malformed JSON: %v", err)}
 	}
@@ -71,9 +74,11 @@ func present(r json.RawMessage) bool {
 	return len(t) > 0 && !bytes.Equal(t, []byte("null"))
 }
 
-// genOptions is what both APIs reduce their sampling and length controls to.
+// genOptions is what both APIs reduce their sampling and length controls to. Sample is parsed
+// straight into the sampler's options, every API default and convention already applied (a
+// request without a seed gets a random one here), so the backend passes it on as is.
 type genOptions struct {
-	Sample     SampleOptions
+	Sample     sample.Options
 	NumPredict int // tokens to generate; < 0 means until the context is full
 	NumCtx     int // 0: the model's context length
 	Stop       []string
@@ -82,7 +87,7 @@ type genOptions struct {
 // ollamaDefaults are ollama's documented option defaults.
 func ollamaDefaults() genOptions {
 	return genOptions{
-		Sample:     SampleOptions{Temperature: 0.8, TopK: 40, TopP: 0.9, MinP: 0, RepeatPenalty: 1.1, RepeatLastN: 64},
+		Sample:     sample.Options{Temperature: 0.8, TopK: 40, TopP: 0.9, MinP: 0, RepeatPenalty: 1.1, PenaltyWindow: 64, Seed: rand.Uint64()},
 		NumPredict: -1,
 	}
 }
@@ -90,7 +95,7 @@ func ollamaDefaults() genOptions {
 // openAIDefaults are OpenAI's documented defaults; extras it lacks (top_k, min_p, repeat
 // penalty) are off.
 func openAIDefaults() genOptions {
-	return genOptions{Sample: SampleOptions{Temperature: 1, TopP: 1, RepeatPenalty: 1, RepeatLastN: 64}, NumPredict: -1}
+	return genOptions{Sample: sample.Options{Temperature: 1, TopP: 1, RepeatPenalty: 1, PenaltyWindow: 64, Seed: rand.Uint64()}, NumPredict: -1}
 }
 
 // --- ollama ---
@@ -295,7 +300,7 @@ func secondsToDuration(f float64) (time.Duration, error) {
 // ignored, as ollama ignores options a runner does not use.
 func parseOllamaOptions(opts map[string]json.RawMessage) (genOptions, *RequestError) {
 	o := ollamaDefaults()
-	num := func(key string, dst *float64, lo, hi float64) *RequestError {
+	num := func(key string, dst *float32, lo, hi float64) *RequestError {
 		raw, ok := opts[key]
 		if !ok || !present(raw) {
 			return nil
@@ -307,7 +312,7 @@ func parseOllamaOptions(opts map[string]json.RawMessage) (genOptions, *RequestEr
 		if v < lo || v > hi || math.IsNaN(v) {
 			return badField("options."+key, "%v is outside [%v, %v]", v, lo, hi)
 		}
-		*dst = v
+		*dst = float32(v)
 		return nil
 	}
 	integer := func(key string, dst *int, lo, hi int) *RequestError {
@@ -327,13 +332,14 @@ func parseOllamaOptions(opts map[string]json.RawMessage) (genOptions, *RequestEr
 	}
 	const big = 1 << 30
 	s := &o.Sample
+	window := s.PenaltyWindow
 	for _, err := range []*RequestError{
 		num("temperature", &s.Temperature, 0, 100),
 		integer("top_k", &s.TopK, 0, big),
 		num("top_p", &s.TopP, 0, 1),
 		num("min_p", &s.MinP, 0, 1),
 		num("repeat_penalty", &s.RepeatPenalty, 0, 100),
-		integer("repeat_last_n", &s.RepeatLastN, -1, big),
+		integer("repeat_last_n", &window, -1, big),
 		num("presence_penalty", &s.PresencePenalty, -100, 100),
 		num("frequency_penalty", &s.FrequencyPenalty, -100, 100),
 		integer("num_predict", &o.NumPredict, -2, big),
@@ -348,7 +354,13 @@ func parseOllamaOptions(opts map[string]json.RawMessage) (genOptions, *RequestEr
 		if err := json.Unmarshal(raw, &v); err != nil || v != math.Trunc(v) || math.Abs(v) > 1<<62 {
 			return o, badField("options.seed", "expected an integer, got %s", clip(raw))
 		}
-		s.Seed, s.HasSeed = int64(v), true
+		s.Seed = uint64(int64(v))
+	}
+	// ollama's repeat_last_n 0 is a window of no tokens (every penalty off), where the
+	// sampler's 0 means its default window; -1, the whole context, is the sampler's -1 too.
+	s.PenaltyWindow = window
+	if window == 0 {
+		s.RepeatPenalty, s.PresencePenalty, s.FrequencyPenalty = 1, 0, 0
 	}
 	if raw, ok := opts["stop"]; ok && present(raw) {
 		stop, err := parseStop("options.stop", raw, 0)
@@ -473,24 +485,24 @@ func (c *openAICommon) toJob(maxTokens *int, maxParam string) (*openAIJob, *Requ
 		if *c.Temperature < 0 || *c.Temperature > 2 {
 			return nil, badField("temperature", "%v is outside [0, 2]", *c.Temperature)
 		}
-		s.Temperature = *c.Temperature
+		s.Temperature = float32(*c.Temperature)
 	}
 	if c.TopP != nil {
 		if *c.TopP < 0 || *c.TopP > 1 {
 			return nil, badField("top_p", "%v is outside [0, 1]", *c.TopP)
 		}
-		s.TopP = *c.TopP
+		s.TopP = float32(*c.TopP)
 	}
 	for _, p := range []struct {
 		name string
 		v    *float64
-		dst  *float64
+		dst  *float32
 	}{{"presence_penalty", c.PresencePenalty, &s.PresencePenalty}, {"frequency_penalty", c.FrequencyPenalty, &s.FrequencyPenalty}} {
 		if p.v != nil {
 			if *p.v < -2 || *p.v > 2 {
 				return nil, badField(p.name, "%v is outside [-2, 2]", *p.v)
 			}
-			*p.dst = *p.v
+			*p.dst = float32(*p.v)
 		}
 	}
 	if c.TopK != nil {
@@ -503,16 +515,16 @@ func (c *openAICommon) toJob(maxTokens *int, maxParam string) (*openAIJob, *Requ
 		if *c.MinP < 0 || *c.MinP > 1 {
 			return nil, badField("min_p", "%v is outside [0, 1]", *c.MinP)
 		}
-		s.MinP = *c.MinP
+		s.MinP = float32(*c.MinP)
 	}
 	if c.RepeatPenalty != nil {
 		if *c.RepeatPenalty < 0 || *c.RepeatPenalty > 100 {
 			return nil, badField("repeat_penalty", "%v is outside [0, 100]", *c.RepeatPenalty)
 		}
-		s.RepeatPenalty = *c.RepeatPenalty
+		s.RepeatPenalty = float32(*c.RepeatPenalty)
 	}
 	if c.Seed != nil {
-		s.Seed, s.HasSeed = *c.Seed, true
+		s.Seed = uint64(*c.Seed)
 	}
 	if maxTokens != nil {
 		if *maxTokens <= 0 {

@@ -4,50 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 )
-
-func TestStopper(t *testing.T) {
-	cases := []struct {
-		name   string
-		stops  []string
-		pieces []string
-		want   []string // what reaches the client, piece by piece
-		hit    bool     // a stop sequence ended the generation
-	}{
-		{"no stops passes through", nil, []string{"a", "", "b"}, []string{"a", "b"}, false},
-		// "hel"+"lo world" with stop "lo" yields "hel": "l" is withheld, then released before the stop.
-		{"stop inside a piece", []string{"lo"}, []string{"hel", "lo world"}, []string{"he", "l"}, true},
-		// "l" could begin "lo", so it is withheld until the next piece shows it does not.
-		{"withheld then released", []string{"lo"}, []string{"hel", "p"}, []string{"he", "lp"}, false},
-		{"stop across three pieces", []string{"abc"}, []string{"xa", "b", "cy"}, []string{"x"}, true},
-		{"earliest of two stops wins", []string{"world", "o w"}, []string{"hello world"}, []string{"hell"}, true},
-		{"stop at the very start", []string{"The"}, []string{"The end"}, nil, true},
-		// A multi-byte stop: the withheld prefix must not split a rune of the output.
-		{"utf8 prefix", []string{"é!"}, []string{"café", "?"}, []string{"caf", "é?"}, false},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			var got []string
-			st := &stopper{stops: c.stops, out: func(s string) error { got = append(got, s); return nil }}
-			hit := false
-			for _, p := range c.pieces {
-				if err := st.add(p); errors.Is(err, errStopHit) {
-					hit = true
-					break
-				}
-			}
-			if !hit {
-				st.flush()
-			}
-			if hit != c.hit || strings.Join(got, "|") != strings.Join(c.want, "|") {
-				t.Errorf("got %q hit=%v, want %q hit=%v", got, hit, c.want, c.hit)
-			}
-		})
-	}
-}
 
 func TestSchedulerFIFO(t *testing.T) {
 	s := newScheduler(1, 0, nil)

@@ -8,13 +8,8 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
 )
-
-// errStopHit is what the stop-string matcher returns from emit to end a generation early.
-var errStopHit = errors.New("stop sequence reached")
 
 // outcome is a finished generation, API-neutral.
 type outcome struct {
@@ -27,8 +22,9 @@ type outcome struct {
 }
 
 // execute runs j for request r: it waits for a slot, leases the model, builds and checks the
-// prompt and generates, passing each piece of text (stop sequences removed) to piece. An error
-// returned before piece was first called can still become an HTTP status.
+// prompt and generates, passing each piece of text to piece (the model applies the stop
+// strings, so no stop string ever reaches piece). An error returned before piece was first
+// called can still become an HTTP status.
 func (s *Server) execute(r *http.Request, j *job, piece func(string) error) (*outcome, error) {
 	start := time.Now()
 	ri := info(r)
@@ -89,13 +85,21 @@ func (s *Server) execute(r *http.Request, j *job, piece func(string) error) (*ou
 				Msg: fmt.Sprintf("apply chat template of %s: %v", mi.Name, err)}
 		}
 	}
-	ids, err := m.Tokenize(text)
-	if err != nil {
-		return nil, &RequestError{Status: http.StatusBadRequest, Param: param, Msg: fmt.Sprintf("tokenize %s: %v", param, err)}
-	}
 	ctxLen, ctxName := m.ContextLength(), "the model's context length"
 	if j.Opts.NumCtx > 0 && j.Opts.NumCtx < ctxLen {
 		ctxLen, ctxName = j.Opts.NumCtx, "num_ctx"
+	}
+	// A prompt certain to be too long is refused before it is tokenized: a multi-megabyte body
+	// would otherwise cost seconds and hundreds of MB only to be refused anyway.
+	if pb, ok := m.(promptBounder); ok {
+		if n := pb.MinPromptTokens(text); n >= ctxLen {
+			return nil, &RequestError{Status: http.StatusBadRequest, Param: param, Code: "context_length_exceeded",
+				Msg: fmt.Sprintf("prompt is at least %d tokens (%d bytes) but %s is %d tokens", n, len(text), ctxName, ctxLen)}
+		}
+	}
+	ids, err := m.Tokenize(text)
+	if err != nil {
+		return nil, &RequestError{Status: http.StatusBadRequest, Param: param, Msg: fmt.Sprintf("tokenize %s: %v", param, err)}
 	}
 	if len(ids) >= ctxLen {
 		return nil, &RequestError{Status: http.StatusBadRequest, Param: param, Code: "context_length_exceeded",
@@ -112,29 +116,24 @@ func (s *Server) execute(r *http.Request, j *job, piece func(string) error) (*ou
 		return out, nil
 	}
 
-	st := &stopper{stops: j.Opts.Stop, out: piece}
 	out.Context = ids[:len(ids):len(ids)]
-	res, err := m.Generate(ctx, GenRequest{Prompt: ids, MaxTokens: maxTokens, Options: j.Opts.Sample},
+	res, err := m.Generate(ctx, GenRequest{Prompt: ids, MaxTokens: maxTokens, Options: j.Opts.Sample, Stop: j.Opts.Stop},
 		func(t Token) error {
 			if t.ID >= 0 { // -1: a flushed tail of text, no token of its own
 				out.Context = append(out.Context, t.ID)
 			}
-			return st.add(t.Text)
+			if t.Text == "" {
+				return nil
+			}
+			return piece(t.Text)
 		})
 	if res.PromptTokens == 0 {
 		res.PromptTokens = len(ids)
 	}
 	ri.evalTokens = res.EvalTokens
 	s.met.observeGeneration(mi.Name, res)
-	switch {
-	case errors.Is(err, errStopHit):
-		res.DoneReason = "stop"
-	case err != nil:
+	if err != nil {
 		return nil, err
-	default:
-		if err := st.flush(); err != nil {
-			return nil, err
-		}
 	}
 	if res.DoneReason == "" {
 		res.DoneReason = "stop"
@@ -143,64 +142,10 @@ func (s *Server) execute(r *http.Request, j *job, piece func(string) error) (*ou
 	return out, nil
 }
 
-// stopper passes text on, withholding any tail that could begin a stop sequence, and ends the
-// generation when one appears. Invariant: pending never contains a whole stop sequence and
-// is always a suffix that is a proper prefix of some stop sequence (or empty).
-type stopper struct {
-	stops   []string
-	pending string
-	out     func(string) error
-}
-
-func (st *stopper) add(text string) error {
-	if len(st.stops) == 0 {
-		if text == "" {
-			return nil
-		}
-		return st.out(text)
-	}
-	st.pending += text
-	cut := -1
-	for _, s := range st.stops {
-		if i := strings.Index(st.pending, s); i >= 0 && (cut < 0 || i < cut) {
-			cut = i
-		}
-	}
-	if cut >= 0 {
-		head := st.pending[:cut]
-		st.pending = ""
-		if head != "" {
-			if err := st.out(head); err != nil {
-				return err
-			}
-		}
-		return errStopHit
-	}
-	keep := 0
-	for _, s := range st.stops {
-		for k := min(len(s)-1, len(st.pending)); k > keep; k-- {
-			if utf8.RuneStart(s[k]) && strings.HasSuffix(st.pending, s[:k]) {
-				keep = k
-				break
-			}
-		}
-	}
-	head := st.pending[:len(st.pending)-keep]
-	st.pending = st.pending[len(st.pending)-keep:]
-	if head == "" {
-		return nil
-	}
-	return st.out(head)
-}
-
-// flush passes on withheld text once generation ended without a stop sequence.
-func (st *stopper) flush() error {
-	p := st.pending
-	st.pending = ""
-	if p == "" {
-		return nil
-	}
-	return st.out(p)
+// promptBounder is a Model that can bound a prompt's token count from below without tokenizing
+// it (BOS included), cheaply enough to run before Tokenize on every request.
+type promptBounder interface {
+	MinPromptTokens(text string) int
 }
 
 // classify turns an execution error into a client-facing error with a status.

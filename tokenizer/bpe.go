@@ -38,9 +38,10 @@ type BPE struct {
 	prefixSpace  bool // ByteLevel add_prefix_space
 	ignoreMerges bool
 
-	bos    int
-	eos    []int
-	addBOS bool
+	bos      int
+	eos      []int
+	addBOS   bool
+	maxToken int // the longest token's raw bytes (added tokens: content), at least 1
 
 	mu    sync.Mutex
 	cache map[string][]int
@@ -237,6 +238,10 @@ func newBPE(f *hfFile) (*BPE, error) {
 		}
 		t.addedTrie.insert(a.Content, a.ID)
 		t.addedFirst[a.Content[0]] = true
+	}
+	t.maxToken = 1
+	for _, b := range t.tokens {
+		t.maxToken = max(t.maxToken, len(b))
 	}
 	return t, nil
 }

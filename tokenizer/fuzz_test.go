@@ -20,6 +20,7 @@ func FuzzQwen3RoundTrip(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s := string(data)
 		ids := tok.Encode(s)
+		checkMinTokens(t, tok, s, len(ids))
 		for _, id := range ids {
 			if id < 0 || id >= tok.Vocab() {
 				t.Fatalf("Encode(%q) produced id %d outside [0,%d)", s, id, tok.Vocab())
@@ -44,6 +45,7 @@ func FuzzLlama2cRoundTrip(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s := string(data)
 		ids := append([]int{tok.BOS()}, tok.Encode(s)...)
+		checkMinTokens(t, tok, s, len(ids)-1)
 		for _, id := range ids {
 			if id < 0 || id >= tok.Vocab() {
 				t.Fatalf("Encode(%q) produced id %d", s, id)
@@ -101,6 +103,7 @@ func FuzzSentencePieceRoundTrip(f *testing.F) {
 			t.Skip("U+2581 is SentencePiece's space marker")
 		}
 		ids := append([]int{tok.BOS()}, tok.Encode(s)...)
+		checkMinTokens(t, tok, s, len(ids)-1)
 		for _, id := range ids {
 			if id < 0 || id >= tok.Vocab() {
 				t.Fatalf("Encode(%q) produced id %d", s, id)
@@ -110,4 +113,13 @@ func FuzzSentencePieceRoundTrip(f *testing.F) {
 			t.Fatalf("Decode(BOS+Encode(%q)) = %q (ids %v)", s, got, ids)
 		}
 	})
+}
+
+// checkMinTokens: the cheap bound never exceeds the real count, or a server refusing by it would
+// refuse a prompt that fits.
+func checkMinTokens(t *testing.T, tok Tokenizer, s string, n int) {
+	t.Helper()
+	if b := MinTokens(tok, s); b > n {
+		t.Fatalf("MinTokens(%q) = %d, but Encode gives %d ids", s, b, n)
+	}
 }

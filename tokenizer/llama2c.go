@@ -15,6 +15,7 @@ type Llama2c struct {
 	scores   []float32
 	byPiece  map[string]int
 	maxToken int
+	maxPiece int // the longest piece's length in bytes, at least 1
 }
 
 const (
@@ -62,6 +63,7 @@ func parseLlama2c(data []byte) (*Llama2c, error) {
 			t.byPiece[p] = len(t.pieces)
 		}
 		t.pieces = append(t.pieces, p)
+		t.maxPiece = max(t.maxPiece, len(p), 1)
 		t.scores = append(t.scores, score)
 	}
 	if len(t.pieces) < 3+256 {
@@ -77,42 +79,36 @@ func (t *Llama2c) Encode(text string) []int {
 	if text == "" {
 		return nil
 	}
-	var texts []string
-	var ids []int
-	add := func(id int) {
-		texts = append(texts, t.pieces[id])
-		ids = append(ids, id)
-	}
-	if id, ok := t.byPiece[" "]; ok {
-		add(id)
-	}
-	start := 0
-	for i := 0; i < len(text); i++ {
-		// run.c groups a byte with the continuation bytes that follow it, at most 4 in all.
-		if i+1 < len(text) && text[i+1]&0xC0 == 0x80 && i+1-start < 4 {
-			continue
+	// Each input byte adds at most one symbol, the dummy prefix one more, and a symbol's text is a
+	// piece.
+	out := make([]int, 0, len(text)/4+1)
+	scoreMerge(len(text)+1, mulSat(len(text)+1, t.maxPiece), func(add func(string, int)) {
+		if id, ok := t.byPiece[" "]; ok {
+			add(t.pieces[id], id)
 		}
-		ch := text[start : i+1]
-		if id, ok := t.byPiece[ch]; ok {
-			add(id)
-		} else {
-			for j := 0; j < len(ch); j++ {
-				add(int(ch[j]) + 3)
+		start := 0
+		for i := 0; i < len(text); i++ {
+			// run.c groups a byte with the continuation bytes that follow it, at most 4 in all.
+			if i+1 < len(text) && text[i+1]&0xC0 == 0x80 && i+1-start < 4 {
+				continue
 			}
+			ch := text[start : i+1]
+			if id, ok := t.byPiece[ch]; ok {
+				add(t.pieces[id], id)
+			} else {
+				for j := 0; j < len(ch); j++ {
+					add(t.pieces[int(ch[j])+3], int(ch[j])+3)
+				}
+			}
+			start = i + 1
 		}
-		start = i + 1
-	}
-	syms := scoreMerge(texts, ids, func(s []byte) (int, float32, bool) {
+	}, func(s []byte) (int, float32, bool) {
 		id, ok := t.byPiece[string(s)]
 		if !ok {
 			return 0, 0, false
 		}
 		return id, t.scores[id], true
-	}, llama2cFloor)
-	out := make([]int, len(syms))
-	for i, s := range syms {
-		out[i] = s.id
-	}
+	}, llama2cFloor, func(_ []byte, id int) { out = append(out, id) })
 	return out
 }
 

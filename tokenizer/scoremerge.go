@@ -1,107 +1,151 @@
 package tokenizer
 
-// scoreSym is one symbol of a SentencePiece-style merge: its text and its id (-1 when the text
-// is not a piece).
-type scoreSym struct {
-	text       string
-	id         int
-	prev, next int
-	gen        int // bumped whenever the symbol changes, to recognise stale candidates
+import "math"
+
+// symIndex is the integer type of offsets and symbol indices inside one merge: int32 keeps the
+// symbol table and heap small for every realistic text, int64 takes over past 2 GiB so that no
+// text is too long to encode.
+type symIndex interface{ ~int32 | ~int64 }
+
+// mergeSym is one symbol of a merge: a span of the merge buffer (the concatenated texts of the
+// initial symbols) and its piece id, -1 when the text is no piece. start never changes: a merge
+// extends the left symbol over its right neighbour, so adjacent survivors stay adjacent in the
+// buffer and a pair's text is buf[left.start:right.end], never copied.
+type mergeSym[I symIndex] struct {
+	start, end I
+	prev, next I // survivors' neighbours, -1 at the ends; next is -1 too once merged away
+	id         int32
 }
 
-type scoreCand struct {
-	score      float32
-	pos, right int
-	lgen, rgen int
-	id         int
+// mergeCand is a candidate merge of the symbol at pos with its right neighbour, recorded with the
+// right neighbour's end. It is stale once pos has no right neighbour ending there: pos merged
+// away (next -1), pos absorbed its neighbour (the new neighbour ends further right) or the
+// neighbour absorbed its own (its end moved). A candidate that is not stale has the same text,
+// hence the same id and score, as when it was pushed.
+type mergeCand[I symIndex] struct {
+	score    float32
+	id       int32
+	pos, end I
+}
+
+// better orders candidates as run.c picks them: the highest score, and among equal scores the
+// leftmost pair, which is the one with the smallest pos since merges never reorder symbols. No
+// two live candidates share pos, so this is a total order on them and any heap pops the same
+// sequence of merges.
+func (a mergeCand[I]) better(b mergeCand[I]) bool {
+	return a.score > b.score || a.score == b.score && a.pos < b.pos
 }
 
 // scoreMerge merges adjacent symbols, each step taking the pair whose concatenation is a piece
 // with the highest score, the leftmost among equal scores, until no pair is a piece or none scores
-// above floor. This is exactly llama2.c's quadratic loop (and SentencePiece's BPE), done with a
-// heap: the leftmost pair is the one with the smallest original position, since merging keeps the
-// left symbol's position and never reorders symbols. It returns the surviving symbols in order.
-// lookup receives the concatenation in a reused buffer and must not keep it.
-func scoreMerge(texts []string, ids []int, lookup func([]byte) (int, float32, bool), floor float32) []scoreSym {
-	if len(texts) == 0 {
-		return nil
+// above floor. This is exactly llama2.c's quadratic loop (and SentencePiece's BPE), done in
+// O(n log n) with a heap of candidate pairs over a linked list of symbols, stale candidates being
+// skipped when popped. build adds the initial symbols in order (their texts need not be pieces:
+// id -1); symBound bounds their number (it sizes the tables once, as growing them by doubling
+// would cost twice the memory on a huge text) and bufBound the total bytes of their texts, which
+// picks the index width. lookup
+// receives a pair's text, which it must not keep; emit receives each surviving symbol in order,
+// with a text valid only during the call.
+func scoreMerge(symBound, bufBound int, build func(add func(text string, id int)), lookup func([]byte) (int, float32, bool), floor float32, emit func(text []byte, id int)) {
+	if bufBound < math.MaxInt32 {
+		runScoreMerge[int32](symBound, build, lookup, floor, emit)
+	} else {
+		runScoreMerge[int64](symBound, build, lookup, floor, emit)
 	}
-	syms := make([]scoreSym, len(texts))
-	for i := range texts {
-		syms[i] = scoreSym{text: texts[i], id: ids[i], prev: i - 1, next: i + 1}
+}
+
+func runScoreMerge[I symIndex](symBound int, build func(add func(text string, id int)), lookup func([]byte) (int, float32, bool), floor float32, emit func(text []byte, id int)) {
+	buf := make([]byte, 0, symBound)
+	syms := make([]mergeSym[I], 0, symBound)
+	build(func(text string, id int) {
+		n := I(len(syms))
+		start := I(len(buf))
+		buf = append(buf, text...)
+		syms = append(syms, mergeSym[I]{start: start, end: I(len(buf)), prev: n - 1, next: n + 1, id: int32(id)})
+	})
+	if len(syms) == 0 {
+		return
 	}
 	syms[len(syms)-1].next = -1
-	var h []scoreCand
-	var buf []byte
-	better := func(a, b scoreCand) bool {
-		return a.score > b.score || a.score == b.score && a.pos < b.pos
-	}
-	push := func(pos int) {
+
+	h := make([]mergeCand[I], 0, len(syms))
+	candidate := func(pos I) (mergeCand[I], bool) {
 		if pos < 0 || syms[pos].next < 0 {
-			return
+			return mergeCand[I]{}, false
 		}
-		r := syms[pos].next
-		buf = append(append(buf[:0], syms[pos].text...), syms[r].text...)
-		id, score, ok := lookup(buf)
+		end := syms[syms[pos].next].end
+		id, score, ok := lookup(buf[syms[pos].start:end])
 		if !ok || !(score > floor) {
+			return mergeCand[I]{}, false
+		}
+		return mergeCand[I]{score: score, id: int32(id), pos: pos, end: end}, true
+	}
+	down := func(i int) {
+		for n := len(h); ; {
+			l, m := 2*i+1, i
+			if l < n && h[l].better(h[m]) {
+				m = l
+			}
+			if l+1 < n && h[l+1].better(h[m]) {
+				m = l + 1
+			}
+			if m == i {
+				return
+			}
+			h[i], h[m] = h[m], h[i]
+			i = m
+		}
+	}
+	push := func(pos I) {
+		c, ok := candidate(pos)
+		if !ok {
 			return
 		}
-		h = append(h, scoreCand{score: score, pos: pos, right: r, lgen: syms[pos].gen, rgen: syms[r].gen, id: id})
+		h = append(h, c)
 		for i := len(h) - 1; i > 0; {
 			p := (i - 1) / 2
-			if !better(h[i], h[p]) {
+			if !h[i].better(h[p]) {
 				break
 			}
 			h[i], h[p] = h[p], h[i]
 			i = p
 		}
 	}
-	pop := func() scoreCand {
-		top := h[0]
-		n := len(h) - 1
-		h[0] = h[n]
-		h = h[:n]
-		for i := 0; ; {
-			l, m := 2*i+1, i
-			if l < n && better(h[l], h[m]) {
-				m = l
-			}
-			if l+1 < n && better(h[l+1], h[m]) {
-				m = l + 1
-			}
-			if m == i {
-				break
-			}
-			h[i], h[m] = h[m], h[i]
-			i = m
-		}
-		return top
-	}
 	for i := range syms {
-		push(i)
+		if c, ok := candidate(I(i)); ok {
+			h = append(h, c)
+		}
+	}
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		down(i)
 	}
 	for len(h) > 0 {
-		c := pop()
+		c := h[0]
+		h[0] = h[len(h)-1]
+		h = h[:len(h)-1]
+		down(0)
 		l := &syms[c.pos]
-		if l.gen != c.lgen || l.next != c.right || syms[c.right].gen != c.rgen {
+		if l.next < 0 || syms[l.next].end != c.end {
 			continue
 		}
-		r := &syms[c.right]
-		l.text += r.text
-		l.id = c.id
-		l.gen++
-		l.next = r.next
+		r := &syms[l.next]
+		l.end, l.id, l.next = r.end, c.id, r.next
 		if r.next >= 0 {
 			syms[r.next].prev = c.pos
 		}
-		r.gen++
 		r.next = -1
 		push(l.prev)
 		push(c.pos)
 	}
-	out := make([]scoreSym, 0, len(syms))
-	for i := 0; i >= 0; i = syms[i].next {
-		out = append(out, syms[i])
+	for i := I(0); i >= 0; i = syms[i].next {
+		emit(buf[syms[i].start:syms[i].end], int(syms[i].id))
 	}
-	return out
+}
+
+// mulSat is a*b for non-negative a and b, saturated at math.MaxInt.
+func mulSat(a, b int) int {
+	if b != 0 && a > math.MaxInt/b {
+		return math.MaxInt
+	}
+	return a * b
 }

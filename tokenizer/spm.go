@@ -42,6 +42,7 @@ type SentencePiece struct {
 	addDummyPrefix bool
 	removeExtraWS  bool
 	escapeWS       bool
+	maxPiece       int // the longest piece's length in bytes, at least 1
 }
 
 // LoadSentencePiece reads a SentencePiece tokenizer.model (a serialized ModelProto).
@@ -138,6 +139,7 @@ func ParseSentencePiece(data []byte) (*SentencePiece, error) {
 		t.byteIDs[i] = -1
 	}
 	for id, p := range t.pieces {
+		t.maxPiece = max(t.maxPiece, len(p), 1)
 		if _, dup := t.byText[p]; !dup {
 			t.byText[p] = id
 		}
@@ -254,33 +256,31 @@ func (t *SentencePiece) encodeFragment(s string, dummyPrefix bool, out []int) []
 	if t.escapeWS {
 		s = strings.ReplaceAll(s, " ", spmSpace)
 	}
-	var texts []string
-	var ids []int
-	for i := 0; i < len(s); {
-		_, w := utf8.DecodeRuneInString(s[i:])
-		ch := s[i : i+w]
-		id, ok := t.merge[ch]
-		if !ok {
-			id = -1
+	// Each symbol's text is a span of s, so the merge buffer is s again.
+	scoreMerge(len(s), len(s), func(add func(string, int)) {
+		for i := 0; i < len(s); {
+			_, w := utf8.DecodeRuneInString(s[i:])
+			ch := s[i : i+w]
+			id, ok := t.merge[ch]
+			if !ok {
+				id = -1
+			}
+			add(ch, id)
+			i += w
 		}
-		texts = append(texts, ch)
-		ids = append(ids, id)
-		i += w
-	}
-	syms := scoreMerge(texts, ids, func(p []byte) (int, float32, bool) {
+	}, func(p []byte) (int, float32, bool) {
 		id, ok := t.merge[string(p)]
 		if !ok {
 			return 0, 0, false
 		}
 		return id, t.scores[id], true
-	}, float32(math.Inf(-1)))
-	for _, s := range syms {
+	}, float32(math.Inf(-1)), func(text []byte, id int) {
 		switch {
-		case s.id >= 0:
-			out = append(out, s.id)
+		case id >= 0:
+			out = append(out, id)
 		case t.byteFallback:
-			for j := 0; j < len(s.text); j++ {
-				if id := t.byteIDs[s.text[j]]; id >= 0 {
+			for _, c := range text {
+				if id := t.byteIDs[c]; id >= 0 {
 					out = append(out, id)
 				} else if t.unk >= 0 {
 					out = append(out, t.unk)
@@ -289,7 +289,7 @@ func (t *SentencePiece) encodeFragment(s string, dummyPrefix bool, out []int) []
 		case t.unk >= 0:
 			out = append(out, t.unk)
 		}
-	}
+	})
 	return out
 }
 

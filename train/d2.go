@@ -271,27 +271,6 @@ func (w *work) d2prepareBack(cv, gv *d2conv, dxa, xn, delta []float32, c DraftCo
 	return w.d2.dxr
 }
 
-// d2topK fills ids/vals with the len(ids) largest logits, descending, the lower id first on
-// ties (model/dflash2's order, so training and inference see the same candidates).
-func d2topK(ids []int32, vals []float32, logits []float32) {
-	k := len(ids)
-	n := 0
-	for id, x := range logits {
-		if n == k && !(x > vals[k-1]) {
-			continue
-		}
-		j := min(n, k-1)
-		for j > 0 && x > vals[j-1] {
-			vals[j], ids[j] = vals[j-1], ids[j-1]
-			j--
-		}
-		vals[j], ids[j] = x, int32(id)
-		if n < k {
-			n++
-		}
-	}
-}
-
 // d2selectForward scores block i's slots: the top-K unary candidates of each slot's raw logits
 // (logits [B-1][V], before the unary loss turns them into probabilities), their edge scores with
 // the true previous token as predecessor (the anchor for slot 1), and the selector loss
@@ -317,7 +296,7 @@ func (w *work) d2selectForward(d *d2net, c DraftConfig, logits, rows []float32, 
 	for k := 1; k < B; k++ {
 		o := (block*(B-1) + k - 1) * K
 		ids, sc := s.ids[o:o+K], s.scores[o:o+K]
-		d2topK(ids, s.vals, logits[(k-1)*V:k*V])
+		dflash2.TopK(ids, s.vals, logits[(k-1)*V:k*V])
 		prev := tokens[a+k-1]
 		wv := s.wv[(k-1)*r : k*r]
 		ap := d.pred[prev*r : (prev+1)*r]

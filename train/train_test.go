@@ -155,12 +155,15 @@ func greedyTau(t *testing.T, tg model.Target, dir string, prompts [][]int, n int
 	var all runner.Stats
 	for _, p := range prompts {
 		seq := runner.NewSequence(tg, len(p)+n+d.BlockSize())
-		s := runner.NewSession(d, len(p)+n+d.BlockSize())
+		s := runner.NewBlockSession(d, len(p)+n+d.BlockSize())
 		st, err := runner.Generate(context.Background(), seq, runner.Request{
-			Prompt: p, Options: sample.Options{}, MaxTokens: n, Drafter: s,
-			Depth: &runner.Depth{Fixed: d.BlockSize() - 1},
-		}, func(int) error { return nil })
+			Prompt: p, Options: sample.Options{}, MaxTokens: n, Session: s,
+			Depth: runner.Fixed(d.BlockSize() - 1),
+		}, func(runner.Token) error { return nil })
 		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
 		all.Add(st)

@@ -50,7 +50,7 @@ type verifyCost struct {
 
 type specFigures struct {
 	Draft       string  `json:"draft"`
-	Depth       int     `json:"depth"` // 0: adaptive
+	Depth       int     `json:"depth"` // 0: the draft's own policy (adaptive for DFlash)
 	Temperature float32 `json:"temperature"`
 	Tau         float64 `json:"tau"`
 	PlainTokS   float64 `json:"plain_tok_s"`
@@ -66,7 +66,7 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	var sf sampleFlags
 	sf.register(fs)
 	draft := fs.String("draft", "", "DFlash draft folder, or 'oracle' (drafts the target's greedy continuation; ceiling of the engine)")
-	depthsFlag := fs.String("depths", "", "draft depths to measure, e.g. 1-15 or 2,4,8; 0 is adaptive: one depth controller kept across all prompts after one unmeasured pass, as a server keeps one (default: oracle 1-15, a draft: adaptive)")
+	depthsFlag := fs.String("depths", "", "draft depths to measure, e.g. 1-15 or 2,4,8; 0 is the draft's own policy (DFlash: adaptive, one depth controller kept across all prompts after one unmeasured pass, as a server keeps one; DFlash2: fixed 7) (default: oracle 1-15, a draft: 0)")
 	promptsFile := fs.String("prompts", "", "file of prompts, one per line (default: random token ids)")
 	maxPrompts := fs.Int("max-prompts", 8, "prompts to use from --prompts")
 	n := fs.Int("n", 128, "tokens to decode per measurement")
@@ -167,7 +167,7 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 			cont = cont[:0]
 			seq := runner.NewSequence(e.Target, capacity)
 			st, err := runner.Generate(context.Background(), seq, runner.Request{Prompt: p, Options: o, MaxTokens: *n, Stop: e.Stop},
-				func(t int) error { cont = append(cont, t); return nil })
+				func(t runner.Token) error { cont = append(cont, t.ID); return nil })
 			if err != nil {
 				return 0, nil, err
 			}
@@ -288,27 +288,29 @@ func benchSpeculation(e *engine.Engine, rep *benchReport, draft, depthsFlag stri
 	}
 	for _, d := range depths {
 		var tauSum, plainSum, specSum float64
-		// One controller for every prompt and repetition, as `dflash serve` keeps one per model
-		// pair (a fixed one has no state). The adaptive one first learns over one unmeasured
-		// pass: the figure is the steady state a server reaches, not the first request of a cold
-		// process (`dflash run`).
-		ctl := &runner.Depth{Fixed: d}
-		generate := func(p, cont []int) (runner.Stats, error) {
-			var drafter runner.Drafter
-			if draft == "oracle" {
-				drafter = &runner.OracleDrafter{Tokens: append(append([]int(nil), p...), cont...), Depth: d, Vocab: e.Target.Config().Vocab}
-			} else {
-				drafter = dr.NewSession(capacity)
+		// One policy for every prompt and repetition, as `dflash serve` keeps one per model pair
+		// (a fixed one has no state). An adaptive one first learns over one unmeasured pass: the
+		// figure is the steady state a server reaches, not the first request of a cold process
+		// (`dflash run`). The draft is loaded once; every run opens and closes its own session.
+		var drafter runner.Drafter
+		if dr != nil {
+			drafter = runner.WithDepth(dr.Drafter, runner.Fixed(d))
+			if d == 0 {
+				drafter = runner.WithDepth(dr.Drafter, dr.Drafter.Depth().Fresh())
 			}
-			defer drafter.Close()
-			seq := runner.NewSequence(e.Target, capacity)
-			return runner.Generate(context.Background(), seq, runner.Request{
-				Prompt: p, Options: opts, MaxTokens: n, Stop: e.Stop, Drafter: drafter, Depth: ctl,
-			}, func(int) error { return nil })
+		}
+		speculate := func(p, cont []int) (runner.Stats, error) {
+			dr := drafter
+			if draft == "oracle" {
+				dr = &runner.OracleDrafter{Tokens: append(append([]int(nil), p...), cont...), Limit: d, Vocab: e.Target.Config().Vocab}
+			}
+			return generate(context.Background(), runner.NewSequence(e.Target, capacity), dr, dr.Depth(), runner.Request{
+				Prompt: p, Options: opts, MaxTokens: n, Stop: e.Stop,
+			}, func(runner.Token) error { return nil })
 		}
 		if d == 0 && draft != "oracle" {
 			for _, p := range prompts {
-				if _, err := generate(p, nil); err != nil {
+				if _, err := speculate(p, nil); err != nil {
 					return err
 				}
 			}
@@ -321,7 +323,7 @@ func benchSpeculation(e *engine.Engine, rep *benchReport, draft, depthsFlag stri
 			var rates []float64
 			var tau float64
 			for r := 0; r < reps; r++ {
-				st, err := generate(p, cont)
+				st, err := speculate(p, cont)
 				if err != nil {
 					return err
 				}
@@ -347,7 +349,7 @@ func plainOnce(e *engine.Engine, prompt []int, n, capacity int) (float64, []int,
 	var cont []int
 	seq := runner.NewSequence(e.Target, capacity)
 	st, err := runner.Generate(context.Background(), seq, runner.Request{Prompt: prompt, MaxTokens: n, Stop: e.Stop},
-		func(t int) error { cont = append(cont, t); return nil })
+		func(t runner.Token) error { cont = append(cont, t.ID); return nil })
 	if err != nil {
 		return 0, nil, err
 	}

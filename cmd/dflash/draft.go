@@ -18,48 +18,70 @@ type draftFlags struct {
 
 func (d *draftFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&d.draft, "draft", "", "DFlash or DFlash2 draft folder for speculative decoding, 'oracle' (drafts the target's own greedy continuation: the engine's ceiling), or 'none'")
-	fs.IntVar(&d.depth, "depth", 0, "draft tokens per round, fixed (default: chosen each round by the depth controller)")
+	fs.IntVar(&d.depth, "depth", 0, "draft tokens per round, fixed (default: the drafter's own policy: the depth controller for DFlash, 7 for DFlash2, 15 for the oracle)")
 }
 
-// open builds the drafter for one run. The oracle needs the target's own greedy continuation of
-// prompt, so it decodes it plainly first (greedy only: an oracle of a sampled run is no oracle).
-func (d *draftFlags) open(e *engine.Engine, prompt []int, opts sample.Options, n, capacity int) (runner.Drafter, *runner.Depth, error) {
+// drafter builds the drafter for one run (nil: none), its depth policy fixed by --depth when
+// given. The oracle needs the target's own greedy continuation of prompt, so it decodes it
+// plainly first (greedy only: an oracle of a sampled run is no oracle). The caller opens and
+// closes the sessions.
+func (d *draftFlags) drafter(e *engine.Engine, prompt []int, opts sample.Options, n, capacity int) (runner.Drafter, error) {
 	if d.depth < 0 {
-		return nil, nil, usagef("--depth %d: must be >= 0", d.depth)
+		return nil, usagef("--depth %d: must be >= 0", d.depth)
 	}
-	depth := &runner.Depth{Fixed: d.depth}
+	var dr runner.Drafter
 	switch d.draft {
 	case "":
-		return nil, nil, nil
+		return nil, nil
 	case "oracle":
 		if prompt == nil {
-			return nil, nil, usagef("--draft oracle needs a fixed prompt (not --chat)")
+			return nil, usagef("--draft oracle needs a fixed prompt (not --chat)")
 		}
 		if !opts.Greedy() {
-			return nil, nil, usagef("--draft oracle drafts the greedy continuation: use --temp 0")
+			return nil, usagef("--draft oracle drafts the greedy continuation: use --temp 0")
 		}
 		cont, err := greedyContinuation(e, prompt, n, capacity)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		limit := d.depth
 		if limit == 0 {
 			limit = 15
 		}
-		return &runner.OracleDrafter{Tokens: append(append([]int(nil), prompt...), cont...), Depth: limit, Vocab: e.Target.Config().Vocab}, depth, nil
+		dr = &runner.OracleDrafter{Tokens: append(append([]int(nil), prompt...), cont...), Limit: limit, Vocab: e.Target.Config().Vocab}
+	default:
+		loaded, err := e.LoadDraft(d.draft)
+		if err != nil {
+			return nil, err
+		}
+		dr = loaded.Drafter
 	}
-	dr, err := e.LoadDraft(d.draft)
-	if err != nil {
-		return nil, nil, err
+	if d.depth > 0 {
+		dr = runner.WithDepth(dr, runner.Fixed(d.depth))
 	}
-	return dr.NewSession(capacity), depth, nil
+	return dr, nil
+}
+
+// generate runs one request on seq, speculating with a session of dr (nil: plain decoding)
+// under depth. It opens the session and closes it: a `dflash run` sequence serves one request.
+func generate(ctx context.Context, seq *runner.Sequence, dr runner.Drafter, depth runner.Depth, req runner.Request, emit func(runner.Token) error) (runner.Stats, error) {
+	if dr == nil {
+		return runner.Generate(ctx, seq, req, emit)
+	}
+	s := dr.Open(seq.Capacity())
+	req.Session, req.Depth = s, depth
+	st, err := runner.Generate(ctx, seq, req, emit)
+	if cerr := s.Close(); cerr != nil && err == nil {
+		err = fmt.Errorf("close drafting session: %w", cerr)
+	}
+	return st, err
 }
 
 func greedyContinuation(e *engine.Engine, prompt []int, n, capacity int) ([]int, error) {
 	var cont []int
 	seq := runner.NewSequence(e.Target, capacity)
 	_, err := runner.Generate(context.Background(), seq, runner.Request{Prompt: prompt, MaxTokens: n, Stop: e.Stop},
-		func(t int) error { cont = append(cont, t); return nil })
+		func(t runner.Token) error { cont = append(cont, t.ID); return nil })
 	if err != nil {
 		return nil, fmt.Errorf("oracle: plain greedy pass: %w", err)
 	}

@@ -60,3 +60,44 @@ func TestRunWithDraftFoldersEqualsPlain(t *testing.T) {
 		t.Errorf("mismatched draft: exit %d, %q; want exit 1 naming hidden_size", code, errs)
 	}
 }
+
+// --stop ends `dflash run`'s output at the first occurrence of the text, plain or speculative
+// alike, through the runner's one stop matcher; the stop text is not printed.
+func TestRunStopString(t *testing.T) {
+	bin := testdata.Path(t, "stories260K/stories260K.bin")
+	target, err := transformer.LoadLlama2C(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d1 := filepath.Join(t.TempDir(), "dflash")
+	if err := dflash.WriteRandom(d1, dflash.ConfigFor(target.Config(), 1, 8), 3, kernel.F32); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"run", "--model", bin, "-p", "Once upon a time", "-n", "80"}
+	code, full, errs := runCLI(t, "", base...)
+	if code != 0 {
+		t.Fatalf("plain: %s", errs)
+	}
+	// Stop at the second word after the prompt: a string that spans tokens and appears late
+	// enough that text was printed before it.
+	rest := strings.TrimPrefix(full, "Once upon a time")
+	words := strings.Fields(rest)
+	if len(words) < 4 {
+		t.Fatalf("too short an output to pick a stop: %q", full)
+	}
+	stop := " " + words[2] + " " + words[3]
+	cut := strings.Index(full, stop)
+	if cut < 0 {
+		t.Fatalf("stop %q not in %q", stop, full)
+	}
+	want := full[:cut] + "\n"
+	for _, extra := range [][]string{nil, {"--draft", d1}} {
+		code, got, errs := runCLI(t, "", append(append(base, "--stop", stop), extra...)...)
+		if code != 0 {
+			t.Fatalf("--stop %v: exit %d: %s", extra, code, errs)
+		}
+		if got != want {
+			t.Errorf("--stop %q %v:\n got %q\nwant %q", stop, extra, got, want)
+		}
+	}
+}

@@ -3,9 +3,11 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/dflash/dflash/engine"
 	"github.com/dflash/dflash/kernel"
@@ -13,14 +15,113 @@ import (
 	"github.com/dflash/dflash/sample"
 )
 
+// cliStderr is standard error as a command sees it. It records that the flag package refused the
+// arguments, which it has already reported, so cli exits 2 without saying it again.
+type cliStderr struct {
+	io.Writer
+	flagError bool
+}
+
+// lastWrite passes writes on and keeps the last one: the flag package writes its error message
+// in one write just before it calls Usage, which thus learns what went wrong.
+type lastWrite struct {
+	w    io.Writer
+	last string
+}
+
+func (l *lastWrite) Write(p []byte) (int, error) {
+	l.last = string(p)
+	return l.w.Write(p)
+}
+
+// newFlags returns a command's flag set. Asked for help (-h) it lists every flag; given a flag it
+// does not define it suggests the closest defined one instead of the whole list.
+func newFlags(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("dflash "+name, flag.ContinueOnError)
+	out := &lastWrite{w: stderr}
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		failure := strings.TrimSpace(out.last)
+		defer func() { out.last = "" }()
+		if failure == "" {
+			fmt.Fprintf(stderr, "usage of dflash %s:\n", name)
+			fs.PrintDefaults()
+			return
+		}
+		if se, ok := stderr.(*cliStderr); ok {
+			se.flagError = true
+		}
+		if bad, ok := strings.CutPrefix(failure, "flag provided but not defined: -"); ok {
+			var names []string
+			fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+			if s, ok := closest(bad, names); ok {
+				fmt.Fprintf(stderr, "Did you mean --%s?\n", s)
+			}
+		}
+		fmt.Fprintf(stderr, "Run 'dflash %s -h' for its flags.\n", name)
+	}
+	return fs
+}
+
+// closest returns the candidate nearest to word by edit distance (a transposition counting as one
+// edit, the commonest typo), if any is near enough to be what was meant: within one edit for
+// short words, two for words of five letters or more, or a word that one of them begins (a
+// truncated or extended name like "temperature" for "temp"). Ties go to the earlier candidate.
+func closest(word string, candidates []string) (string, bool) {
+	best, bestD := "", -1
+	for _, c := range candidates {
+		d := editDistance(word, c)
+		if len(word) >= 3 && len(c) >= 3 && (strings.HasPrefix(c, word) || strings.HasPrefix(word, c)) {
+			d = min(d, 1)
+		}
+		if bestD < 0 || d < bestD {
+			best, bestD = c, d
+		}
+	}
+	limit := 1
+	if len(word) >= 5 {
+		limit = 2
+	}
+	return best, bestD >= 0 && bestD <= limit
+}
+
+// editDistance is the optimal-string-alignment distance between a and b (bytes): insertions,
+// deletions, substitutions and transpositions of adjacent bytes, each costing one.
+func editDistance(a, b string) int {
+	// d[i][j] is the distance between a[:i] and b[:j]; three rows suffice.
+	prev2 := make([]int, len(b)+1)
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
+		}
+		prev2, prev, cur = prev, cur, prev2
+	}
+	return prev[len(b)]
+}
+
 // modelFlags are the flags that say which model to open and how.
 type modelFlags struct {
 	model, synthetic, tokenizer, dtype, kernel string
 	seed                                       uint64
 	threads                                    int
+	stderr                                     io.Writer // the flag set's output: where progress goes
 }
 
 func (m *modelFlags) register(fs *flag.FlagSet) {
+	m.stderr = fs.Output()
 	fs.StringVar(&m.model, "model", "", "model: a Hugging Face folder or a llama2.c checkpoint file")
 	fs.StringVar(&m.synthetic, "synthetic", "", "random bf16 weights of a real shape: qwen3-0.6b, qwen3-1.7b or qwen3-4b")
 	fs.StringVar(&m.tokenizer, "tokenizer", "", "tokenizer file or folder (default: found with the model)")
@@ -54,6 +155,13 @@ func (m *modelFlags) open() (*engine.Engine, error) {
 		o.Compute = transformer.ForceBF16
 	default:
 		return nil, usagef("--dtype %q: want f32 or bf16", m.dtype)
+	}
+	if tty := terminalStderr(m.stderr); tty != nil {
+		what := "loading " + m.model
+		if m.synthetic != "" {
+			what = "building random " + m.synthetic + " weights"
+		}
+		defer startProgress(tty, what, progressDelay, 100*time.Millisecond)()
 	}
 	return engine.Open(o)
 }

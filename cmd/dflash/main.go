@@ -11,10 +11,49 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
+	"strings"
 )
 
+// devVersion is the version of a build that says nothing better: not a tagged module (go
+// install ...@v1.2.3 records that) and no -ldflags "-X main.version=...".
+const devVersion = "0.1.0-dev"
+
 // version is set at build time with -ldflags "-X main.version=...".
-var version = "0.1.0-dev"
+var version = devVersion
+
+// versionLine is what --version prints: the version (from -ldflags, else the module's, else
+// devVersion), then the VCS revision the binary was built from when the build recorded one.
+func versionLine(bi *debug.BuildInfo) string {
+	v := version
+	if v == devVersion && bi != nil && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		v = bi.Main.Version
+	}
+	line := "dflash " + v
+	if bi == nil {
+		return line
+	}
+	var rev, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = ", modified"
+			}
+		}
+	}
+	if rev != "" {
+		line += fmt.Sprintf(" (revision %.12s%s)", rev, modified)
+	}
+	return line + " " + bi.GoVersion
+}
+
+func printVersion(stdout io.Writer) {
+	bi, _ := debug.ReadBuildInfo()
+	fmt.Fprintln(stdout, versionLine(bi))
+}
 
 type command struct {
 	name, summary string
@@ -29,8 +68,11 @@ func commands() []command {
 		{"tokenize", "print the token ids of text, or decode ids back to text", cmdTokenize},
 		{"train", "train a tokenizer or a DFlash draft", cmdTrain},
 		{"convert", "rewrite a model folder's tensors as bf16 (half the bytes of f32)", cmdConvert},
-		{"version", "print the version", func(_ []string, _ io.Reader, stdout, _ io.Writer) error {
-			fmt.Fprintln(stdout, "dflash", version)
+		{"version", "print the version and the revision it was built from", func(args []string, _ io.Reader, stdout, _ io.Writer) error {
+			if len(args) > 0 {
+				return usagef("version takes no arguments")
+			}
+			printVersion(stdout)
 			return nil
 		}},
 	}
@@ -50,14 +92,24 @@ func cli(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
+	if args[0] == "--version" || args[0] == "-version" {
+		printVersion(stdout)
+		return 0
+	}
+	var names []string
 	for _, c := range commands() {
+		names = append(names, c.name)
 		if c.name == args[0] {
-			err := c.run(args[1:], stdin, stdout, stderr)
+			se := &cliStderr{Writer: stderr}
+			err := c.run(args[1:], stdin, stdout, se)
 			switch {
 			case err == nil:
 				return 0
 			case errors.Is(err, flag.ErrHelp):
 				return 0
+			case se.flagError:
+				// The flag package said what was wrong, and newFlags what to do about it.
+				return 2
 			case errors.As(err, new(usageError)):
 				fmt.Fprintf(stderr, "dflash %s: %v\n", c.name, err)
 				return 2
@@ -67,8 +119,15 @@ func cli(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			}
 		}
 	}
-	fmt.Fprintf(stderr, "dflash: unknown command %q\n", args[0])
-	usage(stderr)
+	if strings.HasPrefix(args[0], "-") {
+		fmt.Fprintf(stderr, "dflash: flags come after the command: dflash <command> %s\n", args[0])
+	} else {
+		fmt.Fprintf(stderr, "dflash: unknown command %q\n", args[0])
+	}
+	if s, ok := closest(strings.TrimLeft(args[0], "-"), names); ok {
+		fmt.Fprintf(stderr, "Did you mean 'dflash %s'?\n", s)
+	}
+	fmt.Fprintln(stderr, "Run 'dflash help' for the commands.")
 	return 2
 }
 
@@ -86,9 +145,3 @@ type usageError struct{ msg string }
 func (e usageError) Error() string { return e.msg }
 
 func usagef(format string, a ...any) error { return usageError{fmt.Sprintf(format, a...)} }
-
-func newFlags(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("dflash "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	return fs
-}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"time"
 
@@ -40,6 +41,8 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	stats := fs.Bool("stats", false, "print detailed decoding and speculation statistics")
 	ctxLen := fs.Int("ctx", 0, fmt.Sprintf("context length in tokens (default: the model's, at most %d)", defaultContext))
 	compare := fs.Bool("compare", false, "also decode plainly (same prompt and options) and print both speeds measured in this run")
+	var stops stringsFlag
+	fs.Var(&stops, "stop", "end the output at the first occurrence of this text, which is not printed (repeatable; needs a tokenizer)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -89,7 +92,7 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	defer stop()
 
 	if *chatMode {
-		return runChat(ctx, e, &df, chatSettings{system: *system, think: *think, n: *n, capacity: capacity, stats: *stats}, opts, stdin, stdout, stderr)
+		return runChat(ctx, e, &df, chatSettings{system: *system, think: *think, n: *n, capacity: capacity, stats: *stats, stops: stops}, opts, stdin, stdout, stderr)
 	}
 
 	var ids []int
@@ -120,25 +123,39 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return fmt.Errorf("prompt of %d tokens does not fit the context of %d tokens (raise --ctx up to the model's %d)", len(ids), capacity, e.Desc.Context)
 	}
 
-	drafter, depth, err := df.open(e, ids, opts, *n, capacity)
+	drafter, err := df.drafter(e, ids, opts, *n, capacity)
 	if err != nil {
 		return err
 	}
+	var depth runner.Depth
+	if drafter != nil {
+		depth = drafter.Depth()
+	}
 	out := bufio.NewWriter(stdout)
 	defer out.Flush()
+	if len(stops) > 0 && e.Tok == nil {
+		return usagef("--stop needs a tokenizer to see the text (--tokenizer)")
+	}
 	var generated []int
+	// The runner turns tokens into text through the stream (so stop strings see it) whenever
+	// the model has a tokenizer; the text is printed unless ids are.
 	var stream *tokenizer.Stream
-	if !*printIDs && e.Tok != nil {
+	printText := !*printIDs && e.Tok != nil
+	if e.Tok != nil {
 		stream = tokenizer.NewStream(e.Tok)
 		for _, id := range ids {
-			out.WriteString(stream.Add(id))
+			if s := stream.Add(id); printText {
+				out.WriteString(s)
+			}
 		}
 		out.Flush()
 	}
-	emit := func(tok int) error {
-		generated = append(generated, tok)
-		if stream != nil {
-			out.WriteString(stream.Add(tok))
+	emit := func(t runner.Token) error {
+		if t.ID >= 0 {
+			generated = append(generated, t.ID)
+		}
+		if printText {
+			out.WriteString(t.Text)
 			// Flush per token so the text streams; the buffered writer coalesces the bytes of
 			// one token's text into one write.
 			return out.Flush()
@@ -146,27 +163,24 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return nil
 	}
 	seq := runner.NewSequence(e.Target, capacity)
-	st, genErr := runner.Generate(ctx, seq, runner.Request{
-		Prompt: ids, Options: opts, MaxTokens: *n, Stop: e.Stop, Drafter: drafter, Depth: depth,
-	}, emit)
+	req := runner.Request{Prompt: ids, Options: opts, MaxTokens: *n, Stop: e.Stop, StopStrings: stops}
 	if stream != nil {
+		req.Text = stream
+	}
+	st, genErr := generate(ctx, seq, drafter, depth, req, emit)
+	if printText {
 		out.WriteString(stream.Flush())
 		out.WriteString("\n")
 	} else {
 		out.WriteString(joinIDs(generated) + "\n")
 	}
 	out.Flush()
-	if drafter != nil {
-		if err := drafter.Close(); err != nil && genErr == nil {
-			genErr = err
-		}
-	}
 	printSummary(stderr, st, drafter != nil, *stats)
 	if genErr != nil && !errors.Is(genErr, context.Canceled) {
 		return genErr
 	}
 	if *compare && genErr == nil {
-		line, err := compareRuns(ctx, e, &df, ids, opts, *n, capacity, drafter != nil)
+		line, err := compareRuns(ctx, e, drafter, ids, stops, opts, *n, capacity)
 		if err != nil {
 			return fmt.Errorf("compare: %w", err)
 		}
@@ -175,17 +189,30 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// compareRuns measures plain and speculative decoding of the same request side by side: three
-// alternating silent runs of each (so host noise hits both alike), medians reported. The
-// streamed run above is not used for the figures: writing to a terminal is not decoding.
-func compareRuns(ctx context.Context, e *engine.Engine, df *draftFlags, ids []int, opts sample.Options, n, capacity int, speculative bool) (string, error) {
+// compareRuns measures plain and speculative decoding (with dr; nil: plain only) of the same
+// request side by side: three alternating silent runs of each (so host noise hits both alike),
+// medians reported. The streamed run above is not used for the figures: writing to a terminal is
+// not decoding. Every speculative run opens its own session and starts an adaptive policy
+// untrained, as a fresh `dflash run` would; the drafter is loaded once.
+func compareRuns(ctx context.Context, e *engine.Engine, dr runner.Drafter, ids []int, stops []string, opts sample.Options, n, capacity int) (string, error) {
+	speculative := dr != nil
+	// The same request as the streamed run, stop strings included (each run reads its own text).
+	request := func() runner.Request {
+		r := runner.Request{Prompt: ids, Options: opts, MaxTokens: n, Stop: e.Stop, StopStrings: stops}
+		if len(stops) > 0 {
+			s := tokenizer.NewStream(e.Tok)
+			for _, id := range ids {
+				s.Add(id)
+			}
+			r.Text = s
+		}
+		return r
+	}
 	var plain, spec []float64
 	var tau float64
 	var tokens int
 	for r := 0; r < 3; r++ {
-		st, err := runner.Generate(ctx, runner.NewSequence(e.Target, capacity), runner.Request{
-			Prompt: ids, Options: opts, MaxTokens: n, Stop: e.Stop,
-		}, func(int) error { return nil })
+		st, err := runner.Generate(ctx, runner.NewSequence(e.Target, capacity), request(), func(runner.Token) error { return nil })
 		if err != nil {
 			return "", fmt.Errorf("plain decoding: %w", err)
 		}
@@ -193,14 +220,7 @@ func compareRuns(ctx context.Context, e *engine.Engine, df *draftFlags, ids []in
 		if !speculative {
 			continue
 		}
-		d, depth, err := df.open(e, ids, opts, n, capacity)
-		if err != nil {
-			return "", err
-		}
-		st, err = runner.Generate(ctx, runner.NewSequence(e.Target, capacity), runner.Request{
-			Prompt: ids, Options: opts, MaxTokens: n, Stop: e.Stop, Drafter: d, Depth: depth,
-		}, func(int) error { return nil })
-		d.Close()
+		st, err = generate(ctx, runner.NewSequence(e.Target, capacity), dr, dr.Depth().Fresh(), request(), func(runner.Token) error { return nil })
 		if err != nil {
 			return "", fmt.Errorf("speculative decoding: %w", err)
 		}
@@ -268,16 +288,27 @@ func isTerminalReader(r io.Reader) bool {
 	return ok && isTerminal(f)
 }
 
+// chatCommands are the lines --chat answers itself instead of sending them to the model, as
+// ollama run does.
+var chatCommands = []string{"/help", "/bye", "/clear"}
+
+const chatHelp = `Commands:
+  /help, /?   show this help
+  /clear      forget the conversation (and its cache); the system message stays
+  /bye        leave (so do Ctrl-D and Ctrl-C)
+`
+
 type chatSettings struct {
 	system, think string
 	n, capacity   int
 	stats         bool
+	stops         []string
 }
 
 // runChat holds a multi-turn conversation. The target's cache is kept between turns: each turn's
 // prompt is the whole rendered conversation, and the runner reuses the rows it shares with the
 // previous turn's cache, so only the new turn is read.
-func runChat(ctx context.Context, e *engine.Engine, df *draftFlags, cs chatSettings, opts sample.Options, stdin io.Reader, stdout, stderr io.Writer) error {
+func runChat(ctx context.Context, e *engine.Engine, df *draftFlags, cs chatSettings, opts sample.Options, stdin io.Reader, stdout, stderr io.Writer) (err error) {
 	if e.Tok == nil {
 		return usagef("--chat needs a model with a tokenizer")
 	}
@@ -297,21 +328,33 @@ func runChat(ctx context.Context, e *engine.Engine, df *draftFlags, cs chatSetti
 	default:
 		return usagef("--think %q: want on or off", cs.think)
 	}
-	var msgs []chat.Message
+	// start is the conversation a session begins with, and /clear returns to.
+	var start []chat.Message
 	if cs.system != "" {
-		msgs = append(msgs, chat.Message{Role: "system", Content: cs.system})
+		start = append(start, chat.Message{Role: "system", Content: cs.system})
 	}
+	msgs := slices.Clone(start)
 	seq := runner.NewSequence(e.Target, cs.capacity)
-	drafter, depth, err := df.open(e, nil, opts, cs.n, cs.capacity)
+	drafter, err := df.drafter(e, nil, opts, cs.n, cs.capacity)
 	if err != nil {
 		return err
 	}
+	// One session for the whole conversation: it keeps the draft context of the turns so far,
+	// as seq keeps the target's, and the drafter's policy learns across turns.
+	var session runner.Session
+	var depth runner.Depth
 	if drafter != nil {
-		defer drafter.Close()
+		session, depth = drafter.Open(cs.capacity), drafter.Depth()
+		defer func() {
+			if cerr := session.Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("close drafting session: %w", cerr)
+			}
+		}()
 	}
 	in := bufio.NewScanner(stdin)
 	in.Buffer(make([]byte, 1<<20), 1<<20)
 	interactive := isTerminalReader(stdin)
+	fmt.Fprintln(stderr, "Chatting with "+e.Name+". Type /bye or press Ctrl-D to leave, /help for more.")
 	var total runner.Stats
 	for {
 		if interactive {
@@ -324,6 +367,36 @@ func runChat(ctx context.Context, e *engine.Engine, df *draftFlags, cs chatSetti
 		if line == "" {
 			continue
 		}
+		if strings.HasPrefix(line, "/") {
+			cmd, _, _ := strings.Cut(line, " ")
+			switch cmd {
+			case "/bye":
+				printSummary(stderr, total, drafter != nil, cs.stats)
+				return nil
+			case "/help", "/?":
+				fmt.Fprint(stderr, chatHelp)
+			case "/clear":
+				// A new sequence and drafting session: nothing of the old conversation stays, not
+				// even in a cache row the next prompt would have matched. The drafter and its
+				// depth policy stay: they hold the model, not the conversation.
+				msgs = slices.Clone(start)
+				seq = runner.NewSequence(e.Target, cs.capacity)
+				if session != nil {
+					if err := session.Close(); err != nil {
+						return fmt.Errorf("close drafting session: %w", err)
+					}
+					session = drafter.Open(cs.capacity)
+				}
+				fmt.Fprintln(stderr, "Cleared the conversation and its cache.")
+			default:
+				msg := fmt.Sprintf("Unknown command %q.", cmd)
+				if s, ok := closest(cmd, chatCommands); ok {
+					msg += fmt.Sprintf(" Did you mean %s?", s)
+				}
+				fmt.Fprintln(stderr, msg+" Type /help for the commands.")
+			}
+			continue
+		}
 		msgs = append(msgs, chat.Message{Role: "user", Content: line})
 		text, err := tmpl.Render(msgs, copt)
 		if err != nil {
@@ -334,16 +407,16 @@ func runChat(ctx context.Context, e *engine.Engine, df *draftFlags, cs chatSetti
 			return err
 		}
 		if len(ids) >= cs.capacity {
-			return fmt.Errorf("conversation of %d tokens no longer fits the context of %d tokens", len(ids), cs.capacity)
+			return fmt.Errorf("conversation of %d tokens no longer fits the context of %d tokens (/clear starts a new one)", len(ids), cs.capacity)
 		}
 		stream := tokenizer.NewStream(e.Tok)
 		var reply strings.Builder
 		st, err := runner.Generate(ctx, seq, runner.Request{
-			Prompt: ids, Options: opts, MaxTokens: cs.n, Stop: e.Stop, Drafter: drafter, Depth: depth,
-		}, func(tok int) error {
-			s := stream.Add(tok)
-			reply.WriteString(s)
-			_, err := io.WriteString(stdout, s)
+			Prompt: ids, Options: opts, MaxTokens: cs.n, Stop: e.Stop, StopStrings: cs.stops, Text: stream,
+			Session: session, Depth: depth,
+		}, func(t runner.Token) error {
+			reply.WriteString(t.Text)
+			_, err := io.WriteString(stdout, t.Text)
 			return err
 		})
 		rest := stream.Flush()
@@ -367,3 +440,9 @@ func runChat(ctx context.Context, e *engine.Engine, df *draftFlags, cs chatSetti
 	printSummary(stderr, total, drafter != nil, cs.stats)
 	return nil
 }
+
+// stringsFlag is a repeatable string flag.
+type stringsFlag []string
+
+func (f *stringsFlag) String() string     { return strings.Join(*f, ", ") }
+func (f *stringsFlag) Set(s string) error { *f = append(*f, s); return nil }

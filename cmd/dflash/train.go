@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dflash/dflash/engine"
+	"github.com/dflash/dflash/model/dflash2"
 	"github.com/dflash/dflash/runner"
 	"github.com/dflash/dflash/tokenizer"
 	"github.com/dflash/dflash/train"
@@ -222,13 +223,20 @@ func cmdTrainDraft(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 			return err
 		}
 		var st runner.Stats
+		// Full blocks for DFlash; a DFlash2 draft keeps its own fixed depth (DFLASH.md section 5).
+		depth := runner.Fixed(dr.BlockSize - 1)
+		if dr.Arch == dflash2.Arch {
+			depth = dr.Drafter.Depth()
+		}
 		for _, s := range ev.Sequences {
 			prompt := s.Tokens[:max(1, s.Start)]
 			seq := runner.NewSequence(e.Target, len(s.Tokens)+dr.BlockSize+8)
-			sess := dr.NewSession(len(s.Tokens) + dr.BlockSize + 8)
+			sess := dr.Drafter.Open(len(s.Tokens) + dr.BlockSize + 8)
 			one, err := runner.Generate(ctx, seq, runner.Request{Prompt: prompt, MaxTokens: len(s.Tokens) - len(prompt), Stop: e.Stop,
-				Drafter: sess, Depth: &runner.Depth{Fixed: dr.BlockSize - 1}}, func(int) error { return nil })
-			sess.Close()
+				Session: sess, Depth: depth}, func(runner.Token) error { return nil })
+			if cerr := sess.Close(); cerr != nil && err == nil {
+				err = cerr
+			}
 			if err != nil {
 				return err
 			}

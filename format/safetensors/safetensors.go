@@ -25,6 +25,9 @@ import (
 	"strconv"
 	"strings"
 	"unsafe"
+
+	"github.com/dflash/dflash/internal/mmap"
+	"github.com/dflash/dflash/kernel/quant"
 )
 
 // MaxHeaderLen bounds the JSON header (the reference implementation uses the same 100 MB limit);
@@ -239,7 +242,7 @@ func Open(path string) (*File, error) {
 	if st.Size() < 8 {
 		return nil, fmt.Errorf("safetensors %s: file is %d bytes, shorter than the 8-byte header length", path, st.Size())
 	}
-	data, release, err := mapFile(f, st.Size())
+	data, release, err := mmap.File(f, st.Size())
 	if err != nil {
 		return nil, fmt.Errorf("safetensors %s: %w", path, err)
 	}
@@ -458,75 +461,21 @@ func (f *File) Close() error {
 	return nil
 }
 
+// The half-precision conversions are kernel/quant's (one implementation for every reader and
+// kernel, tested there against all 65,536 halves); these names keep the format's vocabulary.
+
 // F32FromBF16 widens a bf16 bit pattern exactly.
-func F32FromBF16(b uint16) float32 { return math.Float32frombits(uint32(b) << 16) }
+func F32FromBF16(b uint16) float32 { return quant.BF16ToF32(b) }
 
 // BF16FromF32 rounds to nearest even; NaN stays a (quiet) NaN of the same sign.
-func BF16FromF32(f float32) uint16 {
-	b := math.Float32bits(f)
-	if b&0x7fffffff > 0x7f800000 {
-		return uint16(b>>16) | 0x0040
-	}
-	b += 0x7fff + (b>>16)&1
-	return uint16(b >> 16)
-}
+func BF16FromF32(f float32) uint16 { return quant.F32ToBF16(f) }
 
 // F32FromF16 widens an IEEE half-precision bit pattern exactly.
-func F32FromF16(h uint16) float32 {
-	sign := uint32(h&0x8000) << 16
-	exp := uint32(h>>10) & 0x1f
-	mant := uint32(h & 0x3ff)
-	switch exp {
-	case 0:
-		// zero or subnormal: mant x 2^-24, exact in f32
-		v := float32(mant) * (1.0 / (1 << 24))
-		return math.Float32frombits(math.Float32bits(v) | sign)
-	case 0x1f:
-		return math.Float32frombits(sign | 0x7f800000 | mant<<13)
-	}
-	return math.Float32frombits(sign | (exp+127-15)<<23 | mant<<13)
-}
+func F32FromF16(h uint16) float32 { return quant.F16ToF32(h) }
 
 // F16FromF32 rounds to the nearest half-precision value, ties to even; overflow gives infinity
 // and NaN stays NaN.
-func F16FromF32(f float32) uint16 {
-	b := math.Float32bits(f)
-	sign := uint16(b>>16) & 0x8000
-	exp := int(b>>23) & 0xff
-	mant := b & 0x7fffff
-	if exp == 0xff {
-		if mant != 0 {
-			return sign | 0x7e00
-		}
-		return sign | 0x7c00
-	}
-	e := exp - 127 + 15
-	if e >= 0x1f {
-		return sign | 0x7c00
-	}
-	if e <= 0 {
-		if e < -10 {
-			return sign // below half the smallest subnormal: rounds to zero
-		}
-		// value = (mant|implicit) x 2^(exp-150); in units of the smallest subnormal 2^-24
-		// that is a right shift by 14-e.
-		mant |= 0x800000
-		shift := uint(14 - e)
-		h := mant >> shift
-		rem := mant & (1<<shift - 1)
-		half := uint32(1) << (shift - 1)
-		if rem > half || (rem == half && h&1 == 1) {
-			h++ // may carry into the smallest normal, whose encoding is the next integer
-		}
-		return sign | uint16(h)
-	}
-	h := uint32(e)<<10 | mant>>13
-	rem := mant & 0x1fff
-	if rem > 0x1000 || (rem == 0x1000 && h&1 == 1) {
-		h++ // a carry into the exponent is correct, up to infinity
-	}
-	return sign | uint16(h)
-}
+func F16FromF32(f float32) uint16 { return quant.F32ToF16(f) }
 
 // shapeString formats a shape for messages, e.g. [2 3].
 func shapeString(s []int) string {

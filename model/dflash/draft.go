@@ -30,12 +30,9 @@ type Options struct {
 	DType Compute
 }
 
-// chunkRows is the widest batch handed to one kernel product (see MatMul).
-const chunkRows = 32
-
 type layer struct {
 	inNorm, postNorm []float32 // [Hidden]
-	attn             Attn
+	attn             nn.AttnWeights
 	gate, up, down   *kernel.Matrix
 	vis              nn.Visibility
 }
@@ -51,27 +48,21 @@ type Draft struct {
 	hiddenNorm []float32
 	norm       []float32
 	layers     []layer
-	heads      Heads // its Rope grows with the caches (see grow)
-	attn       nn.Attention
+	heads      nn.Heads // its Rope grows with the caches (see grow)
 	dtype      kernel.DType
 	ws         workspace
 	// partScores is each block part's attention scratch; its length is the most parts a block
 	// is split into.
 	partScores nn.PartScratch
-	ph         blockPhase
-	phaseFn    func(part int) // d.runPhase, bound once so that a forward allocates nothing
+	fwd        blockForward
+	phases     *nn.Phases // runs fwd, bound once so that a forward allocates nothing
 }
 
-// workspace holds every buffer a forward writes; all are sized at construction except scores,
-// which NewCache grows to the longest span a cache allows.
+// workspace holds every buffer a forward writes, all sized at construction.
 type workspace struct {
-	feat     []float32 // chunkRows x Hidden: context features hidden_norm(fc(taps))
-	x, xn    []float32 // B x Hidden: block residual stream and its normed copy
-	tmp      []float32 // B x Hidden
-	q, att   []float32 // B x Heads*HeadDim
-	gate, up []float32 // B x Intermediate
-	scores   []float32
-	logits   []float32 // B x Vocab
+	*nn.Workspace           // B rows: the block's
+	feat          []float32 // nn.ChunkRows x Hidden: context features hidden_norm(fc(taps))
+	logits        []float32 // B x Vocab
 }
 
 var _ model.BlockDraft = (*Draft)(nil)
@@ -109,20 +100,17 @@ func (d *Draft) WeightBytes() int64 {
 }
 
 // NewCache allocates keys and values for capacity rows (context plus one block), with the
-// head-major copies attention reads for heads of up to 16 (see NewKV), and grows the rotary
-// tables and score buffer so that forwards on it never allocate. Forward also accepts a plain
-// *cache.KV, on which attention runs over rows (same values to rounding, other bits).
+// head-major copies attention reads for the target's shapes (nn.Attention.NewKV), and grows the
+// rotary tables and score buffers so that forwards on it never allocate. Forward also accepts a
+// plain *cache.KV, on which attention runs over rows (same values to rounding, other bits).
 func (d *Draft) NewCache(capacity int) cache.Cache {
 	capacity = max(capacity, 1)
 	d.grow(capacity)
-	return NewKV(d.cfg.Layers, capacity, d.cfg.KVHeads, d.cfg.HeadDim)
+	return d.heads.NewKV(d.cfg.Layers, capacity)
 }
 
 func (d *Draft) grow(positions int) {
 	d.heads.Rope.Grow(positions)
-	if len(d.ws.scores) < positions {
-		d.ws.scores = make([]float32, positions)
-	}
 	d.partScores.Grow(positions)
 }
 
@@ -272,24 +260,17 @@ func build(cfg Config, target model.Target, src source) (*Draft, error) {
 		return nil, errors.New("weights incomplete")
 	}
 	inv := (&hf.Config{RopeTheta: cfg.RopeTheta, RopeScaling: cfg.RopeScaling}).RopeInvFreq(cfg.HeadDim)
-	d.heads = Heads{Heads: cfg.Heads, KVHeads: cfg.KVHeads, HeadDim: cfg.HeadDim, Eps: float32(cfg.RMSEps),
+	d.heads = nn.Heads{Attention: nn.NewAttention(cfg.Heads, cfg.KVHeads, cfg.HeadDim), Eps: float32(cfg.RMSEps),
 		Rope: nn.NewRoPE(nn.RotateHalf, cfg.HeadDim, inv, 256)}
-	d.attn = nn.NewAttention(cfg.Heads, cfg.KVHeads, cfg.HeadDim)
 	b := cfg.BlockSize
 	d.ws = workspace{
-		feat:   make([]float32, chunkRows*h),
-		x:      make([]float32, b*h),
-		xn:     make([]float32, b*h),
-		tmp:    make([]float32, b*h),
-		q:      make([]float32, b*qw),
-		att:    make([]float32, b*qw),
-		gate:   make([]float32, b*cfg.Intermediate),
-		up:     make([]float32, b*cfg.Intermediate),
-		scores: make([]float32, 256),
-		logits: make([]float32, b*cfg.Vocab),
+		Workspace: nn.NewWorkspace(b, h, qw, cfg.Intermediate),
+		feat:      make([]float32, nn.ChunkRows*h),
+		logits:    make([]float32, b*cfg.Vocab),
 	}
 	d.partScores = nn.NewPartScratch(256)
-	d.phaseFn = d.runPhase
+	d.fwd.d = d
+	d.phases = nn.NewPhases(&d.fwd, d.ws.Workspace, cfg.Layers)
 	return d, nil
 }
 
@@ -300,7 +281,7 @@ func build(cfg Config, target model.Target, src source) (*Draft, error) {
 // row 0 (the anchor's) included; it is nil for a context-only write. Everything is checked
 // before the cache is touched, so on error c is unchanged.
 func (d *Draft) Forward(c cache.Cache, ctx []float32, ctxRows int, block []int) ([]float32, error) {
-	kv, ok := AsKV(c)
+	kv, ok := nn.AsKV(c)
 	if !ok {
 		return nil, fmt.Errorf("dflash: forward needs a cache from NewCache or a *cache.KV, got %T", c)
 	}
@@ -328,18 +309,23 @@ func (d *Draft) Forward(c cache.Cache, ctx []float32, ctxRows int, block []int) 
 	// A cache from NewCache is covered already; another one costs one allocation here.
 	d.grow(kv.Capacity)
 	pos := kv.Offset()
-	for s := 0; s < ctxRows; s += chunkRows {
-		r := min(chunkRows, ctxRows-s)
+	for s := 0; s < ctxRows; s += nn.ChunkRows {
+		r := min(nn.ChunkRows, ctxRows-s)
 		feat := d.ws.feat[:r*cfg.Hidden]
 		d.fc.MatMul(feat, ctx[s*tapW:(s+r)*tapW], r)
 		nn.RMSNormRows(feat, feat, d.hiddenNorm, r, cfg.Hidden, float32(cfg.RMSEps))
 		for li := range d.layers {
-			d.heads.Write(c, li, &d.layers[li].attn, feat, r, pos+s)
+			d.heads.Project(nil, kv, li, &d.layers[li].attn, feat, r, pos+s)
+			kv.Publish(li, pos+s, r)
 		}
 	}
 	var logits []float32
 	if n > 0 {
-		logits = d.block(c, block, pos+ctxRows)
+		f := &d.fwd
+		f.kv, f.block, f.pos = kv, block, pos+ctxRows
+		d.phases.Run(d.partScores, n)
+		f.kv, f.block = nn.KV{}, nil
+		logits = d.ws.logits[:n*cfg.Vocab]
 	}
 	if err := kv.Advance(ctxRows + n); err != nil {
 		return nil, fmt.Errorf("dflash: %w", err) // unreachable: Room was checked
@@ -347,128 +333,66 @@ func (d *Draft) Forward(c cache.Cache, ctx []float32, ctxRows int, block []int) 
 	return logits, nil
 }
 
-// blockPhase is what the parts of one block forward share (see block): its inputs, the phase
-// being run, and per part a view of the workspace at its rows.
-type blockPhase struct {
-	c     cache.Cache
+// blockForward is the block rows of a Forward at positions [pos, pos+len(block)), as nn.Phases
+// runs them: with enough rows and an idle core the rows are split into parts that run
+// concurrently, each taking its rows through a layer. Block rows attend to each other in both
+// directions, so the parts join once per layer, after every row's keys are written (nn.Stack).
+// A row's bits do not depend on the part it falls in.
+type blockForward struct {
+	d     *Draft
+	kv    nn.KV
 	block []int
 	pos   int
-	layer int
-	parts int
-	views [nn.MaxParts]partView
 }
 
-// partView is a part's rows of the block workspace, and its own attention scratch.
-type partView struct {
-	x, xn, tmp, q, att, gate, up, logits, scores []float32
+func (f *blockForward) Embed(p *nn.Part) {
+	d := f.d
+	h := d.cfg.Hidden
+	x := p.X
+	for i, t := range f.block[p.Lo:p.Hi] {
+		d.target.Embed(x[i*h:(i+1)*h], t)
+	}
+	if s := float32(d.cfg.EmbedScale); s != 0 && s != 1 {
+		for i := range x {
+			x[i] *= s
+		}
+	}
 }
 
-// block runs the block rows at positions [pos, pos+len(block)) through every layer and returns
-// their logits. With enough rows and an idle core the rows are split into parts that run
-// concurrently (kernel.Parallel): phase l finishes layer l-1 for a part's rows (attention, output
-// projection, MLP) and starts layer l (norm, queries, keys and values into the cache). Block rows
-// attend to each other in both directions, so the parts join once per layer, after every row's
-// keys are written. A row's bits do not depend on the part it falls in.
-func (d *Draft) block(c cache.Cache, block []int, pos int) []float32 {
-	n := len(block)
-	ph := &d.ph
-	ph.c, ph.block, ph.pos = c, block, pos
-	ph.parts = d.partScores.Parts(n)
-	for l := 0; l <= len(d.layers); l++ {
-		ph.layer = l
-		kernel.Parallel(ph.parts, d.phaseFn)
-		// Head-major copies of layer l's keys for all rows, between the parts that wrote them
-		// and those that read them, so that no two cores write one cache line of a copy.
-		if l < len(d.layers) {
-			d.heads.CopyHeadMajor(c, l, n, pos)
-		}
-	}
-	ph.c, ph.block = nil, nil
-	return d.ws.logits[:n*d.cfg.Vocab]
-}
-
-// runPhase is phase ph.layer of the block for the rows of part p.
-func (d *Draft) runPhase(p int) {
-	cfg := &d.cfg
-	ws := &d.ws
-	ph := &d.ph
-	n := len(ph.block)
-	lo, hi := nn.PartRows(p, ph.parts, n)
-	rows := hi - lo
-	if rows == 0 {
-		return
-	}
-	h := cfg.Hidden
-	qw := cfg.Heads * cfg.HeadDim
-	im := cfg.Intermediate
-	eps := float32(cfg.RMSEps)
-	v := &ph.views[p]
-	v.x, v.xn, v.tmp = ws.x[lo*h:hi*h], ws.xn[lo*h:hi*h], ws.tmp[lo*h:hi*h]
-	v.q, v.att = ws.q[lo*qw:hi*qw], ws.att[lo*qw:hi*qw]
-	v.gate, v.up = ws.gate[lo*im:hi*im], ws.up[lo*im:hi*im]
-	v.logits = ws.logits[lo*cfg.Vocab : hi*cfg.Vocab]
-	v.scores = d.partScores[p]
-	x, xn, tmp := v.x, v.xn, v.tmp
-	pos := ph.pos + lo
-	if ph.layer == 0 {
-		for i, t := range ph.block[lo:hi] {
-			d.target.Embed(x[i*h:(i+1)*h], t)
-		}
-		if s := float32(cfg.EmbedScale); s != 0 && s != 1 {
-			for i := range x {
-				x[i] *= s
-			}
-		}
-	} else {
-		li := ph.layer - 1
-		l := &d.layers[li]
-		AttendPart(d.attn, v.att, v.q, lo, hi, n, ph.c, li, ph.pos, l.vis, v.scores)
-		MatMul(l.attn.O, tmp, v.att, rows)
-		addTo(x, tmp)
-		nn.RMSNormRows(xn, x, l.postNorm, rows, h, eps)
-		// rows <= BlockSize; SwiGLU's products take at most 32 (kernel.MatMul's limit).
-		if rows <= chunkRows {
-			nn.SwiGLU(tmp, xn, rows, l.gate, l.up, l.down, v.gate, v.up)
-		} else {
-			g, u := v.gate, v.up
-			MatMul(l.gate, g, xn, rows)
-			MatMul(l.up, u, xn, rows)
-			for i, val := range g {
-				g[i] = nn.Silu(val) * u[i]
-			}
-			MatMul(l.down, tmp, g, rows)
-		}
-		addTo(x, tmp)
-	}
-	if ph.layer == len(d.layers) {
-		nn.RMSNormRows(xn, x, d.norm, rows, h, eps)
-		logits := v.logits
-		MatMul(d.head, logits, xn, rows)
-		if s := float32(cfg.LogitScale); s != 0 && s != 1 {
-			for i := range logits {
-				logits[i] *= s
-			}
-		}
-		if c := cfg.LogitSoftcap; c > 0 {
-			for i, val := range logits {
-				logits[i] = float32(c * math.Tanh(float64(val)/c))
-			}
-		}
-		return
-	}
-	l := &d.layers[ph.layer]
-	nn.RMSNormRows(xn, x, l.inNorm, rows, h, eps)
-	d.heads.Queries(v.q, &l.attn, xn, rows, pos)
+func (f *blockForward) Open(p *nn.Part, li int) {
+	d := f.d
+	l := &d.layers[li]
 	// Every block row's key must be in the cache before any block row attends: with
-	// bidirectional attention row 0 sees row n-1. The join after this phase guarantees it;
-	// block copies the keys head-major there.
-	kv, _ := AsKV(ph.c)
-	d.heads.KeysValues(kv, ph.layer, &l.attn, xn, rows, pos)
+	// bidirectional attention row 0 sees row n-1. The join after this phase guarantees it.
+	p.ProjectAttention(&d.heads, f.kv, li, &l.attn, l.inNorm, float32(d.cfg.RMSEps), f.pos)
 }
 
-func addTo(x, y []float32) {
-	y = y[:len(x)]
-	for i := range x {
-		x[i] += y[i]
+// Join copies layer li's keys of all rows head-major, between the parts that wrote them and
+// those that read them, so that no two cores write one cache line of a copy.
+func (f *blockForward) Join(li int) { f.kv.Publish(li, f.pos, len(f.block)) }
+
+func (f *blockForward) Close(p *nn.Part, li int) {
+	d := f.d
+	cfg := &d.cfg
+	l := &d.layers[li]
+	p.AttentionResidual(&d.heads, f.kv, li, l.attn.O, len(f.block), f.pos, l.vis)
+	p.MLPResidual(p.X, p.Rows, cfg.Hidden, l.postNorm, float32(cfg.RMSEps), l.gate, l.up, l.down)
+}
+
+func (f *blockForward) Head(p *nn.Part) {
+	d := f.d
+	cfg := &d.cfg
+	nn.RMSNormRows(p.XN, p.X, d.norm, p.Rows, cfg.Hidden, float32(cfg.RMSEps))
+	logits := d.ws.logits[p.Lo*cfg.Vocab : p.Hi*cfg.Vocab]
+	d.head.MatMul(logits, p.XN, p.Rows)
+	if s := float32(cfg.LogitScale); s != 0 && s != 1 {
+		for i := range logits {
+			logits[i] *= s
+		}
+	}
+	if c := cfg.LogitSoftcap; c > 0 {
+		for i, val := range logits {
+			logits[i] = float32(c * math.Tanh(float64(val)/c))
+		}
 	}
 }

@@ -231,8 +231,8 @@ func TestContextBatches(t *testing.T) {
 			t.Fatalf("split context writes differ from one combined forward (rel err %.2g)", relErr32(got, want))
 		}
 		// The cached context rows themselves are identical.
-		kv1, _ := AsKV(one)
-		kv2, _ := AsKV(split)
+		kv1, _ := nn.AsKV(one)
+		kv2, _ := nn.AsKV(split)
 		for l := 0; l < cfg.Layers; l++ {
 			if !slices.Equal(kv1.K[l][:n*kv1.Width], kv2.K[l][:n*kv2.Width]) || !slices.Equal(kv1.V[l][:n*kv1.Width], kv2.V[l][:n*kv2.Width]) {
 				t.Fatalf("layer %d: cached context rows differ", l)

@@ -152,7 +152,7 @@ func TestIdentityConvMatchesDFlash(t *testing.T) {
 		row := logits[slot*v : (slot+1)*v]
 		want := make([]int32, cfg.SelectorTopK)
 		wantV := make([]float32, cfg.SelectorTopK)
-		topK(want, wantV, row)
+		TopK(want, wantV, row)
 		for j := range ids {
 			if ids[j] != want[j] || math.Abs(float64(scores[j]-row[ids[j]])) > 1e-4 {
 				t.Fatalf("slot %d candidate %d: got id %d score %v, want id %d logit %v", slot, j, ids[j], scores[j], want[j], row[want[j]])

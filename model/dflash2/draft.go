@@ -10,7 +10,6 @@ import (
 	"github.com/dflash/dflash/format/safetensors"
 	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/model"
-	"github.com/dflash/dflash/model/dflash"
 	"github.com/dflash/dflash/model/nn"
 )
 
@@ -20,9 +19,6 @@ type Options struct {
 	ForceF32 bool
 }
 
-// chunkRows bounds the rows of one context write pass, and so the workspace.
-const chunkRows = 32
-
 type convWeights struct {
 	base []float32      // [2][taps][hidden]: side 0 prepare, side 1 finish
 	proj *kernel.Matrix // [2*taps*groups][hidden]
@@ -30,7 +26,7 @@ type convWeights struct {
 
 type layer struct {
 	attnNorm, mlpNorm []float32
-	attn              dflash.Attn
+	attn              nn.AttnWeights
 	gate, up, down    *kernel.Matrix
 	attnConv, mlpConv convWeights
 }
@@ -77,8 +73,7 @@ type Draft struct {
 	layers             []layer
 	selProj            *kernel.Matrix // W_h [rank][hidden]
 	selPred, selSucc   table          // A, B: [vocab][rank]
-	heads              dflash.Heads   // its Rope grows with the caches
-	attn               nn.Attention
+	heads              nn.Heads       // its Rope grows with the caches
 	eps                float32
 	logitScale, softcp float32
 
@@ -86,11 +81,13 @@ type Draft struct {
 	walk walk
 }
 
+// workspace holds a forward's buffers for rows = max(nn.ChunkRows, BlockSize) rows: a context
+// chunk or the block.
 type workspace struct {
-	x, xn, xc, tmp, ctx []float32 // chunkRows x hidden
-	q, att              []float32 // chunkRows x heads*headDim
-	gate, up            []float32 // chunkRows x intermediate
-	delta               []float32 // chunkRows x 2*taps*groups
+	x, xn, xc, tmp, ctx []float32 // rows x hidden
+	q, att              []float32 // rows x heads*headDim
+	gate, up            []float32 // rows x intermediate
+	delta               []float32 // rows x 2*taps*groups
 	scores              []float32
 	logits              []float32 // (block-1) x vocab, grown on first use
 }
@@ -114,9 +111,9 @@ func (d *Draft) NewCache(capacity int) cache.Cache {
 	if need := nn.ScratchLen(capacity); len(d.ws.scores) < need {
 		d.ws.scores = make([]float32, need)
 	}
-	// The same layout as DFlash's draft: head-major K/V copies for small heads, so attention
-	// runs on the vectorised path.
-	return dflash.NewKV(d.cfg.Layers, capacity, d.cfg.KVHeads, d.cfg.HeadDim)
+	// The same layout as DFlash's draft and the target: head-major K/V copies for small heads,
+	// so attention runs on the vectorised path.
+	return d.heads.NewKV(d.cfg.Layers, capacity)
 }
 
 // Load reads a DFlash2 draft folder (config.json and safetensors) and binds it to target after
@@ -228,15 +225,14 @@ func Load(dir string, target model.Target, opt Options) (*Draft, error) {
 // init sizes the rope tables and the workspace.
 func (d *Draft) init(inv []float64) {
 	c := &d.cfg
-	d.heads = dflash.Heads{Heads: c.Heads, KVHeads: c.KVHeads, HeadDim: c.HeadDim, Eps: d.eps,
+	d.heads = nn.Heads{Attention: nn.NewAttention(c.Heads, c.KVHeads, c.HeadDim), Eps: d.eps,
 		Rope: nn.NewRoPE(nn.RotateHalf, c.HeadDim, inv, max(c.BlockSize, 256))}
-	d.attn = nn.NewAttention(c.Heads, c.KVHeads, c.HeadDim)
 	d.logitScale = 1
 	if c.LogitScale > 0 {
 		d.logitScale = float32(c.LogitScale)
 	}
 	d.softcp = float32(c.LogitSoftcap)
-	rows := max(chunkRows, c.BlockSize)
+	rows := max(nn.ChunkRows, c.BlockSize)
 	h, qw := c.Hidden, c.Heads*c.HeadDim
 	d.ws = workspace{
 		x: make([]float32, rows*h), xn: make([]float32, rows*h), xc: make([]float32, rows*h),
@@ -263,7 +259,7 @@ func (d *Draft) init(inv []float64) {
 // Forward. On error c is unchanged.
 func (d *Draft) Forward(cc cache.Cache, ctx []float32, ctxRows int, block []int) (model.Walk, error) {
 	cfg := &d.cfg
-	kv, ok := dflash.AsKV(cc)
+	kv, ok := nn.AsKV(cc)
 	if !ok {
 		return nil, fmt.Errorf("dflash2 forward: cache is %T, want one from NewCache", cc)
 	}
@@ -293,13 +289,13 @@ func (d *Draft) Forward(cc cache.Cache, ctx []float32, ctxRows int, block []int)
 	if need := nn.ScratchLen(pos + total); len(d.ws.scores) < need {
 		d.ws.scores = make([]float32, need)
 	}
-	for start := 0; start < ctxRows; start += chunkRows {
-		rows := min(chunkRows, ctxRows-start)
-		d.context(cc, ctx[start*width:(start+rows)*width], rows, pos+start)
+	for start := 0; start < ctxRows; start += nn.ChunkRows {
+		rows := min(nn.ChunkRows, ctxRows-start)
+		d.context(kv, ctx[start*width:(start+rows)*width], rows, pos+start)
 	}
 	var w model.Walk
 	if len(block) > 0 {
-		d.block(cc, block, pos+ctxRows)
+		d.block(kv, block, pos+ctxRows)
 		w = &d.walk
 	}
 	if err := kv.Advance(total); err != nil {
@@ -310,19 +306,23 @@ func (d *Draft) Forward(cc cache.Cache, ctx []float32, ctxRows int, block []int)
 
 // context writes the K/V of rows context rows at positions [pos, pos+rows) in every layer:
 // ctx_j = hidden_norm(fc(taps_j)), k = k_norm(k_proj(ctx_j)) with RoPE at j, v = v_proj(ctx_j).
-func (d *Draft) context(c cache.Cache, taps []float32, rows, pos int) {
+func (d *Draft) context(kv nn.KV, taps []float32, rows, pos int) {
 	h := d.cfg.Hidden
 	x := d.ws.ctx[:rows*h]
 	d.fc.MatMul(x, taps, rows)
 	nn.RMSNormRows(x, x, d.hiddenNorm, rows, h, d.eps)
 	for li := range d.layers {
-		d.heads.Write(c, li, &d.layers[li].attn, x, rows, pos)
+		d.heads.Project(nil, kv, li, &d.layers[li].attn, x, rows, pos)
+		kv.Publish(li, pos, rows)
 	}
 }
 
 // block runs the block rows at positions [pos, pos+n) through every layer, with the grouped
-// convolutions around each sublayer, then scores the selector's inputs for slots 1..n-1.
-func (d *Draft) block(c cache.Cache, block []int, pos int) {
+// convolutions around each sublayer, then scores the selector's inputs for slots 1..n-1. The
+// convolutions on both sides of attention read each row's taps-1 predecessors, so a row split
+// (nn.Phases) would need more than one join per layer: the block runs on the caller, layer after
+// layer.
+func (d *Draft) block(kv nn.KV, block []int, pos int) {
 	cfg := &d.cfg
 	ws := &d.ws
 	n := len(block)
@@ -347,10 +347,10 @@ func (d *Draft) block(c cache.Cache, block []int, pos int) {
 		nn.RMSNormRows(xn, x, l.attnNorm, n, h, d.eps)
 		l.attnConv.proj.MatMul(delta, xn, n)
 		GroupedConv(xc, xn, delta, l.attnConv.base[:taps*h], n, n, h, taps, group, stride)
-		d.heads.Queries(ws.q, &l.attn, xc, n, pos)
 		// Every block row's key is in the cache before any block row attends (DFlash's order).
-		d.heads.Write(c, li, &l.attn, xc, n, pos)
-		dflash.Attend(d.attn, ws.att, ws.q, n, c, li, pos, cfg.Visibility(li), ws.scores)
+		d.heads.Project(ws.q, kv, li, &l.attn, xc, n, pos)
+		kv.Publish(li, pos, n)
+		d.heads.Attend(ws.att, ws.q, 0, n, n, kv, li, pos, cfg.Visibility(li), ws.scores)
 		l.attn.O.MatMul(tmp, ws.att, n)
 		GroupedConv(xc, tmp, delta[side1:], l.attnConv.base[taps*h:], n, n, h, taps, group, stride)
 		nn.Add(x, xc)
@@ -386,7 +386,7 @@ func (d *Draft) candidates(hs []float32, n int) {
 	for s := 1; s < n; s++ {
 		ids := wk.ids[(s-1)*wk.k : s*wk.k]
 		vals := wk.unary[(s-1)*wk.k : s*wk.k]
-		topK(ids, vals, logits[(s-1)*v:s*v])
+		TopK(ids, vals, logits[(s-1)*v:s*v])
 		// The transform is increasing, so the top-K of the raw logits is the top-K after it.
 		for j := range vals {
 			vals[j] = d.transform(vals[j])
@@ -403,10 +403,15 @@ func (d *Draft) transform(x float32) float32 {
 	return x
 }
 
-// topK fills ids/vals with the len(ids) largest logits, descending, the lower id first on ties;
-// NaN logits are never chosen before a number.
-func topK(ids []int32, vals []float32, logits []float32) {
+// TopK fills ids/vals with the len(ids) largest logits, descending, the lower id first on ties;
+// a NaN logit counts as -Inf, so it is never chosen before a number. It is the selector's
+// candidate rule, which the trainer (train/d2.go) shares so that training and inference see the
+// same candidates. len(vals) must be at least len(ids), and len(logits) at least len(ids).
+func TopK(ids []int32, vals []float32, logits []float32) {
 	k := len(ids)
+	if k == 0 {
+		return
+	}
 	n := 0
 	for id, x := range logits {
 		if x != x {

@@ -1,11 +1,16 @@
-// Package nn owns the small building blocks of a decoder layer that targets, drafts and the draft
-// trainer share: RMSNorm, rotary position embeddings, attention over a key/value cache with a
-// visibility rule, softmax and the SwiGLU MLP. Weight products go through kernel.Matrix, softmax
-// exponentials and head-major attention through the kernel's vector primitives (ExpShift,
-// AxpyRowsMax, DotRows); the rest is plain loops over caller-owned buffers.
+// Package nn owns the one row-forward engine every decoder in dflash runs on. Building blocks of a
+// layer that targets, drafts and the draft trainer share: RMSNorm, rotary position embeddings,
+// attention over a key/value cache with a visibility rule, softmax and the SwiGLU MLP. The one
+// key/value cache layout every forward reads (KV: row-major rows plus head-major copies for small
+// heads) with the per-layer attention steps on it (Heads: Project the rows' queries, keys and
+// values, Attend). And the row split (Phases runs a Stack: each part does its rows of a layer,
+// the parts join, next layer). Weight products go through kernel.Matrix, softmax exponentials and
+// head-major attention through the kernel's vector primitives (ExpShift, AxpyRowsMax, DotRows);
+// the rest is plain loops over caller-owned buffers.
 //
-// Nothing here allocates on the hot path, starts goroutines or knows a model family: every function
-// writes into buffers its caller sized once (a Workspace, built at model construction).
+// Nothing here allocates on the hot path or knows a model family: every function writes into
+// buffers its caller sized once (a Workspace, built at model construction), and the only
+// concurrency is the kernel's pool, which Phases hands parts to.
 package nn
 
 import (

@@ -2,6 +2,12 @@ package nn
 
 import "github.com/dflash/dflash/kernel"
 
+// ChunkRows is the most rows one pass of a forward runs through its layers: longer forwards (a
+// prompt, a draft's first context write) run in chunks of this many rows, which bounds every
+// workspace at construction. It is no limit of the kernel, whose products take any number of
+// rows; a row's result does not depend on its chunk, so chunking changes no bit.
+const ChunkRows = 32
+
 // Workspace is the scratch one forward of a decoder stack needs for up to Rows rows at a time.
 // It is sized once (at model construction) and reused by every forward, so the hot path never
 // allocates. A part of a row-split forward views its rows of a shared Workspace, with Scores its
@@ -13,6 +19,8 @@ type Workspace struct {
 	Tmp      []float32 // Rows x hidden: a sublayer's output before its residual add
 	Gate, Up []float32 // Rows x intermediate
 	Scores   []float32 // attention scratch (ScratchLen): set by the owner, not by NewWorkspace
+
+	hidden, qWidth, intermediate int
 }
 
 // NewWorkspace sizes scratch for rows rows of a decoder with the given widths; Scores is left to
@@ -24,7 +32,18 @@ func NewWorkspace(rows, hidden, qWidth, intermediate int) *Workspace {
 		Q: make([]float32, rows*qWidth), Att: make([]float32, rows*qWidth),
 		Tmp:  make([]float32, rows*hidden),
 		Gate: make([]float32, rows*intermediate), Up: make([]float32, rows*intermediate),
+		hidden: hidden, qWidth: qWidth, intermediate: intermediate,
 	}
+}
+
+// view points v at rows [lo, hi) of ws (Scores aside).
+func (ws *Workspace) view(v *Workspace, lo, hi int) {
+	h, q, im := ws.hidden, ws.qWidth, ws.intermediate
+	v.Rows = hi - lo
+	v.X, v.XN, v.Tmp = ws.X[lo*h:hi*h], ws.XN[lo*h:hi*h], ws.Tmp[lo*h:hi*h]
+	v.Q, v.Att = ws.Q[lo*q:hi*q], ws.Att[lo*q:hi*q]
+	v.Gate, v.Up = ws.Gate[lo*im:hi*im], ws.Up[lo*im:hi*im]
+	v.hidden, v.qWidth, v.intermediate = h, q, im
 }
 
 // MLPResidual is the second half of a pre-norm decoder layer for rows rows of x (width hidden):

@@ -485,11 +485,11 @@ func TestRewindLeavesNoTrace(t *testing.T) {
 	if _, err := m.Forward(c, model.Request{Tokens: prefix}); err != nil {
 		t.Fatal(err)
 	}
-	snap := c.Snapshot()
+	mark := c.Offset()
 	if _, err := m.Forward(c, model.Request{Tokens: rejected, Logits: model.LogitsAll}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Rewind(snap.Offset); err != nil {
+	if err := c.Rewind(mark); err != nil {
 		t.Fatal(err)
 	}
 	got, err := m.Forward(c, model.Request{Tokens: kept, Logits: model.LogitsAll})
@@ -602,7 +602,7 @@ func TestSplitForwardBitwise(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		kv := c.(*headMajorCache).KV
+		kv := c.(*nn.HeadMajorKV).KV
 		return append([]float32(nil), res.Logits...), append(append([]float32(nil), res.Taps[0]...), res.Taps[1]...), append([]float32(nil), kv.K[1][:45*kv.Width]...)
 	}
 	forEachPath(t, func(t *testing.T) {

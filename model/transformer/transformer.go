@@ -18,31 +18,10 @@ import (
 	"github.com/dflash/dflash/model/nn"
 )
 
-// chunkRows is the widest batch one kernel product takes (kernel.MatMul supports 1..32 rows);
-// longer forwards run in chunks of this many rows. A row's result does not depend on the chunk it
-// falls in, so chunking changes nothing numerically.
-const chunkRows = 32
-
-// headMajorMax is the largest head size whose caches always get head-major copies: below it a
-// key row per head is too short for vector instructions, so attention runs over positions
-// instead. Heads the fused attention path takes (nn.FusedHeadMajor, up to 64) get them too.
-const headMajorMax = 16
-
-// headMajorCache is the cache of a model with small heads: the plain KV, which owns the offset
-// and the row-major rows, plus head-major copies of every layer's keys and (unless attention
-// takes the fused path, which reads values row-major; vt is nil then) values. Both are written together, and rows past the offset are dead in both, so rewinding the
-// KV rewinds the copies too.
-type headMajorCache struct {
-	*cache.KV
-	layout nn.HeadMajor
-	kt, vt [][]float32
-}
-
 // Layer holds one decoder block's weights. QNorm and KNorm are nil for Llama.
 type Layer struct {
 	AttnNorm, MLPNorm []float32
-	QNorm, KNorm      []float32 // per-head RMSNorm weights [HeadDim] (Qwen3)
-	Q, K, V, O        *kernel.Matrix
+	nn.AttnWeights    // QNorm and KNorm: per-head RMSNorm weights [HeadDim] (Qwen3)
 	Gate, Up, Down    *kernel.Matrix
 }
 
@@ -54,15 +33,13 @@ type Model struct {
 	layers    []Layer
 	norm      []float32
 	head      *kernel.Matrix // [Vocab][Hidden]; the embedding when tied
-	rope      *nn.RoPE
-	attn      nn.Attention
-	headMajor bool // attention reads head-major key/value copies (small heads, see NewCache)
+	heads     nn.Heads       // its Rope grows with the caches (see grow)
 	ws        workspace
-	// partScores is each part's attention scratch (see phase); its length is the most parts a
-	// chunk is split into.
+	// partScores is each part's attention scratch (see forward); its length is the most parts
+	// a chunk is split into.
 	partScores nn.PartScratch
-	ph         phase
-	phaseFn    func(part int) // m.runPhase, bound once so that a forward allocates nothing
+	fwd        forward
+	phases     *nn.Phases // runs fwd, bound once so that a forward allocates nothing
 }
 
 // workspace holds every buffer a forward writes: the per-chunk scratch of nn.Workspace, plus
@@ -89,17 +66,17 @@ func newModel(cfg model.Config, sp spec, emb, head *kernel.Matrix, layers []Laye
 		return nil, fmt.Errorf("transformer: %d rotary frequencies for head dim %d", len(sp.inv), cfg.HeadDim)
 	}
 	m := &Model{cfg: cfg, embedding: emb, layers: layers, norm: norm, head: head}
-	m.attn = nn.NewAttention(cfg.Heads, cfg.KVHeads, cfg.HeadDim)
-	m.headMajor = cfg.HeadDim <= headMajorMax || nn.FusedHeadMajor(cfg.Heads, cfg.KVHeads, cfg.HeadDim)
 	// Tables for a modest context up front; NewCache grows them to the cache's capacity.
-	m.rope = nn.NewRoPE(sp.style, cfg.HeadDim, sp.inv, min(cfg.MaxSeq, 256))
+	m.heads = nn.Heads{Attention: nn.NewAttention(cfg.Heads, cfg.KVHeads, cfg.HeadDim), Eps: cfg.RMSEps,
+		Rope: nn.NewRoPE(sp.style, cfg.HeadDim, sp.inv, min(cfg.MaxSeq, 256))}
 	m.ws = workspace{
-		Workspace: nn.NewWorkspace(chunkRows, cfg.Hidden, cfg.Heads*cfg.HeadDim, cfg.Intermediate),
+		Workspace: nn.NewWorkspace(nn.ChunkRows, cfg.Hidden, cfg.Heads*cfg.HeadDim, cfg.Intermediate),
 		logits:    make([]float32, cfg.Vocab),
 		tapIdx:    make([]int, cfg.Layers),
 	}
-	m.partScores = nn.NewPartScratch(m.rope.MaxPos())
-	m.phaseFn = m.runPhase
+	m.partScores = nn.NewPartScratch(m.heads.Rope.MaxPos())
+	m.fwd.m = m
+	m.phases = nn.NewPhases(&m.fwd, m.ws.Workspace, cfg.Layers)
 	return m, nil
 }
 
@@ -124,33 +101,19 @@ func (m *Model) Config() model.Config { return m.cfg }
 func (m *Model) Layers() []Layer { return m.layers }
 
 // NewCache allocates keys and values for capacity positions (at most MaxSeq) and grows the
-// rotary tables and score buffer to match, so forwards on it never allocate. For heads of at most
-// 16 elements the cache also keeps head-major copies for faster attention; it is then not a
-// *cache.KV itself (it embeds one). Forward also accepts a plain *cache.KV of the right shape.
+// rotary tables and score buffer to match, so forwards on it never allocate. Heads of at most 16
+// elements, and those the fused attention path takes (a multiple of 8 up to nn.FusedMaxHead), get
+// head-major key copies for faster attention (nn.Attention.NewKV); the cache is then not a
+// *cache.KV itself (it embeds one). Forward also accepts a plain *cache.KV of the right shape,
+// on which attention runs over rows (same values to rounding, other bits).
 func (m *Model) NewCache(capacity int) cache.Cache {
 	capacity = min(max(capacity, 1), m.cfg.MaxSeq)
 	m.grow(capacity)
-	kv := cache.NewKV(m.cfg.Layers, capacity, m.cfg.KVHeads*m.cfg.HeadDim)
-	if !m.headMajor {
-		return kv
-	}
-	c := &headMajorCache{KV: kv, layout: nn.HeadMajor{KVHeads: m.cfg.KVHeads, HeadDim: m.cfg.HeadDim, Capacity: nn.HeadMajorStride(capacity)},
-		kt: make([][]float32, m.cfg.Layers)}
-	// The fused attention path reads values row-major: no head-major copy of them then.
-	if !nn.FusedHeadMajor(m.cfg.Heads, m.cfg.KVHeads, m.cfg.HeadDim) {
-		c.vt = make([][]float32, m.cfg.Layers)
-	}
-	for l := range c.kt {
-		c.kt[l] = make([]float32, c.layout.Len())
-		if c.vt != nil {
-			c.vt[l] = make([]float32, c.layout.Len())
-		}
-	}
-	return c
+	return m.heads.NewKV(m.cfg.Layers, capacity)
 }
 
 func (m *Model) grow(positions int) {
-	m.rope.Grow(positions)
+	m.heads.Rope.Grow(positions)
 	m.partScores.Grow(positions)
 }
 
@@ -179,14 +142,8 @@ func (m *Model) WeightBytes() int64 {
 // Forward runs r.Tokens at positions c.Offset()... and commits them to c. It checks everything
 // before touching the cache, so on error the cache is unchanged.
 func (m *Model) Forward(c cache.Cache, r model.Request) (model.Result, error) {
-	var kv *cache.KV
-	var hm *headMajorCache
-	switch c := c.(type) {
-	case *cache.KV:
-		kv = c
-	case *headMajorCache:
-		kv, hm = c.KV, c
-	default:
+	kv, ok := nn.AsKV(c)
+	if !ok {
 		return model.Result{}, fmt.Errorf("transformer: forward needs a cache made by NewCache or a *cache.KV, got %T", c)
 	}
 	cfg := &m.cfg
@@ -245,8 +202,8 @@ func (m *Model) Forward(c cache.Cache, r model.Request) (model.Result, error) {
 		}
 		res.Taps = m.ws.taps[:len(r.Taps)]
 	}
-	for start := 0; start < n; start += chunkRows {
-		rows := min(chunkRows, n-start)
+	for start := 0; start < n; start += nn.ChunkRows {
+		rows := min(nn.ChunkRows, n-start)
 		lo, hi := 0, 0 // chunk rows whose logits are asked for
 		switch {
 		case r.Logits == model.LogitsAll:
@@ -261,7 +218,11 @@ func (m *Model) Forward(c cache.Cache, r model.Request) (model.Result, error) {
 		case hi > lo:
 			dst = res.Logits
 		}
-		m.chunk(kv, hm, r.Tokens[start:start+rows], pos+start, res.Taps, start, dst, lo, hi)
+		f := &m.fwd
+		f.kv, f.tokens, f.pos, f.taps, f.tapRow = kv, r.Tokens[start:start+rows], pos+start, res.Taps, start
+		f.logits, f.logitLo, f.logitHi = dst, lo, hi
+		m.phases.Run(m.partScores, rows)
+		f.kv, f.tokens, f.taps, f.logits = nn.KV{}, nil, nil, nil
 	}
 	if err := kv.Advance(n); err != nil {
 		return model.Result{}, fmt.Errorf("transformer: %w", err) // unreachable: Room was checked
@@ -269,135 +230,57 @@ func (m *Model) Forward(c cache.Cache, r model.Request) (model.Result, error) {
 	return res, nil
 }
 
-// A chunk of several rows splits them into parts (nn.PartScratch.Parts) that run concurrently
-// on the kernel's pool (kernel.Parallel): each part runs its own rows through a layer, so a layer
-// costs one hand-off, and since a row's result never depends on the rows computed with it, a
-// split changes no bit (TestSplitForwardBitwise).
-//
-// phase is what one chunk's parts share: the inputs of chunk and, per part, its rows and a view
-// of the workspace at them. Phase l of a chunk finishes layer l-1 for a part's rows (attention,
-// output projection, MLP) and starts layer l (norm, q/k/v into the cache): a row's attention needs
-// the keys of every earlier row of the chunk, which other parts write, so that is where the
-// parts join; the rest of a layer reads only the part's own rows.
-type phase struct {
-	kv     *cache.KV
-	hm     *headMajorCache
-	tokens []int
-	pos    int
-	taps   [][]float32
-	tapRow int
-	layer  int
-	parts  int
-	// logits: rows [logitLo, logitHi) of the chunk write their logits to logits[(i-logitLo)*Vocab:]
-	// in the last phase.
+// forward is one chunk of a Forward, as nn.Phases runs it: up to nn.ChunkRows rows at positions
+// [pos, pos+len(tokens)), split into parts (nn.PartScratch.Parts) that run concurrently on the
+// kernel's pool, each taking its rows through a layer, with one join per layer (see nn.Stack).
+// Tapped layers' outputs go to taps at row tapRow; chunk rows [logitLo, logitHi) write their
+// logits to logits[(i-logitLo)*Vocab:]. A split changes no bit (TestSplitForwardBitwise).
+type forward struct {
+	m                *Model
+	kv               nn.KV
+	tokens           []int
+	pos              int
+	taps             [][]float32
+	tapRow           int
 	logits           []float32
 	logitLo, logitHi int
-	views            [nn.MaxParts]nn.Workspace
 }
 
-// chunk runs up to chunkRows rows at positions [pos, pos+len(tokens)) through every layer,
-// copying tapped layers' outputs to taps at row tapRow, and writes the logits of chunk rows
-// [logitLo, logitHi) to logits.
-func (m *Model) chunk(kv *cache.KV, hm *headMajorCache, tokens []int, pos int, taps [][]float32, tapRow int, logits []float32, logitLo, logitHi int) {
-	n := len(tokens)
-	ph := &m.ph
-	ph.kv, ph.hm, ph.tokens, ph.pos, ph.taps, ph.tapRow = kv, hm, tokens, pos, taps, tapRow
-	ph.logits, ph.logitLo, ph.logitHi = logits, logitLo, logitHi
-	ph.parts = m.partScores.Parts(n)
-	kvw := m.cfg.KVHeads * m.cfg.HeadDim
-	for l := 0; l <= len(m.layers); l++ {
-		ph.layer = l
-		kernel.Parallel(ph.parts, m.phaseFn)
-		// The head-major key copies of layer l's rows are written here, between the parts
-		// that computed the keys and those that read them: parts splitting a 16-position
-		// cache line of a head-major row would otherwise bounce it between cores (a 4-row
-		// verification took 41 us split against 30 us with the copies outside the parts).
-		if hm != nil && l < len(m.layers) {
-			hm.layout.Scatter(hm.kt[l], kv.K[l][pos*kvw:(pos+n)*kvw], n, pos)
-			if hm.vt != nil {
-				hm.layout.Scatter(hm.vt[l], kv.V[l][pos*kvw:(pos+n)*kvw], n, pos)
-			}
-		}
+func (f *forward) Embed(p *nn.Part) {
+	h := f.m.cfg.Hidden
+	for i, t := range f.tokens[p.Lo:p.Hi] {
+		f.m.embedding.Row(p.X[i*h:(i+1)*h], t)
 	}
-	ph.kv, ph.hm, ph.tokens, ph.taps, ph.logits = nil, nil, nil, nil, nil
 }
 
-// runPhase is phase ph.layer for the rows of part p (see phase).
-func (m *Model) runPhase(p int) {
-	ph := &m.ph
+func (f *forward) Open(p *nn.Part, li int) {
+	l := &f.m.layers[li]
+	p.ProjectAttention(&f.m.heads, f.kv, li, &l.AttnWeights, l.AttnNorm, f.m.cfg.RMSEps, f.pos)
+}
+
+// Join makes the head-major copies of layer li's rows, between the parts that computed the keys
+// and those that read them (see nn.KV.Publish).
+func (f *forward) Join(li int) { f.kv.Publish(li, f.pos, len(f.tokens)) }
+
+func (f *forward) Close(p *nn.Part, li int) {
+	m := f.m
 	cfg := &m.cfg
-	ws := &m.ws
-	h := cfg.Hidden
-	d := cfg.HeadDim
-	kvw := cfg.KVHeads * d
-	qw := cfg.Heads * d
-	n := len(ph.tokens)
-	lo, hi := nn.PartRows(p, ph.parts, n)
-	rows := hi - lo
-	if rows == 0 {
-		return
-	}
-	v := &ph.views[p]
-	v.Rows = rows
-	v.X, v.XN, v.Q, v.Att, v.Tmp = ws.X[lo*h:hi*h], ws.XN[lo*h:hi*h], ws.Q[lo*qw:hi*qw], ws.Att[lo*qw:hi*qw], ws.Tmp[lo*h:hi*h]
-	v.Gate, v.Up = ws.Gate[lo*cfg.Intermediate:hi*cfg.Intermediate], ws.Up[lo*cfg.Intermediate:hi*cfg.Intermediate]
-	v.Scores = m.partScores[p]
-	x, xn := v.X, v.XN
-	pos := ph.pos + lo // position of the part's first row
-	if ph.layer == 0 {
-		for i, t := range ph.tokens[lo:hi] {
-			m.embedding.Row(x[i*h:(i+1)*h], t)
-		}
-	} else {
-		li := ph.layer - 1
-		l := &m.layers[li]
-		if ph.hm != nil {
-			var vt []float32
-			if ph.hm.vt != nil {
-				vt = ph.hm.vt[li]
-			}
-			m.attn.RowsHeadMajor(v.Att, v.Q, rows, ph.hm.kt[li], vt, ph.kv.V[li], ph.hm.layout, pos, nn.Causal, v.Scores)
-		} else {
-			m.attn.Rows(v.Att, v.Q, rows, ph.kv.K[li], ph.kv.V[li], pos, nn.Causal, v.Scores)
-		}
-		l.O.MatMul(v.Tmp, v.Att, rows)
-		nn.Add(x, v.Tmp)
-		v.MLPResidual(x, rows, h, l.MLPNorm, cfg.RMSEps, l.Gate, l.Up, l.Down)
-		if ti := ws.tapIdx[li]; ti >= 0 {
-			copy(ph.taps[ti][(ph.tapRow+lo)*h:], x)
-		}
-	}
-	if ph.layer == len(m.layers) {
-		a, b := max(lo, ph.logitLo), min(hi, ph.logitHi)
-		if a < b {
-			xn := ws.XN[a*h : b*h]
-			nn.RMSNormRows(xn, ws.X[a*h:b*h], m.norm, b-a, h, cfg.RMSEps)
-			m.head.MatMul(ph.logits[(a-ph.logitLo)*cfg.Vocab:], xn, b-a)
-		}
-		return
-	}
-	li := ph.layer
 	l := &m.layers[li]
-	nn.RMSNormRows(xn, x, l.AttnNorm, rows, h, cfg.RMSEps)
-	// Keys and values go straight into the cache rows of these positions: rows past the
-	// committed offset are free to overwrite, and Advance commits them only on success.
-	kc := ph.kv.K[li][pos*kvw : (pos+rows)*kvw]
-	vc := ph.kv.V[li][pos*kvw : (pos+rows)*kvw]
-	// One hand-off to the kernel's pool for the three products of xn. The shapes were
-	// checked at load, so the error path (separate products) is never taken in practice.
-	if err := kernel.MatMulEach(xn, rows, kernel.Product{M: l.Q, Y: v.Q}, kernel.Product{M: l.K, Y: kc}, kernel.Product{M: l.V, Y: vc}); err != nil {
-		l.Q.MatMul(v.Q, xn, rows)
-		l.K.MatMul(kc, xn, rows)
-		l.V.MatMul(vc, xn, rows)
+	p.AttentionResidual(&m.heads, f.kv, li, l.O, len(f.tokens), f.pos, nn.Causal)
+	p.MLPResidual(p.X, p.Rows, cfg.Hidden, l.MLPNorm, cfg.RMSEps, l.Gate, l.Up, l.Down)
+	if ti := m.ws.tapIdx[li]; ti >= 0 {
+		copy(f.taps[ti][(f.tapRow+p.Lo)*cfg.Hidden:], p.X)
 	}
-	for i := 0; i < rows; i++ {
-		qi := v.Q[i*qw : (i+1)*qw]
-		ki := kc[i*kvw : (i+1)*kvw]
-		if l.QNorm != nil {
-			nn.RMSNormRows(qi, qi, l.QNorm, cfg.Heads, d, cfg.RMSEps)
-			nn.RMSNormRows(ki, ki, l.KNorm, cfg.KVHeads, d, cfg.RMSEps)
-		}
-		m.rope.Apply(qi, cfg.Heads, pos+i)
-		m.rope.Apply(ki, cfg.KVHeads, pos+i)
+}
+
+func (f *forward) Head(p *nn.Part) {
+	m := f.m
+	h := m.cfg.Hidden
+	a, b := max(p.Lo, f.logitLo), min(p.Hi, f.logitHi)
+	if a >= b {
+		return
 	}
+	xn := p.XN[(a-p.Lo)*h : (b-p.Lo)*h]
+	nn.RMSNormRows(xn, p.X[(a-p.Lo)*h:(b-p.Lo)*h], m.norm, b-a, h, m.cfg.RMSEps)
+	m.head.MatMul(f.logits[(a-f.logitLo)*m.cfg.Vocab:], xn, b-a)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/dflash/dflash/model/dflash"
 	"github.com/dflash/dflash/model/dflash2"
 	"github.com/dflash/dflash/runner"
+	"github.com/dflash/dflash/sample"
 	"github.com/dflash/dflash/server"
 	"github.com/dflash/dflash/server/backend"
 )
@@ -96,7 +97,7 @@ func reference(t *testing.T, prompt []int, n int) []int {
 	var out []int
 	seq := runner.NewSequence(e.Target, 512)
 	if _, err := runner.Generate(context.Background(), seq, runner.Request{Prompt: prompt, MaxTokens: n, Stop: e.Stop},
-		func(tok int) error { out = append(out, tok); return nil }); err != nil {
+		func(tok runner.Token) error { out = append(out, tok.ID); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	return out
@@ -115,7 +116,7 @@ func (c *collected) emit(tok server.Token) error {
 	return nil
 }
 
-var greedy = server.SampleOptions{Temperature: 0, TopP: 1, RepeatPenalty: 1, RepeatLastN: 64}
+var greedy = sample.Options{Temperature: 0, TopP: 1, RepeatPenalty: 1, PenaltyWindow: 64}
 
 func generate(t *testing.T, m *backend.Model, prompt []int, n int) (*collected, server.GenResult) {
 	t.Helper()
@@ -412,5 +413,36 @@ func TestInfoIsTheDescription(t *testing.T) {
 	// The Qwen3 folder shows its own template's source, as /api/show should.
 	if tmpl := b.Models()[1].Template; !strings.Contains(tmpl, "<|im_start|>") {
 		t.Errorf("Qwen3 template listed as %q, want its source", tmpl)
+	}
+}
+
+// A request's stop strings end the generation in the backend, where the end-of-sequence ids
+// already are (one stop matcher in the runner): the text stops just before the first
+// occurrence, with and without a draft, and the reason is "stop".
+func TestGenerateStopString(t *testing.T) {
+	for _, name := range []string{"plain", "dflash"} {
+		t.Run(name, func(t *testing.T) {
+			m := loadStories(t, name == "dflash")
+			prompt, err := m.Tokenize("Once upon a time")
+			if err != nil {
+				t.Fatal(err)
+			}
+			full, _ := generate(t, m, prompt, 60)
+			text := full.text.String()
+			words := strings.Fields(text)
+			if len(words) < 4 {
+				t.Fatalf("output too short: %q", text)
+			}
+			stop := " " + words[2] + " " + words[3]
+			want := text[:strings.Index(text, stop)]
+			var c collected
+			res, err := m.Generate(context.Background(), server.GenRequest{Prompt: prompt, MaxTokens: 60, Options: greedy, Stop: []string{stop}}, c.emit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.text.String() != want || res.DoneReason != "stop" || res.EvalTokens >= len(full.ids) {
+				t.Fatalf("got %q (%s, %d tokens), want %q then stop", c.text.String(), res.DoneReason, res.EvalTokens, want)
+			}
+		})
 	}
 }

@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 
 	"github.com/dflash/dflash/engine"
 	"github.com/dflash/dflash/model/transformer"
 	"github.com/dflash/dflash/runner"
-	"github.com/dflash/dflash/sample"
 	"github.com/dflash/dflash/server"
 	"github.com/dflash/dflash/tokenizer"
 	"github.com/dflash/dflash/tokenizer/chat"
@@ -23,8 +21,10 @@ const PlainTemplate = engine.PlainTemplate
 // workspace); a generation that waits for another honours its context while waiting.
 //
 // Invariant: between generations the drafting session holds context rows for exactly the
-// sequence's cached tokens (runner.Generate closes, that is settles, the session before it
-// returns), so the next request's Restore keeps the same prefix in both.
+// sequence's cached tokens (runner.Generate settles the session before it returns), so the next
+// request's Restore keeps the same prefix in both. The Model opened the session, so the Model
+// closes it: on reset and on Close. The depth policy is the draft's (its controller learns
+// across every request the model serves).
 type Model struct {
 	info   server.ModelInfo
 	e      *engine.Engine
@@ -34,8 +34,7 @@ type Model struct {
 
 	turn    chan struct{} // holds one token while a generation runs
 	seq     *runner.Sequence
-	session runner.Drafter
-	depth   *runner.Depth
+	session runner.Session
 	last    runner.Stats
 	closed  bool
 }
@@ -62,11 +61,19 @@ func open(d *engine.Description, info server.ModelInfo, ctxCap int) (*Model, err
 // session out of step, reusing nothing is the safe choice.
 func (m *Model) reset() {
 	m.seq = runner.NewSequence(m.e.Target, m.ctxLen)
-	m.session = nil
+	m.closeSession()
 	if m.draft != nil {
-		m.session = m.draft.NewSession(m.ctxLen)
+		m.session = m.draft.Drafter.Open(m.ctxLen)
 	}
-	m.depth = &runner.Depth{}
+}
+
+// closeSession ends the drafting session, if any. After a failure its state may be out of step
+// with the sequence, so an error closing it only means there is nothing left worth keeping.
+func (m *Model) closeSession() {
+	if m.session != nil {
+		_ = m.session.Close()
+		m.session = nil
+	}
 }
 
 // Info implements server.Model.
@@ -77,6 +84,19 @@ func (m *Model) ContextLength() int { return m.ctxLen }
 
 // Tokenize implements server.Model: BOS is added when the tokenizer asks for it.
 func (m *Model) Tokenize(text string) ([]int, error) { return m.e.EncodePrompt(text) }
+
+// MinPromptTokens is a lower bound on len(Tokenize(text)) that does not tokenize (see
+// tokenizer.MinTokens); the server refuses by it first.
+func (m *Model) MinPromptTokens(text string) int {
+	if m.e.Tok == nil {
+		return 0
+	}
+	n := tokenizer.MinTokens(m.e.Tok, text)
+	if m.e.Tok.AddBOS() && m.e.Tok.BOS() >= 0 {
+		n++
+	}
+	return n
+}
 
 // RenderChat implements server.Model with the model's template, ChatML, or PlainTemplate.
 func (m *Model) RenderChat(msgs []server.ChatMessage, opts server.ChatOptions) (string, error) {
@@ -91,30 +111,11 @@ func chatMessages(msgs []server.ChatMessage) []chat.Message {
 	return cm
 }
 
-// sampleOptions maps the server's options onto the sampler's. ollama's repeat_last_n 0 means a
-// window of no tokens (penalties off), where the sampler's 0 means its default window.
-func sampleOptions(o server.SampleOptions) sample.Options {
-	s := sample.Options{
-		Temperature: float32(o.Temperature), TopK: o.TopK, TopP: float32(o.TopP), MinP: float32(o.MinP),
-		RepeatPenalty: float32(o.RepeatPenalty), PresencePenalty: float32(o.PresencePenalty),
-		FrequencyPenalty: float32(o.FrequencyPenalty), PenaltyWindow: o.RepeatLastN,
-		Seed: uint64(o.Seed),
-	}
-	if !o.HasSeed {
-		s.Seed = rand.Uint64()
-	}
-	if o.RepeatLastN == 0 {
-		s.RepeatPenalty, s.PresencePenalty, s.FrequencyPenalty = 1, 0, 0
-	}
-	if o.RepeatLastN < 0 {
-		s.PenaltyWindow = -1
-	}
-	return s
-}
-
 // Generate implements server.Model. The text of each token comes from a tokenizer.Stream that
 // first sees the prompt's last token (so a SentencePiece space after BOS is treated as in
-// running text); a character left incomplete at the end is emitted as a final piece with ID -1.
+// running text); the runner applies the end-of-sequence ids and the request's stop strings, and
+// text it held back (an incomplete character, a possible start of a stop string) is emitted as
+// a final piece with ID -1.
 func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(server.Token) error) (server.GenResult, error) {
 	select {
 	case m.turn <- struct{}{}:
@@ -132,15 +133,15 @@ func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(s
 	stream.Add(req.Prompt[len(req.Prompt)-1])
 	stream.Flush()
 	rr := runner.Request{
-		Prompt: req.Prompt, Options: sampleOptions(req.Options), MaxTokens: req.MaxTokens,
-		Stop: m.e.Stop, Depth: m.depth,
+		Prompt: req.Prompt, Options: req.Options, MaxTokens: req.MaxTokens,
+		Stop: m.e.Stop, StopStrings: req.Stop, Text: stream,
 	}
 	if m.session != nil {
-		rr.Drafter = m.session
+		rr.Session, rr.Depth = m.session, m.draft.Drafter.Depth()
 	}
 	var emitErr error
-	st, err := runner.Generate(ctx, m.seq, rr, func(id int) error {
-		emitErr = emit(server.Token{ID: id, Text: stream.Add(id)})
+	st, err := runner.Generate(ctx, m.seq, rr, func(t runner.Token) error {
+		emitErr = emit(server.Token{ID: t.ID, Text: t.Text})
 		return emitErr
 	})
 	m.last = st
@@ -148,11 +149,6 @@ func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(s
 		// The runner failed (not a cancellation, not the server stopping us through emit): the
 		// caches may be out of step, so the next request starts afresh.
 		m.reset()
-	}
-	if err == nil && st.DecodeTokens > 0 {
-		if rest := stream.Flush(); rest != "" {
-			err = emit(server.Token{ID: -1, Text: rest})
-		}
 	}
 	return result(st, len(req.Prompt), m.session != nil), err
 }
@@ -189,6 +185,7 @@ func (m *Model) Close() error {
 		return errors.New("backend: model closed twice")
 	}
 	m.closed = true
-	m.e, m.seq, m.session, m.draft, m.tmpl = nil, nil, nil, nil, engine.Template{}
+	m.closeSession()
+	m.e, m.seq, m.draft, m.tmpl = nil, nil, nil, engine.Template{}
 	return nil
 }

@@ -8,38 +8,7 @@ import (
 	"testing"
 
 	"github.com/dflash/dflash/internal/testdata"
-	"github.com/dflash/dflash/sample"
-	"github.com/dflash/dflash/server"
 )
-
-func TestSampleOptions(t *testing.T) {
-	cases := []struct {
-		name string
-		in   server.SampleOptions
-		want sample.Options
-	}{
-		{"ollama defaults", server.SampleOptions{Temperature: 0.8, TopK: 40, TopP: 0.9, RepeatPenalty: 1.1, RepeatLastN: 64, Seed: 5, HasSeed: true},
-			sample.Options{Temperature: 0.8, TopK: 40, TopP: 0.9, RepeatPenalty: 1.1, PenaltyWindow: 64, Seed: 5}},
-		// repeat_last_n 0 is a window of no tokens: every penalty is off.
-		{"window 0", server.SampleOptions{RepeatPenalty: 1.3, PresencePenalty: 0.5, FrequencyPenalty: 0.2, HasSeed: true},
-			sample.Options{RepeatPenalty: 1, PenaltyWindow: 0}},
-		// -1 means the whole context in ollama: the sampler's "all".
-		{"window all", server.SampleOptions{RepeatPenalty: 1.2, RepeatLastN: -1, HasSeed: true},
-			sample.Options{RepeatPenalty: 1.2, PenaltyWindow: -1}},
-		{"openai penalties", server.SampleOptions{Temperature: 1, TopP: 1, RepeatPenalty: 1, RepeatLastN: 64, PresencePenalty: 0.5, FrequencyPenalty: 0.25, Seed: -1, HasSeed: true},
-			sample.Options{Temperature: 1, TopP: 1, RepeatPenalty: 1, PenaltyWindow: 64, PresencePenalty: 0.5, FrequencyPenalty: 0.25, Seed: 1<<64 - 1}},
-	}
-	for _, c := range cases {
-		if got := sampleOptions(c.in); got != c.want {
-			t.Errorf("%s: got %+v, want %+v", c.name, got, c.want)
-		}
-	}
-	// Without a seed, two requests draw different seeds (a collision has probability 2^-64).
-	a, b := sampleOptions(server.SampleOptions{}), sampleOptions(server.SampleOptions{})
-	if a.Seed == b.Seed {
-		t.Errorf("random seeds collide: %d", a.Seed)
-	}
-}
 
 func TestParseModelsFile(t *testing.T) {
 	dir := t.TempDir()

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dflash/dflash/runner/stop"
 	"github.com/dflash/dflash/server"
 )
 
@@ -48,6 +49,7 @@ type Backend struct {
 	cancelled atomic.Int64
 	closes    atomic.Int64
 	active    atomic.Int64 // loaded and not yet closed
+	tokenizes atomic.Int64
 }
 
 func (b *Backend) names() []string {
@@ -96,6 +98,9 @@ func Digest(name string) string {
 func (b *Backend) Loads() int64  { return b.loads.Load() }
 func (b *Backend) Closes() int64 { return b.closes.Load() }
 func (b *Backend) Active() int64 { return b.active.Load() }
+
+// Tokenizes counts Tokenize calls, so tests can see a prompt refused without tokenizing.
+func (b *Backend) Tokenizes() int64 { return b.tokenizes.Load() }
 
 // Cancelled counts generations that ended because their context was cancelled.
 func (b *Backend) Cancelled() int64 { return b.cancelled.Load() }
@@ -150,8 +155,25 @@ func (m *Model) Info() server.ModelInfo { return m.info }
 // ContextLength implements server.Model.
 func (m *Model) ContextLength() int { return m.b.ctxLen() }
 
+// MinPromptTokens bounds Tokenize from below by half the words, plus BOS: loose on purpose, so
+// that prompts just over the context still reach Tokenize and its exact refusal.
+func (m *Model) MinPromptTokens(text string) int {
+	words := 0
+	for i := 0; i < len(text); i++ {
+		if !isSpace(text[i]) && (i == 0 || isSpace(text[i-1])) {
+			words++
+		}
+	}
+	return 1 + words/2
+}
+
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'
+}
+
 // Tokenize gives one token per whitespace-separated word (ids are word lengths), plus a BOS.
 func (m *Model) Tokenize(text string) ([]int, error) {
+	m.b.tokenizes.Add(1)
 	ids := []int{1}
 	for _, w := range strings.Fields(text) {
 		ids = append(ids, len(w)+2)
@@ -171,8 +193,9 @@ func (m *Model) RenderChat(msgs []server.ChatMessage, opts server.ChatOptions) (
 	return b.String(), nil
 }
 
-// Generate emits Words in order (cycling when Length asks for more), stopping after MaxTokens or
-// at the end of the sequence.
+// Generate emits Words in order (cycling when Length asks for more), stopping after MaxTokens,
+// at a stop string (through the same stop.Matcher the real backend's runner uses) or at the end
+// of the sequence.
 func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(server.Token) error) (res server.GenResult, err error) {
 	if m.closed.Load() {
 		return server.GenResult{}, errors.New("fake: generate on a closed model")
@@ -186,6 +209,14 @@ func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(s
 		res.EvalDuration = time.Since(start)
 		if s := res.Speculation; s != nil && s.Rounds > 0 {
 			s.Tau = float64(res.EvalTokens) / float64(s.Rounds)
+		}
+	}()
+	stops := stop.New(nil, req.Stop)
+	defer func() {
+		if err == nil && res.DoneReason != "" {
+			if rest := stops.Flush(); rest != "" {
+				err = emit(server.Token{ID: -1, Text: rest})
+			}
 		}
 	}()
 	n := len(Words)
@@ -214,8 +245,13 @@ func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(s
 			}
 			s.Accepted++
 		}
-		if err = emit(server.Token{ID: 100 + i%len(Words), Text: w}); err != nil {
+		text, hit := stops.Text(w)
+		if err = emit(server.Token{ID: 100 + i%len(Words), Text: text}); err != nil {
 			return res, err
+		}
+		if hit {
+			res.DoneReason = "stop"
+			return res, nil
 		}
 	}
 	res.DoneReason = "stop"

@@ -41,10 +41,6 @@ func (c *Cache) Rewind(to int) error {
 	return nil
 }
 
-func (c *Cache) Snapshot() cache.Snapshot { return cache.Snapshot{Offset: c.offset} }
-
-func (c *Cache) Restore(s cache.Snapshot) error { return c.Rewind(s.Offset) }
-
 // write appends rows at the offset, overwriting stale ones.
 func (c *Cache) write(rows []Row, what string) error {
 	if c.offset+len(rows) > c.Capacity {

@@ -1,6 +1,6 @@
 //go:build unix
 
-package safetensors
+package mmap
 
 import (
 	"fmt"
@@ -8,10 +8,10 @@ import (
 	"syscall"
 )
 
-// mapFile maps the whole of f read-only. The returned release function unmaps it; after that
-// every slice into the mapping is invalid (touching it faults), which is why File.Close documents
-// that tensors must not outlive it.
-func mapFile(f *os.File, size int64) ([]byte, func() error, error) {
+// File maps the whole of f (size bytes) read-only. The returned release function unmaps it;
+// after that every slice into the mapping is invalid (touching it faults), which is why the
+// formats document that tensors must not outlive the file holding them.
+func File(f *os.File, size int64) ([]byte, func() error, error) {
 	if size == 0 {
 		return nil, func() error { return nil }, nil
 	}

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package safetensors
+package mmap
 
 import (
 	"fmt"
@@ -8,9 +8,9 @@ import (
 	"os"
 )
 
-// mapFile reads the whole file where memory mapping is not available; the data then lives on
-// the Go heap and release only drops the reference.
-func mapFile(f *os.File, size int64) ([]byte, func() error, error) {
+// File reads the whole file where memory mapping is not available; the data then lives on the
+// Go heap and release only drops the reference.
+func File(f *os.File, size int64) ([]byte, func() error, error) {
 	if int64(int(size)) != size {
 		return nil, nil, fmt.Errorf("file size %d does not fit in memory on this platform", size)
 	}
