@@ -1,10 +1,13 @@
 package train
 
 import (
+	"context"
 	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/dflash/dflash/model/dflash"
 )
 
 // TestDistilCEGrad checks the distillation loss of one block position against finite
@@ -192,5 +195,50 @@ func TestSoftLossNeedsSoftTargets(t *testing.T) {
 	}
 	if c, _ := (DraftConfig{Loss: LossMix}).WithDefaults(tg.Config()); c.SoftWeight != 0.5 {
 		t.Errorf("mix soft weight defaults to %g, want 0.5", c.SoftWeight)
+	}
+}
+
+// TestStoriesSoftTrain is the end-to-end run of the soft and mixed losses on a real target:
+// stories260K's continuations sampled at temperatures 0 and 1 with 8 soft targets per token,
+// a few dozen steps of each loss; the loss must fall and the draft must load in the engine.
+func TestStoriesSoftTrain(t *testing.T) {
+	tg, tok, text := stories(t)
+	data, err := GenerateTargetData(context.Background(), tg, tok, text, "",
+		DataOptions{N: 40, Length: 64, Lower: true, Seed: 1, Temps: []float64{0, 1}, SoftTopK: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, loss := range []string{LossSoft, LossMix} {
+		cfg := DraftConfig{Layers: 1, BlockSize: 8, Steps: 40, BatchSeqs: 4, AnchorsPerSeq: 8, Seed: 1, LR: 5e-3,
+			ProgressEvery: 10, Loss: loss}
+		dir := t.TempDir()
+		res, err := TrainDraft(context.Background(), tg, data, cfg, dir, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: losses %.3f, acc %.2f", loss, res.Losses, res.Acc[1:])
+		if first, last := res.Losses[0], res.Losses[len(res.Losses)-1]; last > first-0.3 {
+			t.Errorf("%s loss fell from %.3f only to %.3f", loss, first, last)
+		}
+		if _, err := dflash.Load(dir, tg, dflash.Options{}); err != nil {
+			t.Errorf("%s: model/dflash cannot load the draft: %v", loss, err)
+		}
+	}
+}
+
+// TestResumeRefusesOtherData: a checkpoint records its data's description, so other data of
+// the same size (sampled instead of greedy, say) does not continue the run.
+func TestResumeRefusesOtherData(t *testing.T) {
+	tg := tinyTarget(t)
+	data := randomData(6, 20, 40, 3)
+	cfg := DraftConfig{Layers: 1, BlockSize: 4, Steps: 3, BatchSeqs: 2, AnchorsPerSeq: 2, Seed: 1}
+	dir := t.TempDir()
+	if _, err := TrainDraft(context.Background(), tg, data, cfg, dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	other := *data
+	other.Source = "other"
+	if _, err := TrainDraft(context.Background(), tg, &other, cfg, dir, nil); err == nil || !strings.Contains(err.Error(), `data "test"`) {
+		t.Errorf("resume on other data: err %v, want the data named", err)
 	}
 }
