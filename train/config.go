@@ -62,9 +62,10 @@ type DraftConfig struct {
 	// the continuation's token; "soft", the cross-entropy against the target's renormalised
 	// top-K probabilities at that position (needs data with soft targets); "mix",
 	// (1-SoftWeight)*hard + SoftWeight*soft (SoftWeight default 0.5). Both terms carry the same
-	// position weights w_k. For DFlash2 the soft term applies to the unary logits; the selector
-	// keeps its hard loss against the continuation's token. Omitted from JSON when hard, so a
-	// hard run's checkpoint identity is unchanged.
+	// position weights w_k. For DFlash2 the same mix applies to the unary logits and to the
+	// selector, whose soft targets are the target's restricted to its candidates
+	// (d2selectForward). Omitted from JSON when hard, so a hard run's checkpoint identity is
+	// unchanged.
 	Loss       string  `json:"loss,omitempty"`
 	SoftWeight float64 `json:"soft_weight,omitempty"`
 

@@ -249,7 +249,11 @@ func (w *work) step(p, g *net, fz *frozen, c DraftConfig, rp *rope, ex *example,
 		matmul(fz.head, w.logits, rows, B-1)
 		if p.d2 != nil {
 			// The selector reads the raw logits, which the unary loss below overwrites.
-			st.loss += w.d2selectForward(p.d2, c, w.logits, rows, ex.tokens, a, i, wk, scale, g != nil)
+			var soft func(int) ([]int32, []float32)
+			if mix > 0 {
+				soft = ex.softAt
+			}
+			st.loss += w.d2selectForward(p.d2, c, w.logits, rows, ex.tokens, soft, a, i, wk, scale, g != nil)
 		}
 		var bl float64
 		for k := 1; k < B; k++ {

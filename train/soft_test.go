@@ -123,8 +123,9 @@ func TestDraftGradSoft(t *testing.T) {
 	}
 }
 
-// TestDFlash2DraftGradSoft is TestDFlash2DraftGrad with the mixed loss: the soft term on the
-// unary logits, the selector's hard term beside it. Its step is 1e-3, not 3e-3: among the
+// TestDFlash2DraftGradSoft is TestDFlash2DraftGrad with the mixed loss, whose soft term reaches
+// both the unary logits and the selector (d2Case's selector takes the whole vocabulary, so
+// every soft target is a candidate). Its step is 1e-3, not 3e-3: among the
 // coordinates drawn here, a kernel projection weight is curved enough that the central
 // difference reads 0.0573 at h = 3e-3 against an analytic 0.0481, converging to it as h
 // shrinks (0.0492 at 1e-3, 0.0483 at 3e-4; the hard loss shows the same there), and the floor
@@ -241,4 +242,82 @@ func TestResumeRefusesOtherData(t *testing.T) {
 	if _, err := TrainDraft(context.Background(), tg, &other, cfg, dir, nil); err == nil || !strings.Contains(err.Error(), `data "test"`) {
 		t.Errorf("resume on other data: err %v, want the data named", err)
 	}
+}
+
+// TestSelectorGradSoft checks the selector's mixed loss against finite differences with K <
+// vocab (TestSelectorGrad's spaced logits, so the candidates stay put), one slot for each case:
+// slot 1 has its label and soft targets among the candidates, slot 2 only soft targets, slot 3
+// only its label, and slot 4 neither, which must get no selector gradient.
+func TestSelectorGradSoft(t *testing.T) {
+	rng := rand.New(rand.NewPCG(61, 62))
+	const B, V, H, r, K, a = 5, 30, 6, 4, 6, 3
+	c := DraftConfig{BlockSize: B, SelectorTopK: K, SelectorRank: r, SelectorAlpha: 1.3, vocab: V, Loss: LossMix, SoftWeight: 0.4}
+	d := &d2net{wh: linear{W: randVec(rng, r*H, 0.5), N: r, K: H}, pred: randVec(rng, V*r, 1), succ: randVec(rng, V*r, 1), rank: r}
+	gd := &d2net{wh: linear{W: make([]float32, r*H), N: r, K: H}, pred: make([]float32, V*r), succ: make([]float32, V*r), rank: r}
+	rows := randVec(rng, (B-1)*H, 1)
+	logits := make([]float32, (B-1)*V)
+	tokens := make([]int, a+B)
+	for i := range tokens {
+		tokens[i] = rng.IntN(V)
+	}
+	const sk = 3
+	softIDs := make([]int32, (a+B)*sk)
+	softP := make([]float32, (a+B)*sk)
+	for k := 1; k < B; k++ {
+		perm := rng.Perm(V) // perm[j] gets the j-th largest logit: perm[:K] are the candidates
+		for j, id := range perm {
+			logits[(k-1)*V+id] = float32(V-j) * 0.5
+		}
+		label, soft := perm[1], []int{perm[0], perm[4], perm[20]} // slot 1
+		switch k {
+		case 2:
+			label = perm[V-1]
+		case 3:
+			soft = []int{perm[10], perm[11], perm[12]}
+		case 4:
+			label, soft = perm[V-1], []int{perm[10], perm[11], perm[12]}
+		}
+		tokens[a+k] = label
+		for e, id := range soft {
+			softIDs[(a+k)*sk+e] = int32(id)
+			softP[(a+k)*sk+e] = []float32{0.5, 0.2, 0.1}[e]
+		}
+	}
+	ex := &example{tokens: tokens, softIDs: softIDs, softP: softP, softK: sk}
+	wk, _ := weights(B, 2)
+	var w work
+	f := func() float64 {
+		d.wh.refresh()
+		return w.d2selectForward(d, c, logits, rows, tokens, ex.softAt, a, 0, wk, 1, false)
+	}
+	f()
+	w.d2selectForward(d, c, logits, rows, tokens, ex.softAt, a, 0, wk, 1, true)
+	dlog := make([]float32, (B-1)*V)
+	for k := 1; k < B; k++ {
+		w.d2selectUnary(dlog[(k-1)*V:k*V], c, 0, k)
+		var any bool
+		for _, v := range w.d2.sel.ds[(k-1)*K : k*K] {
+			any = any || v != 0
+		}
+		if any != (k < 4) {
+			t.Errorf("slot %d: score gradient %v", k, w.d2.sel.ds[(k-1)*K:k*K])
+		}
+	}
+	dh := make([]float32, (B-1)*H)
+	w.d2selectBack(d, gd, c, rows, dh, tokens, a, 0, H)
+	checkGrad(t, "unary", logits, dlog, f, pick(rng, len(logits), 60))
+	checkGrad(t, "h", rows, dh, f, pick(rng, len(rows), len(rows)))
+	checkGrad(t, "W_h", d.wh.W, gd.wh.W, f, pick(rng, r*H, r*H))
+	var idxA, idxB []int
+	for i := range gd.pred {
+		if gd.pred[i] != 0 {
+			idxA = append(idxA, i)
+		}
+		if gd.succ[i] != 0 {
+			idxB = append(idxB, i)
+		}
+	}
+	checkGrad(t, "A", d.pred, gd.pred, f, idxA)
+	checkGrad(t, "B", d.succ, gd.succ, f, idxB)
+	checkGrad(t, "B (all)", d.succ, gd.succ, f, pick(rng, len(d.succ), 40))
 }
