@@ -58,6 +58,17 @@ type DraftConfig struct {
 	Seed          uint64  `json:"seed"`
 	Init          float64 `json:"init"` // std of N(0, Init/sqrt(fan_in)) weight init (default 1)
 
+	// Loss is what each block position learns (soft.go): "" or "hard", the cross-entropy against
+	// the continuation's token; "soft", the cross-entropy against the target's renormalised
+	// top-K probabilities at that position (needs data with soft targets); "mix",
+	// (1-SoftWeight)*hard + SoftWeight*soft (SoftWeight default 0.5). Both terms carry the same
+	// position weights w_k. For DFlash2 the same mix applies to the unary logits and to the
+	// selector, whose soft targets are the target's restricted to its candidates
+	// (d2selectForward). Omitted from JSON when hard, so a hard run's checkpoint identity is
+	// unchanged.
+	Loss       string  `json:"loss,omitempty"`
+	SoftWeight float64 `json:"soft_weight,omitempty"`
+
 	// Running (not part of the checkpoint's identity).
 	Threads         int `json:"-"` // goroutines over the sequences of a step (default 2)
 	CheckpointEvery int `json:"-"` // steps between checkpoints (default 100)
@@ -125,6 +136,12 @@ func (c DraftConfig) WithDefaults(t model.Config) (DraftConfig, error) {
 		if c.BlockSize < 16 {
 			c.Gamma = 4
 		}
+	}
+	if c.Loss == LossHard {
+		c.Loss = "" // one spelling of the hard loss, so its checkpoints keep their identity
+	}
+	if c.Loss == LossMix && c.SoftWeight == 0 {
+		c.SoftWeight = 0.5
 	}
 	if c.LR <= 0 {
 		c.LR = 3e-3
@@ -194,6 +211,12 @@ func (c DraftConfig) check(t model.Config) error {
 		return fmt.Errorf("draft config: mask id %d outside the target vocabulary [0, %d)", c.MaskID, t.Vocab)
 	case c.Arch != "" && c.Arch != ArchDFlash && c.Arch != ArchDFlash2:
 		return fmt.Errorf("draft config: arch %q, want %q or %q", c.Arch, ArchDFlash, ArchDFlash2)
+	case c.Loss != "" && c.Loss != LossHard && c.Loss != LossSoft && c.Loss != LossMix:
+		return fmt.Errorf("draft config: loss %q, want %q, %q or %q", c.Loss, LossHard, LossSoft, LossMix)
+	case c.Loss == LossMix && !(c.SoftWeight > 0 && c.SoftWeight <= 1):
+		return fmt.Errorf("draft config: soft weight %g, want (0, 1]", c.SoftWeight)
+	case c.Loss != LossMix && c.SoftWeight != 0:
+		return fmt.Errorf("draft config: soft weight %g applies to the mix loss only, this run's is %q", c.SoftWeight, c.lossName())
 	}
 	if c.isD2() {
 		if err := c.d2Check(t); err != nil {
@@ -209,6 +232,14 @@ func (c DraftConfig) check(t model.Config) error {
 		}
 	}
 	return nil
+}
+
+// lossName is c.Loss with the hard loss spelled out.
+func (c DraftConfig) lossName() string {
+	if c.Loss == "" {
+		return LossHard
+	}
+	return c.Loss
 }
 
 // hfConfig is the part of config.json (z-lab's layout, DFLASH.md section 2) LoadDraft reads.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 
 	"github.com/dflash/dflash/kernel"
@@ -188,6 +189,9 @@ type d2sel struct {
 	ds     []float32 // [B-1][K] d(loss*scale)/d(score)
 	target []int     // [B] index of the label among the candidates, -1 when absent
 	hit    []bool    // [B] the selector's top edge (true predecessor) is the label
+	active []bool    // [B] the slot has a selector loss (see d2selectForward)
+	soft   []float32 // [B-1][K] the soft targets' probability of each candidate (0: not among them)
+	cands  []int32   // [K] 0..K-1: the candidates' own indices, distilCE's ids over the scores
 	dw, dh []float32
 	aw, ac []float32 // [rank] scratch
 }
@@ -274,10 +278,18 @@ func (w *work) d2prepareBack(cv, gv *d2conv, dxa, xn, delta []float32, c DraftCo
 // d2selectForward scores block i's slots: the top-K unary candidates of each slot's raw logits
 // (logits [B-1][V], before the unary loss turns them into probabilities), their edge scores with
 // the true previous token as predecessor (the anchor for slot 1), and the selector loss
-// alpha * sum_k w_k CE_k / sum_k w_k over the slots whose label is a candidate (the others get no
-// selector gradient). With grad it leaves d(loss*scale)/d(score) in sel.ds. It returns the
-// block's weighted selector loss (already times alpha).
-func (w *work) d2selectForward(d *d2net, c DraftConfig, logits, rows []float32, tokens []int, a, block int, wk []float32, scale float32, grad bool) float64 {
+// alpha * sum_k w_k CE_k / sum_k w_k over the active slots (the others get no selector gradient).
+// With the hard loss a slot is active when its label is a candidate and CE_k is the
+// cross-entropy of softmax(scores) against it. With a soft term (mix = c.lossMix() > 0, soft
+// giving the soft targets of a position) CE_k is (1-mix) times that, when the label is a
+// candidate, plus mix times the cross-entropy against the soft targets restricted to the
+// candidates and renormalised, when any candidate is among them; a slot with either is active.
+// The restriction is what the selector can express: at T > 0 it proposes from
+// softmax(scores / T) over its candidates, and since it scores after the true previous token,
+// the soft targets are the target's distribution for exactly that edge. With grad it leaves
+// d(loss*scale)/d(score) in sel.ds. It returns the block's weighted selector loss (already times
+// alpha).
+func (w *work) d2selectForward(d *d2net, c DraftConfig, logits, rows []float32, tokens []int, soft func(j int) ([]int32, []float32), a, block int, wk []float32, scale float32, grad bool) float64 {
 	B, K, r, V := c.BlockSize, c.SelectorTopK, d.rank, c.vocab
 	s := &w.d2.sel
 	n := (block + 1) * (B - 1) * K
@@ -290,7 +302,19 @@ func (w *work) d2selectForward(d *d2net, c DraftConfig, logits, rows []float32, 
 	s.ds = resize(s.ds, (B-1)*K)
 	s.target = resize(s.target, B)
 	s.hit = resize(s.hit, B)
+	s.active = resize(s.active, B)
+	s.soft = resize(s.soft, (B-1)*K)
 	s.aw = resize(s.aw, r)
+	mix := c.lossMix()
+	if soft == nil {
+		mix = 0
+	}
+	if len(s.cands) != K {
+		s.cands = make([]int32, K)
+		for j := range s.cands {
+			s.cands[j] = int32(j)
+		}
+	}
 	d.wh.forward(s.wv, rows, B-1)
 	var wsel float64
 	for k := 1; k < B; k++ {
@@ -321,7 +345,20 @@ func (w *work) d2selectForward(d *d2net, c DraftConfig, logits, rows []float32, 
 			}
 		}
 		s.hit[k] = s.target[k] >= 0 && best == s.target[k]
-		if s.target[k] >= 0 {
+		cs := s.soft[(k-1)*K : k*K]
+		clear(cs)
+		var mass float32
+		if mix > 0 {
+			sids, sp := soft(a + k)
+			for j, id := range ids {
+				if e := slices.Index(sids, id); e >= 0 {
+					cs[j] = sp[e]
+					mass += sp[e]
+				}
+			}
+		}
+		s.active[k] = (mix < 1 && s.target[k] >= 0) || (mix > 0 && mass > 0)
+		if s.active[k] {
 			wsel += float64(wk[k])
 		}
 	}
@@ -333,18 +370,33 @@ func (w *work) d2selectForward(d *d2net, c DraftConfig, logits, rows []float32, 
 	for k := 1; k < B; k++ {
 		ds := s.ds[(k-1)*K : k*K]
 		t := s.target[k]
-		if t < 0 {
+		if !s.active[k] {
 			clear(ds)
 			continue
 		}
 		sc := s.scores[(block*(B-1)+k-1)*K : (block*(B-1)+k)*K]
 		copy(ds, sc)
-		loss += float64(wk[k]) * softmaxCE(ds, t)
 		f := scale * float32(c.SelectorAlpha) * wk[k] / float32(wsel)
-		for j := range ds {
-			ds[j] *= f
+		if mix == 0 {
+			loss += float64(wk[k]) * softmaxCE(ds, t)
+			for j := range ds {
+				ds[j] *= f
+			}
+			ds[t] -= f
+			continue
 		}
-		ds[t] -= f
+		// The slot's two weights, each dropped when its target is absent, as distilCE's total
+		// and mix over the candidates.
+		hw, sw := 1-mix, mix
+		if t < 0 {
+			hw, t = 0, 0
+		}
+		cs := s.soft[(k-1)*K : k*K]
+		if slices.Max(cs) == 0 {
+			sw = 0
+		}
+		loss += float64(wk[k]) * (hw + sw) * distilCE(ds, t, s.cands, cs, sw/(hw+sw))
+		distilGrad(ds, t, s.cands, cs, sw/(hw+sw), f*float32(hw+sw))
 	}
 	if !grad {
 		clear(s.ds)
@@ -357,7 +409,7 @@ func (w *work) d2selectForward(d *d2net, c DraftConfig, logits, rows []float32, 
 func (w *work) d2selectUnary(dlg []float32, c DraftConfig, block, k int) {
 	s := &w.d2.sel
 	K := c.SelectorTopK
-	if s.target[k] < 0 {
+	if !s.active[k] {
 		return
 	}
 	n := c.BlockSize - 1
@@ -379,7 +431,7 @@ func (w *work) d2selectBack(d, gd *d2net, c DraftConfig, rows, df []float32, tok
 	clear(s.dw)
 	some := false
 	for k := 1; k < B; k++ {
-		if s.target[k] < 0 {
+		if !s.active[k] {
 			continue
 		}
 		some = true

@@ -157,10 +157,10 @@ func TestSelectorGrad(t *testing.T) {
 	var w work
 	f := func() float64 {
 		d.wh.refresh()
-		return w.d2selectForward(d, c, logits, rows, tokens, a, 0, wk, 1, false)
+		return w.d2selectForward(d, c, logits, rows, tokens, nil, a, 0, wk, 1, false)
 	}
 	f()
-	w.d2selectForward(d, c, logits, rows, tokens, a, 0, wk, 1, true)
+	w.d2selectForward(d, c, logits, rows, tokens, nil, a, 0, wk, 1, true)
 	dlog := make([]float32, (B-1)*V)
 	for k := 1; k < B; k++ {
 		w.d2selectUnary(dlog[(k-1)*V:k*V], c, 0, k)

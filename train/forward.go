@@ -37,6 +37,18 @@ type example struct {
 	tokens  []int
 	taps    []float32
 	anchors []int // ascending; each a >= 1 and a+B <= len(tokens)
+	// Soft targets (Sequence.SoftIDs/SoftP, softK per position from softStart); set when the
+	// loss has a soft term.
+	softIDs   []int32
+	softP     []float32
+	softStart int
+	softK     int
+}
+
+// softAt returns the soft targets of the token at position j.
+func (e *example) softAt(j int) ([]int32, []float32) {
+	o := (j - e.softStart) * e.softK
+	return e.softIDs[o : o+e.softK], e.softP[o : o+e.softK]
 }
 
 // stats accumulates what a step reports.
@@ -129,6 +141,7 @@ func (w *work) step(p, g *net, fz *frozen, c DraftConfig, rp *rope, ex *example,
 	eps := c.RMSEps
 	hd := c.HeadDim
 	wk, wsum := weights(B, c.Gamma)
+	mix := c.lossMix()
 
 	// Context features, shared by every layer and block.
 	w.c0 = resize(w.c0, nc*H)
@@ -236,7 +249,11 @@ func (w *work) step(p, g *net, fz *frozen, c DraftConfig, rp *rope, ex *example,
 		matmul(fz.head, w.logits, rows, B-1)
 		if p.d2 != nil {
 			// The selector reads the raw logits, which the unary loss below overwrites.
-			st.loss += w.d2selectForward(p.d2, c, w.logits, rows, ex.tokens, a, i, wk, scale, g != nil)
+			var soft func(int) ([]int32, []float32)
+			if mix > 0 {
+				soft = ex.softAt
+			}
+			st.loss += w.d2selectForward(p.d2, c, w.logits, rows, ex.tokens, soft, a, i, wk, scale, g != nil)
 		}
 		var bl float64
 		for k := 1; k < B; k++ {
@@ -254,17 +271,30 @@ func (w *work) step(p, g *net, fz *frozen, c DraftConfig, rp *rope, ex *example,
 			if hit {
 				st.correct[k]++
 			}
-			ce := softmaxCE(lg, label)
+			var ids []int32
+			var soft []float32
+			var ce float64
+			if mix > 0 {
+				ids, soft = ex.softAt(a + k)
+				ce = distilCE(lg, label, ids, soft, mix)
+			} else {
+				ce = softmaxCE(lg, label)
+			}
 			bl += float64(wk[k]) * ce
 			if g == nil {
 				continue // keep the probabilities (tests compare them with model/dflash)
 			}
-			// d(loss)/d(logits) = scale * w_k / sum(w) * (p - onehot)
+			// d(loss)/d(logits) = scale * w_k / sum(w) * (p - target), the target being the
+			// label's one-hot, the renormalised soft targets, or their mix.
 			f := scale * wk[k] / float32(wsum)
-			for j := range lg {
-				lg[j] *= f
+			if mix > 0 {
+				distilGrad(lg, label, ids, soft, mix, f)
+			} else {
+				for j := range lg {
+					lg[j] *= f
+				}
+				lg[label] -= f
 			}
-			lg[label] -= f
 			if p.d2 != nil {
 				w.d2selectUnary(lg, c, i, k)
 			}

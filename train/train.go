@@ -47,6 +47,8 @@ type trainer struct {
 	m, v    []float32
 	p       *net
 	data    []Sequence
+	softK   int    // soft targets per position (0: the loss is hard)
+	source  string // Data.Source, part of the checkpoint's identity
 	tapMu   sync.Mutex
 	tapC    cache.Cache
 	taps    map[int][]float32
@@ -161,12 +163,23 @@ func newTrainer(t model.Target, cfg DraftConfig, data *Data) (*trainer, error) {
 	if data == nil {
 		return nil, errors.New("train: no data")
 	}
-	tr := &trainer{cfg: cfg, tcfg: tcfg, target: t, fz: newFrozen(t), taps: map[int][]float32{}}
+	tr := &trainer{cfg: cfg, tcfg: tcfg, target: t, fz: newFrozen(t), taps: map[int][]float32{}, source: data.Source}
+	if cfg.lossMix() > 0 {
+		if data.SoftTopK <= 0 {
+			return nil, fmt.Errorf("train: the %s loss needs soft targets, and the data (%s) has none: generate it with soft targets (--soft-topk K)", cfg.Loss, data.Source)
+		}
+		tr.softK = data.SoftTopK
+	}
 	maxLen := 0
 	for i, s := range data.Sequences {
 		for _, id := range s.Tokens {
 			if id < 0 || id >= tcfg.Vocab {
 				return nil, fmt.Errorf("train: sequence %d holds token %d outside the vocabulary [0, %d)", i, id, tcfg.Vocab)
+			}
+		}
+		if tr.softK > 0 {
+			if err := checkSoft(s, tr.softK, tcfg.Vocab); err != nil {
+				return nil, fmt.Errorf("train: sequence %d: %w", i, err)
 			}
 		}
 		if max(1, s.Start)+cfg.BlockSize <= len(s.Tokens) {
@@ -200,6 +213,31 @@ func newTrainer(t model.Target, cfg DraftConfig, data *Data) (*trainer, error) {
 		tr.workers = append(tr.workers, w)
 	}
 	return tr, nil
+}
+
+// checkSoft checks that s carries k soft targets for every position from its start, inside the
+// vocabulary and with some probability mass (their renormalisation divides by it).
+func checkSoft(s Sequence, k, vocab int) error {
+	n := (len(s.Tokens) - s.Start) * k
+	if s.Start < 0 || len(s.SoftIDs) != n || len(s.SoftP) != n {
+		return fmt.Errorf("%d soft targets for %d tokens after start %d, want %d per token", len(s.SoftIDs), len(s.Tokens)-s.Start, s.Start, k)
+	}
+	for j := 0; j < n; j += k {
+		var sum float64
+		for i := j; i < j+k; i++ {
+			if id := s.SoftIDs[i]; id < 0 || int(id) >= vocab {
+				return fmt.Errorf("soft target %d outside the vocabulary [0, %d)", id, vocab)
+			}
+			if p := s.SoftP[i]; !(p >= 0) || p > 1 {
+				return fmt.Errorf("soft target probability %g", p)
+			}
+			sum += float64(s.SoftP[i])
+		}
+		if !(sum > 0) {
+			return fmt.Errorf("soft targets of position %d hold no probability", s.Start+j/k)
+		}
+	}
+	return nil
 }
 
 // tapsOf returns the concatenated tap rows of sequence i for its first rows tokens, computed
@@ -280,7 +318,7 @@ func (tr *trainer) batch(step int) []example {
 			}
 			slices.Sort(anchors)
 		}
-		exs[b] = example{seq: idx, tokens: s.Tokens, anchors: anchors}
+		exs[b] = example{seq: idx, tokens: s.Tokens, anchors: anchors, softIDs: s.SoftIDs, softP: s.SoftP, softStart: s.Start, softK: tr.softK}
 	}
 	return exs
 }
@@ -353,6 +391,9 @@ type ckptHeader struct {
 	Seqs    int             `json:"sequences"`
 	Tokens  int             `json:"tokens"`
 	Version int             `json:"version"`
+	// Data is the data's description (Data.Source): the same counts of other data (sampled
+	// instead of greedy, say) must not continue a run. Empty in checkpoints written before it.
+	Data string `json:"data,omitempty"`
 }
 
 const ckptMagic = "DFLASHTRAIN1\n"
@@ -360,7 +401,7 @@ const ckptMagic = "DFLASHTRAIN1\n"
 // save writes params, AdamW moments and the step (see checkpoint.go).
 func (tr *trainer) save(path string, step int) error {
 	cfgJSON, _ := json.Marshal(tr.cfg)
-	h := ckptHeader{Config: cfgJSON, Step: step, Params: len(tr.params), Seqs: len(tr.data), Tokens: (&Data{Sequences: tr.data}).Tokens(), Version: 1}
+	h := ckptHeader{Config: cfgJSON, Step: step, Params: len(tr.params), Seqs: len(tr.data), Tokens: (&Data{Sequences: tr.data}).Tokens(), Version: 1, Data: tr.source}
 	return saveCheckpoint(path, ckptMagic, h, tr.params, tr.m, tr.v)
 }
 
@@ -384,6 +425,8 @@ func (tr *trainer) load(path string) (int, error) {
 			return fmt.Errorf("%d parameters, this draft has %d", h.Params, len(tr.params))
 		case h.Seqs != len(tr.data) || h.Tokens != tokens:
 			return fmt.Errorf("written for %d sequences / %d tokens of data, this run has %d / %d", h.Seqs, h.Tokens, len(tr.data), tokens)
+		case h.Data != "" && h.Data != tr.source:
+			return fmt.Errorf("written for the data %q, this run has %q (use another output folder or delete the checkpoint)", h.Data, tr.source)
 		}
 		return nil
 	}

@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -14,6 +17,7 @@ import (
 	"github.com/dflash/dflash/engine"
 	"github.com/dflash/dflash/model/dflash2"
 	"github.com/dflash/dflash/runner"
+	"github.com/dflash/dflash/sample"
 	"github.com/dflash/dflash/tokenizer"
 	"github.com/dflash/dflash/train"
 
@@ -135,9 +139,11 @@ func cmdTrainTarget(args []string, _ io.Reader, stdout, stderr io.Writer) error 
 	return nil
 }
 
-// cmdTrainDraft distils a DFlash draft for a frozen target from the target's own greedy
-// continuations of prompts (cached beside the output, so a second run reuses them), or from raw
-// text. Interrupting it (Ctrl-C) writes a checkpoint; running the same command again resumes.
+// cmdTrainDraft distils a DFlash draft for a frozen target from the target's own continuations
+// of prompts, greedy or sampled at the temperatures users use, optionally with the target's top-K
+// probabilities as soft targets (cached beside the output with how they were made, so a second
+// run reuses them and a run with other data flags is refused), or from raw text. Interrupting it
+// (Ctrl-C) writes a checkpoint; running the same command again resumes.
 func cmdTrainDraft(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("train draft", stderr)
 	target := fs.String("target", "", "target model: a Hugging Face folder or a llama2.c checkpoint")
@@ -163,17 +169,49 @@ func cmdTrainDraft(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	selRank := fs.Int("selector-rank", 0, "dflash2: selector codebook rank (0: default)")
 	selTopK := fs.Int("selector-topk", 0, "dflash2: candidates per slot (0: default 16)")
 	selAlpha := fs.Float64("selector-alpha", 0, "dflash2: weight of the selector loss (0: default 1)")
+	dataTemp := fs.Float64("data-temp", 0, "temperature of the target's training continuations (0: greedy)")
+	dataTemps := fs.String("data-temps", "", "comma-separated temperatures splitting the sequences among them, e.g. 0,0.8,1 (instead of --data-temp)")
+	dataTopP := fs.Float64("data-top-p", 1, "top-p of the sampled training continuations (1: off)")
+	softTopK := fs.Int("soft-topk", 0, "keep the target's K most probable next tokens per position as soft targets, 8*K bytes per token (0: 8 with --loss soft|mix, else none)")
+	regen := fs.Bool("regen-data", false, "rebuild the cached data.json when it was made with other data flags (its checkpoint then no longer resumes)")
+	loss := fs.String("loss", "hard", "hard (the continuation's tokens), soft (the target's top-K probabilities) or mix")
+	softWeight := fs.Float64("soft-weight", 0, "weight of the soft term in --loss mix, in (0, 1] (0: default 0.5)")
 	evalFile := fs.String("eval", "", "held-out text file: report tau on the target's continuations of its prompts")
 	evalN := fs.Int("eval-n", 100, "held-out sequences")
+	evalTemps := fs.String("eval-temps", "0", "comma-separated temperatures to report held-out tau at (sampling with --seed)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *target == "" || *data == "" || *out == "" {
 		return usagef("give --target, --data and --out")
 	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	temps := []float64{*dataTemp}
+	if *dataTemps != "" {
+		if given["data-temp"] {
+			return usagef("give --data-temp or --data-temps, not both")
+		}
+		var err error
+		if temps, err = parseTemps(*dataTemps); err != nil {
+			return usagef("--data-temps: %v", err)
+		}
+	}
+	etemps, err := parseTemps(*evalTemps)
+	if err != nil {
+		return usagef("--eval-temps: %v", err)
+	}
+	if *loss != train.LossHard && *loss != train.LossSoft && *loss != train.LossMix {
+		return usagef("--loss %q: want hard, soft or mix", *loss)
+	}
+	if *softTopK == 0 && *loss != train.LossHard {
+		*softTopK = 8
+	}
+	if *raw && (*softTopK > 0 || given["data-temp"] || *dataTemps != "") {
+		return usagef("--raw text has no target continuations: --data-temp(s), --soft-topk and --loss soft|mix need them")
+	}
 	var taps []int
 	if *tapsFlag != "" {
-		var err error
 		if taps, err = parseIDs(*tapsFlag, 1<<20); err != nil {
 			return usagef("--taps: %v", err)
 		}
@@ -190,7 +228,8 @@ func cmdTrainDraft(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	opts := train.DataOptions{N: *n, Length: *length, Lower: *lower, Seed: *seed, Progress: stderr}
+	opts := train.DataOptions{N: *n, Length: *length, Lower: *lower, Seed: *seed, Progress: stderr,
+		Temps: temps, TopP: *dataTopP, SoftTopK: *softTopK, Regenerate: *regen}
 	var d *train.Data
 	if *raw {
 		d, err = train.RawTextData(e.Tok, *data, opts)
@@ -202,6 +241,7 @@ func cmdTrainDraft(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	}
 	cfg := train.DraftConfig{Layers: *layers, BlockSize: *block, Taps: taps, Steps: *steps, LR: *lr, BatchSeqs: *batch, AnchorsPerSeq: *anchors, Seed: *seed}
 	cfg.MaskID = *mask
+	cfg.Loss, cfg.SoftWeight = *loss, *softWeight
 	cfg.Arch, cfg.ConvKernel, cfg.ConvGroup, cfg.SelectorRank, cfg.SelectorTopK, cfg.SelectorAlpha = *arch, *convKernel, *convGroup, *selRank, *selTopK, *selAlpha
 	t0 := time.Now()
 	res, err := train.TrainDraft(ctx, e.Target, d, cfg, *out, stderr)
@@ -213,8 +253,10 @@ func cmdTrainDraft(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "draft: %d steps (%d resumed) in %s, final loss %.3f, written to %s\n", res.Steps, res.Resumed, time.Since(t0).Round(time.Second), res.Loss, *out)
 	if *evalFile != "" {
+		// The held-out prompts are what matters (the engine generates its own continuations);
+		// the file is cheap to rebuild, so other flags rebuild it rather than refuse.
 		ev, err := train.GenerateTargetData(ctx, e.Target, e.Tok, *evalFile, filepath.Join(*out, "eval.json"),
-			train.DataOptions{N: *evalN, Length: *length, Lower: *lower, Seed: *seed + 1, Progress: stderr})
+			train.DataOptions{N: *evalN, Length: *length, Lower: *lower, Seed: *seed + 1, Progress: stderr, Regenerate: true})
 		if err != nil {
 			return err
 		}
@@ -222,27 +264,43 @@ func cmdTrainDraft(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		var st runner.Stats
 		// Full blocks for DFlash; a DFlash2 draft keeps its own fixed depth (DFLASH.md section 5).
 		depth := runner.Fixed(dr.BlockSize - 1)
 		if dr.Arch == dflash2.Arch {
 			depth = dr.Drafter.Depth()
 		}
-		for _, s := range ev.Sequences {
-			prompt := s.Tokens[:max(1, s.Start)]
-			seq := runner.NewSequence(e.Target, len(s.Tokens)+dr.BlockSize+8)
-			sess := dr.Drafter.Open(len(s.Tokens) + dr.BlockSize + 8)
-			one, err := runner.Generate(ctx, seq, runner.Request{Prompt: prompt, MaxTokens: len(s.Tokens) - len(prompt), Stop: e.Stop,
-				Session: sess, Depth: depth}, func(runner.Token) error { return nil })
-			if cerr := sess.Close(); cerr != nil && err == nil {
-				err = cerr
+		for _, temp := range etemps {
+			var st runner.Stats
+			for i, s := range ev.Sequences {
+				prompt := s.Tokens[:max(1, s.Start)]
+				seq := runner.NewSequence(e.Target, len(s.Tokens)+dr.BlockSize+8)
+				sess := dr.Drafter.Open(len(s.Tokens) + dr.BlockSize + 8)
+				opt := sample.Options{Temperature: float32(temp), Seed: *seed + uint64(i)}
+				one, err := runner.Generate(ctx, seq, runner.Request{Prompt: prompt, Options: opt, MaxTokens: len(s.Tokens) - len(prompt), Stop: e.Stop,
+					Session: sess, Depth: depth}, func(runner.Token) error { return nil })
+				if cerr := sess.Close(); cerr != nil && err == nil {
+					err = cerr
+				}
+				if err != nil {
+					return err
+				}
+				st.Add(one)
 			}
-			if err != nil {
-				return err
-			}
-			st.Add(one)
+			fmt.Fprintf(stdout, "held-out: %d sequences, tau %.2f at temperature %g (%s, block %d)\n", len(ev.Sequences), st.Tau(), temp, dr.Arch, dr.BlockSize)
 		}
-		fmt.Fprintf(stdout, "held-out: %d sequences, tau %.2f at temperature 0 (%s, block %d)\n", len(ev.Sequences), st.Tau(), dr.Arch, dr.BlockSize)
 	}
 	return nil
+}
+
+// parseTemps reads a comma-separated list of temperatures, each finite and >= 0.
+func parseTemps(s string) ([]float64, error) {
+	var out []float64
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || !(v >= 0) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("temperature %q, want a number >= 0", f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }

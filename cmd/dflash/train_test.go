@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -89,5 +90,43 @@ func TestTrainDraftDFlash2(t *testing.T) {
 	code2, spec, errs := runCLI(t, "", "run", "--model", bin, "-p", "once upon a time", "-n", "30", "--print-ids", "--draft", out)
 	if code != 0 || code2 != 0 || plain != spec {
 		t.Fatalf("DFlash2 speculative output differs: %q vs %q (%s)", spec, plain, errs)
+	}
+}
+
+// --data-temps and --loss mix train from sampled continuations with soft targets (8 per token
+// by default), --eval-temps reports held-out tau at each temperature, and a second run with
+// other data flags is refused with the cached recipe's differences rather than silently
+// training on other data; --regen-data rebuilds it, and the checkpoint (trained on the old
+// data) then refuses to resume.
+func TestTrainDraftSampledSoft(t *testing.T) {
+	bin := storiesPath(t)
+	corpus := testdataPath(t, "corpora/tinystories_val_800K.txt")
+	out := filepath.Join(t.TempDir(), "draft")
+	base := []string{"train", "draft", "--target", bin, "--data", corpus, "--out", out, "--lower",
+		"--n", "12", "--len", "40", "--steps", "8", "--layers", "1", "--block", "8", "--batch", "4", "--anchors", "4", "--loss", "mix"}
+	code, stdout, errs := runCLI(t, "", append(slices.Clone(base), "--data-temps", "0,1", "--eval", corpus, "--eval-n", "3", "--eval-temps", "0,1")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"draft: 8 steps (0 resumed)", "held-out: 3 sequences, tau", "at temperature 0 (", "at temperature 1 ("} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("summary %q lacks %q", stdout, want)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(out, "data.json"))
+	if err != nil || !strings.Contains(string(b), `"temps":[0,1]`) || !strings.Contains(string(b), `"soft_top_k":8`) {
+		t.Errorf("data.json does not record its recipe (err %v)", err)
+	}
+	other := append(slices.Clone(base), "--data-temp", "0.8")
+	code, _, errs = runCLI(t, "", other...)
+	if code == 0 || !strings.Contains(errs, "made differently") || !strings.Contains(errs, "temps [0 1] (cached) vs [0.8] (asked)") {
+		t.Errorf("other data flags: exit %d, %s", code, errs)
+	}
+	code, _, errs = runCLI(t, "", append(other, "--regen-data")...)
+	if code == 0 || !strings.Contains(errs, "written for the data") {
+		t.Errorf("regenerated data with the old checkpoint: exit %d, %s", code, errs)
+	}
+	if code, _, errs := runCLI(t, "", "train", "draft", "--target", bin, "--data", corpus, "--out", out, "--loss", "kl"); code != 2 || !strings.Contains(errs, "--loss") {
+		t.Errorf("--loss kl: exit %d %q", code, errs)
 	}
 }
