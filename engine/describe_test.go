@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dflash/dflash/internal/testdata"
+	"github.com/dflash/dflash/internal/shareddata"
 	"github.com/dflash/dflash/internal/testmodel"
 	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/model/dflash"
@@ -46,7 +46,7 @@ func sameFacts(a, b facts) bool {
 
 // Every kind of folder the tests can build, described from its files alone.
 func TestDescribeFolders(t *testing.T) {
-	stories := testdata.Path(t, "stories260K/stories260K.bin")
+	stories := shareddata.Path(t, "stories260K/stories260K.bin")
 	// The checkpoint alone, without tok512.bin beside it.
 	bare := filepath.Join(t.TempDir(), "stories260K.bin")
 	copyFile(t, stories, bare)
@@ -127,7 +127,7 @@ func TestDescribeFolders(t *testing.T) {
 
 // The description's shape is the loaded target's: what listings say is what runs.
 func TestDescriptionIsWhatLoads(t *testing.T) {
-	for _, ref := range []string{testdata.Path(t, "stories260K/stories260K.bin"), testmodel.Qwen3(t, "")} {
+	for _, ref := range []string{shareddata.Path(t, "stories260K/stories260K.bin"), testmodel.Qwen3(t, "")} {
 		d, err := Describe(Options{Model: ref})
 		must(t, err)
 		e := mustLoad(t, d)
@@ -172,7 +172,7 @@ func TestDescribeReadsNoWeights(t *testing.T) {
 // A draft that does not fit its target is refused by the description, naming the field, before
 // either's weights are read.
 func TestDescribeRefusesUnfitDraft(t *testing.T) {
-	stories := testdata.Path(t, "stories260K/stories260K.bin")
+	stories := shareddata.Path(t, "stories260K/stories260K.bin")
 	d, err := Describe(Options{Model: stories})
 	must(t, err)
 	cfg := dflash.ConfigFor(d.Config, 1, 8)

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/dflash/dflash/engine"
-	"github.com/dflash/dflash/internal/testdata"
+	"github.com/dflash/dflash/internal/shareddata"
 	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/model/dflash"
 	"github.com/dflash/dflash/server"
@@ -58,7 +58,7 @@ var backendCases = []backendCase{{
 	// are mostly rejected, so the answers are the target's own); skipped when the data is absent.
 	name: "stories260K",
 	new: func(t *testing.T) server.Backend {
-		bin := testdata.Path(t, "stories260K/stories260K.bin")
+		bin := shareddata.Path(t, "stories260K/stories260K.bin")
 		e, err := engine.Open(engine.Options{Model: bin})
 		if err != nil {
 			t.Fatal(err)

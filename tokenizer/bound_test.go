@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dflash/dflash/internal/testdata"
+	"github.com/dflash/dflash/internal/shareddata"
 )
 
 // TestMinTokens: on each tokenizer the bound stays at or below the real count on texts built to
@@ -14,7 +14,7 @@ import (
 // longest token: 7 bytes in tok512, but 128 in Qwen3 (runs of spaces and dashes), whose bound is
 // about 1/31 of the real count on prose.
 func TestMinTokens(t *testing.T) {
-	story, err := os.ReadFile(testdata.Path(t, "corpora/tinystories_val_800K.txt"))
+	story, err := os.ReadFile(shareddata.Path(t, "corpora/tinystories_val_800K.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/dflash/dflash/internal/testdata"
+	"github.com/dflash/dflash/internal/shareddata"
 )
 
 var (
@@ -20,7 +20,7 @@ var (
 // qwen3 loads the shared Qwen3 tokenizer once per test binary (it takes ~1 s to parse).
 func qwen3(tb testing.TB) *BPE {
 	tb.Helper()
-	p := testdata.Path(tb, "tokenizers/qwen3/tokenizer.json")
+	p := shareddata.Path(tb, "tokenizers/qwen3/tokenizer.json")
 	qwenOnce.Do(func() { qwenTok, qwenErr = LoadHF(p) })
 	if qwenErr != nil {
 		tb.Fatal(qwenErr)
@@ -34,11 +34,11 @@ func qwen3(tb testing.TB) *BPE {
 // one line of ids per input (an empty line for the empty input).
 func readVocabTests(t *testing.T, base string) ([]string, [][]int) {
 	t.Helper()
-	inp, err := os.ReadFile(testdata.Path(t, base+".inp"))
+	inp, err := os.ReadFile(shareddata.Path(t, base+".inp"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := os.ReadFile(testdata.Path(t, base+".out"))
+	out, err := os.ReadFile(shareddata.Path(t, base+".out"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func TestBPEMergeOrder(t *testing.T) {
 // TestLoadFolder: a folder with tokenizer.json loads the BPE tokenizer; an empty folder is an
 // error naming what is missing.
 func TestLoadFolder(t *testing.T) {
-	p := testdata.Path(t, "tokenizers/qwen3")
+	p := shareddata.Path(t, "tokenizers/qwen3")
 	tk, err := Load(p)
 	if err != nil {
 		t.Fatal(err)
@@ -233,7 +233,7 @@ func TestLoadFolder(t *testing.T) {
 // BenchmarkEncodeQwen3 reports MB/s of Encode over the TinyStories validation text.
 func BenchmarkEncodeQwen3(b *testing.B) {
 	tok := qwen3(b)
-	data, err := os.ReadFile(testdata.Path(b, "corpora/tinystories_val_800K.txt"))
+	data, err := os.ReadFile(shareddata.Path(b, "corpora/tinystories_val_800K.txt"))
 	if err != nil {
 		b.Fatal(err)
 	}

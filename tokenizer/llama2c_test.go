@@ -7,12 +7,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dflash/dflash/internal/testdata"
+	"github.com/dflash/dflash/internal/shareddata"
 )
 
 func tok512(tb testing.TB) *Llama2c {
 	tb.Helper()
-	t, err := LoadLlama2c(testdata.Path(tb, "stories260K/tok512.bin"))
+	t, err := LoadLlama2c(shareddata.Path(tb, "stories260K/tok512.bin"))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func naiveLlama2cMerge(tok *Llama2c, ids []int) []int {
 
 func TestLlama2cMatchesNaiveMerge(t *testing.T) {
 	tok := tok512(t)
-	data, err := os.ReadFile(testdata.Path(t, "corpora/tinystories_val_800K.txt"))
+	data, err := os.ReadFile(shareddata.Path(t, "corpora/tinystories_val_800K.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestLlama2cMatchesNaiveMerge(t *testing.T) {
 // printed text for the same (no-prompt, greedy) run.
 func TestLlama2cDecodeGolden(t *testing.T) {
 	tok := tok512(t)
-	raw, err := os.ReadFile(testdata.Path(t, "stories260K/golden/numpy_ref_greedy64.json"))
+	raw, err := os.ReadFile(shareddata.Path(t, "stories260K/golden/numpy_ref_greedy64.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestLlama2cDecodeGolden(t *testing.T) {
 	if err := json.Unmarshal(raw, &ref); err != nil {
 		t.Fatal(err)
 	}
-	golden, err := os.ReadFile(testdata.Path(t, "stories260K/golden/greedy_noprompt_n256.txt"))
+	golden, err := os.ReadFile(shareddata.Path(t, "stories260K/golden/greedy_noprompt_n256.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestLlama2cBadFiles(t *testing.T) {
 
 func BenchmarkEncodeLlama2c(b *testing.B) {
 	tok := tok512(b)
-	data, err := os.ReadFile(testdata.Path(b, "corpora/tinystories_val_800K.txt"))
+	data, err := os.ReadFile(shareddata.Path(b, "corpora/tinystories_val_800K.txt"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func BenchmarkEncodeLlama2c(b *testing.B) {
 
 // TestLoadPaths: Load picks the format from a file's name, and from the files in a folder.
 func TestLoadPaths(t *testing.T) {
-	bin := testdata.Path(t, "stories260K/tok512.bin")
+	bin := shareddata.Path(t, "stories260K/tok512.bin")
 	if tk, err := Load(bin); err != nil {
 		t.Fatal(err)
 	} else if _, ok := tk.(*Llama2c); !ok {

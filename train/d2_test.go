@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dflash/dflash/internal/testdata"
+	"github.com/dflash/dflash/internal/shareddata"
 	"github.com/dflash/dflash/model"
 	"github.com/dflash/dflash/model/dflash2"
 	"github.com/dflash/dflash/model/transformer"
@@ -308,7 +308,7 @@ func equalF32(a, b []float32) bool {
 // and checks that the training forward's candidates and edge scores (with the true previous
 // token as predecessor) are model/dflash2's Walk on the loaded folder.
 func TestDFlash2MatchesInference(t *testing.T) {
-	tg, err := transformer.LoadLlama2C(testdata.Path(t, "stories260K/stories260K.bin"))
+	tg, err := transformer.LoadLlama2C(shareddata.Path(t, "stories260K/stories260K.bin"))
 	if err != nil {
 		t.Fatal(err)
 	}

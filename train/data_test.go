@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dflash/dflash/internal/testdata"
+	"github.com/dflash/dflash/internal/shareddata"
 	"github.com/dflash/dflash/model"
 	"github.com/dflash/dflash/model/transformer"
 	"github.com/dflash/dflash/tokenizer"
@@ -20,15 +20,15 @@ import (
 // stories loads stories260K, its tokenizer and the held-out corpus, or skips.
 func stories(t *testing.T) (model.Target, tokenizer.Tokenizer, string) {
 	t.Helper()
-	tg, err := transformer.LoadLlama2C(testdata.Path(t, "stories260K/stories260K.bin"))
+	tg, err := transformer.LoadLlama2C(shareddata.Path(t, "stories260K/stories260K.bin"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, err := tokenizer.Load(testdata.Path(t, "stories260K/tok512.bin"))
+	tok, err := tokenizer.Load(shareddata.Path(t, "stories260K/tok512.bin"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return tg, tok, testdata.Path(t, "corpora/tinystories_val_800K.txt")
+	return tg, tok, shareddata.Path(t, "corpora/tinystories_val_800K.txt")
 }
 
 // TestSampledData: continuations sampled at a mix of temperatures are reproducible for a seed,

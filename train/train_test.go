@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dflash/dflash/internal/testdata"
+	"github.com/dflash/dflash/internal/shareddata"
 	"github.com/dflash/dflash/model"
 	"github.com/dflash/dflash/model/dflash"
 	"github.com/dflash/dflash/model/transformer"
@@ -176,13 +176,13 @@ func greedyTau(t *testing.T, tg model.Target, dir string, prompts [][]int, n int
 // the engine's greedy speculative decoding with the trained draft must accept more than with
 // the untrained one on held-out prompts.
 func TestStoriesDraftAccepts(t *testing.T) {
-	ckpt := testdata.Path(t, "stories260K/stories260K.bin")
-	tok, err := tokenizer.Load(testdata.Path(t, "stories260K/tok512.bin"))
+	ckpt := shareddata.Path(t, "stories260K/stories260K.bin")
+	tok, err := tokenizer.Load(shareddata.Path(t, "stories260K/tok512.bin"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	text := testdata.Path(t, "corpora/tinystories_4MB.txt")
-	val := testdata.Path(t, "corpora/tinystories_val_800K.txt")
+	text := shareddata.Path(t, "corpora/tinystories_4MB.txt")
+	val := shareddata.Path(t, "corpora/tinystories_val_800K.txt")
 	tg, err := transformer.LoadLlama2C(ckpt)
 	if err != nil {
 		t.Fatal(err)
@@ -240,7 +240,7 @@ func TestStoriesDraftAccepts(t *testing.T) {
 // model/dflash), the block probabilities of one anchor agree with softmax of
 // dflash.Draft.Forward's logits for the same context rows and block.
 func TestForwardMatchesInference(t *testing.T) {
-	tg, err := transformer.LoadLlama2C(testdata.Path(t, "stories260K/stories260K.bin"))
+	tg, err := transformer.LoadLlama2C(shareddata.Path(t, "stories260K/stories260K.bin"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,11 +309,11 @@ func TestForwardMatchesInference(t *testing.T) {
 
 // TestRawTextData cuts text into BOS-led chunks of the requested length.
 func TestRawTextData(t *testing.T) {
-	tok, err := tokenizer.Load(testdata.Path(t, "stories260K/tok512.bin"))
+	tok, err := tokenizer.Load(shareddata.Path(t, "stories260K/tok512.bin"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := RawTextData(tok, testdata.Path(t, "corpora/tinystories_val_800K.txt"), DataOptions{N: 5, Length: 50, Lower: true})
+	d, err := RawTextData(tok, shareddata.Path(t, "corpora/tinystories_val_800K.txt"), DataOptions{N: 5, Length: 50, Lower: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dflash/dflash/internal/testdata"
+	"github.com/dflash/dflash/internal/shareddata"
 	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/model/dflash"
 	"github.com/dflash/dflash/model/dflash2"
@@ -15,7 +15,7 @@ import (
 // A draft folder on the command line, DFlash or DFlash2 (told apart by its config), speculates for
 // the target; whatever a random draft proposes, greedy output is the plain output.
 func TestRunWithDraftFoldersEqualsPlain(t *testing.T) {
-	bin := testdata.Path(t, "stories260K/stories260K.bin")
+	bin := shareddata.Path(t, "stories260K/stories260K.bin")
 	target, err := transformer.LoadLlama2C(bin)
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +64,7 @@ func TestRunWithDraftFoldersEqualsPlain(t *testing.T) {
 // --stop ends `dflash run`'s output at the first occurrence of the text, plain or speculative
 // alike, through the runner's one stop matcher; the stop text is not printed.
 func TestRunStopString(t *testing.T) {
-	bin := testdata.Path(t, "stories260K/stories260K.bin")
+	bin := shareddata.Path(t, "stories260K/stories260K.bin")
 	target, err := transformer.LoadLlama2C(bin)
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dflash/dflash/internal/testdata"
+	"github.com/dflash/dflash/internal/shareddata"
 	"github.com/dflash/dflash/kernel/kerneltest"
 )
 
@@ -23,7 +23,7 @@ func runCLI(t *testing.T, stdin string, args ...string) (int, string, string) {
 // BOS, prompt included. A prompt of p ids (BOS included) therefore leaves N-p+1 generated tokens,
 // which is our -n.
 func TestRunMatchesLlama2cGoldens(t *testing.T) {
-	bin := testdata.Path(t, "stories260K/stories260K.bin")
+	bin := shareddata.Path(t, "stories260K/stories260K.bin")
 	cases := []struct {
 		golden, prompt string
 		promptIDs      int // BOS included
@@ -35,7 +35,7 @@ func TestRunMatchesLlama2cGoldens(t *testing.T) {
 	}
 	kerneltest.ForEachPath(t, func(t *testing.T) {
 		for _, c := range cases {
-			want, err := os.ReadFile(testdata.Path(t, "stories260K/golden/"+c.golden))
+			want, err := os.ReadFile(shareddata.Path(t, "stories260K/golden/"+c.golden))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -68,8 +68,8 @@ func TestRunMatchesLlama2cGoldens(t *testing.T) {
 
 // The ids printed with --print-ids are the independent numpy reference's greedy ids.
 func TestRunPrintIDsMatchesNumpyReference(t *testing.T) {
-	bin := testdata.Path(t, "stories260K/stories260K.bin")
-	raw, err := os.ReadFile(testdata.Path(t, "stories260K/golden/numpy_ref_greedy64.json"))
+	bin := shareddata.Path(t, "stories260K/stories260K.bin")
+	raw, err := os.ReadFile(shareddata.Path(t, "stories260K/golden/numpy_ref_greedy64.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestRunPrintIDsMatchesNumpyReference(t *testing.T) {
 }
 
 func TestUsageErrors(t *testing.T) {
-	bin := testdata.Path(t, "stories260K/stories260K.bin")
+	bin := shareddata.Path(t, "stories260K/stories260K.bin")
 	cases := []struct {
 		args []string
 		code int
@@ -125,7 +125,7 @@ func TestUsageErrors(t *testing.T) {
 }
 
 func TestTokenizeRoundTrip(t *testing.T) {
-	bin := testdata.Path(t, "stories260K/stories260K.bin")
+	bin := shareddata.Path(t, "stories260K/stories260K.bin")
 	code, ids, errs := runCLI(t, "", "tokenize", "--model", bin, "Once upon a time")
 	if code != 0 || strings.TrimSpace(ids) != "403,407,261,378" {
 		t.Fatalf("tokenize: exit %d, %q %s; want 403,407,261,378 (the reference run's first ids)", code, ids, errs)
@@ -142,7 +142,7 @@ func itoa(n int) string { return joinIDs([]int{n}) }
 // the depth plus one for every full round, so tau must exceed 1 (the figures' speed is not checked:
 // a test never asserts a wall time).
 func TestBenchJSON(t *testing.T) {
-	bin := testdata.Path(t, "stories260K/stories260K.bin")
+	bin := shareddata.Path(t, "stories260K/stories260K.bin")
 	code, out, errs := runCLI(t, "", "bench", "--model", bin, "-n", "40", "--prefill", "64", "--reps", "1",
 		"--probe=false", "--draft", "oracle", "--depths", "3,6", "--json")
 	if code != 0 {
@@ -166,6 +166,6 @@ func TestBenchJSON(t *testing.T) {
 	}
 }
 
-func storiesPath(t *testing.T) string { return testdata.Path(t, "stories260K/stories260K.bin") }
+func storiesPath(t *testing.T) string { return shareddata.Path(t, "stories260K/stories260K.bin") }
 
-func testdataPath(t *testing.T, rel string) string { return testdata.Path(t, rel) }
+func testdataPath(t *testing.T, rel string) string { return shareddata.Path(t, rel) }

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dflash/dflash/internal/testdata"
+	"github.com/dflash/dflash/internal/shareddata"
 )
 
 // syncBuffer is a bytes.Buffer safe to write from the server while the test reads it.
@@ -90,7 +90,7 @@ func postJSON(t *testing.T, url, body string) (int, []byte) {
 }
 
 func TestServe(t *testing.T) {
-	bin := testdata.Path(t, "stories260K/stories260K.bin")
+	bin := shareddata.Path(t, "stories260K/stories260K.bin")
 	url, stop := startServe(t, "--model", bin, "--name", "stories", "--log", "json")
 
 	// Raw (no template), greedy, fixed length: the golden's first words after the prompt.
@@ -161,7 +161,7 @@ func TestServeUsage(t *testing.T) {
 // A broken model ends the start, naming it, with a non-zero exit; with --skip-broken the server
 // starts, lists it with its error beside the good model, refuses it on use and stays ready.
 func TestServeBrokenModel(t *testing.T) {
-	bin := testdata.Path(t, "stories260K/stories260K.bin")
+	bin := shareddata.Path(t, "stories260K/stories260K.bin")
 	dir := t.TempDir()
 	broken := filepath.Join(dir, "stories260K.bin")
 	data, err := os.ReadFile(bin)
@@ -216,7 +216,7 @@ func TestServeBrokenModel(t *testing.T) {
 // TestServeAPIKey: --api-key (or DFLASH_API_KEY) guards every endpoint but /health, and the
 // key never appears in --help.
 func TestServeAPIKey(t *testing.T) {
-	bin := testdata.Path(t, "stories260K/stories260K.bin")
+	bin := shareddata.Path(t, "stories260K/stories260K.bin")
 	get := func(url, key string) int {
 		req, _ := http.NewRequest("GET", url, nil)
 		if key != "" {

@@ -10,11 +10,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dflash/dflash/internal/testdata"
+	"github.com/dflash/dflash/internal/shareddata"
 )
 
 func TestStories260K(t *testing.T) {
-	p := testdata.Path(t, "stories260K/stories260K.bin")
+	p := shareddata.Path(t, "stories260K/stories260K.bin")
 	raw, err := os.ReadFile(p)
 	if err != nil {
 		t.Fatal(err)

@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/dflash/dflash/format/safetensors"
-	"github.com/dflash/dflash/internal/testdata"
+	"github.com/dflash/dflash/internal/shareddata"
 	"github.com/dflash/dflash/model"
 	"github.com/dflash/dflash/model/transformer"
 )
@@ -39,7 +39,7 @@ func TinyQwen3(tb testing.TB) *transformer.Model {
 // genConfig, when not empty, is written as generation_config.json.
 func Qwen3(tb testing.TB, genConfig string) string {
 	tb.Helper()
-	tokDir := testdata.Path(tb, "tokenizers/qwen3")
+	tokDir := shareddata.Path(tb, "tokenizers/qwen3")
 	dir := tb.TempDir()
 	if err := writeQwen3(dir, tokDir, genConfig); err != nil {
 		tb.Fatal(err)

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/dflash/dflash/cache"
-	"github.com/dflash/dflash/internal/testdata"
+	"github.com/dflash/dflash/internal/shareddata"
 	"github.com/dflash/dflash/kernel/kerneltest"
 	"github.com/dflash/dflash/model"
 )
@@ -31,7 +31,7 @@ type golden struct {
 
 func loadStories(tb testing.TB) *Model {
 	tb.Helper()
-	m, err := LoadLlama2C(testdata.Path(tb, "stories260K/stories260K.bin"))
+	m, err := LoadLlama2C(shareddata.Path(tb, "stories260K/stories260K.bin"))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func loadStories(tb testing.TB) *Model {
 
 func TestStories260KGolden(t *testing.T) {
 	m := loadStories(t)
-	data, err := os.ReadFile(testdata.Path(t, "stories260K/golden/numpy_ref_greedy64.json"))
+	data, err := os.ReadFile(shareddata.Path(t, "stories260K/golden/numpy_ref_greedy64.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestStories260KGolden(t *testing.T) {
 }
 
 func TestRegistryLoadsLlama2C(t *testing.T) {
-	tg, err := model.Load(testdata.Path(t, "stories260K/stories260K.bin"))
+	tg, err := model.Load(shareddata.Path(t, "stories260K/stories260K.bin"))
 	if err != nil {
 		t.Fatal(err)
 	}

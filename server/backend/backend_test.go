@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/dflash/dflash/engine"
-	"github.com/dflash/dflash/internal/testdata"
+	"github.com/dflash/dflash/internal/shareddata"
 	"github.com/dflash/dflash/internal/testmodel"
 	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/model/dflash"
@@ -39,7 +39,7 @@ func loadStories(t *testing.T, withDraft bool) *backend.Model {
 // "dflash2": the backend tells the two apart from the folder).
 func loadStoriesWith(t *testing.T, kind string) *backend.Model {
 	t.Helper()
-	bin := testdata.Path(t, storiesRel)
+	bin := shareddata.Path(t, storiesRel)
 	spec := backend.Spec{Name: "stories", Path: bin}
 	switch kind {
 	case "dflash":
@@ -90,7 +90,7 @@ func randomDraft2(t testing.TB, bin string) string {
 // reference decodes greedily with the runner directly, as `dflash run` does.
 func reference(t *testing.T, prompt []int, n int) []int {
 	t.Helper()
-	e, err := engine.Open(engine.Options{Model: testdata.Path(t, storiesRel)})
+	e, err := engine.Open(engine.Options{Model: shareddata.Path(t, storiesRel)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestGenerateMatchesRunAndGolden(t *testing.T) {
 	for _, name := range []string{"plain", "dflash", "dflash2"} {
 		withDraft := name != "plain"
 		t.Run(name, func(t *testing.T) {
-			golden, err := os.ReadFile(testdata.Path(t, "stories260K/golden/greedy_once_upon_a_time_n128.txt"))
+			golden, err := os.ReadFile(shareddata.Path(t, "stories260K/golden/greedy_once_upon_a_time_n128.txt"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -283,7 +283,7 @@ func TestWaitHonoursContext(t *testing.T) {
 }
 
 func TestModelsListing(t *testing.T) {
-	bin := testdata.Path(t, storiesRel)
+	bin := shareddata.Path(t, storiesRel)
 	b, err := backend.New(backend.Options{Models: []backend.Spec{{Path: bin}, {Name: "s:draft", Path: bin, Draft: randomDraft(t, bin)}}})
 	if err != nil {
 		t.Fatal(err)
@@ -366,7 +366,7 @@ func TestConcurrentGenerations(t *testing.T) {
 // The server's listing of a model is its engine description's facts, field by field, before and
 // after loading: /api/tags, /api/show and /v1/models say what `dflash run` would open.
 func TestInfoIsTheDescription(t *testing.T) {
-	bin := testdata.Path(t, storiesRel)
+	bin := shareddata.Path(t, storiesRel)
 	qwen := testmodel.Qwen3(t, "")
 	draft := randomDraft(t, bin)
 	specs := []backend.Spec{{Name: "stories", Path: bin, Draft: draft}, {Name: "qwen", Path: qwen}}

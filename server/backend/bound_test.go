@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dflash/dflash/internal/testdata"
+	"github.com/dflash/dflash/internal/shareddata"
 	"github.com/dflash/dflash/server"
 	"github.com/dflash/dflash/server/backend"
 )
@@ -24,8 +24,8 @@ import (
 // before the merge was compacted); refusing by the byte bound allocates a few copies of the body
 // (the test's, the server's read, the decoded string), so 100 MB separates the two with room.
 func TestHugePromptRefusedCheaply(t *testing.T) {
-	bin := testdata.Path(t, storiesRel)
-	data, err := os.ReadFile(testdata.Path(t, "corpora/tinystories_val_800K.txt"))
+	bin := shareddata.Path(t, storiesRel)
+	data, err := os.ReadFile(shareddata.Path(t, "corpora/tinystories_val_800K.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}

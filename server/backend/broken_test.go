@@ -11,7 +11,7 @@ import (
 
 	"github.com/dflash/dflash/engine"
 	"github.com/dflash/dflash/format/safetensors"
-	"github.com/dflash/dflash/internal/testdata"
+	"github.com/dflash/dflash/internal/shareddata"
 	"github.com/dflash/dflash/internal/testmodel"
 	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/model/dflash"
@@ -123,7 +123,7 @@ func TestBrokenModelsRefusedAtStartup(t *testing.T) {
 // With SkipBroken each broken model is listed with its error beside a good one, and refused on
 // use with that error; a configuration with nothing good left is still refused.
 func TestSkipBrokenListsUnavailable(t *testing.T) {
-	good := backend.Spec{Name: "good", Path: testdata.Path(t, storiesRel)}
+	good := backend.Spec{Name: "good", Path: shareddata.Path(t, storiesRel)}
 	for _, c := range brokenModels() {
 		t.Run(c.name, func(t *testing.T) {
 			s := c.spec(t)
@@ -173,7 +173,7 @@ func TestBrokenTensorNamedInLoaderOrder(t *testing.T) {
 // storiesCopy copies stories260K and its tokenizer into a fresh folder and returns the checkpoint.
 func storiesCopy(t *testing.T) string {
 	t.Helper()
-	src := testdata.Path(t, storiesRel)
+	src := shareddata.Path(t, storiesRel)
 	dir := t.TempDir()
 	for _, n := range []string{"stories260K.bin", "tok512.bin"} {
 		data, err := os.ReadFile(filepath.Join(filepath.Dir(src), n))
@@ -187,7 +187,7 @@ func storiesCopy(t *testing.T) string {
 // config.json with edit.
 func storiesDraft(t *testing.T, edit func(map[string]any)) backend.Spec {
 	t.Helper()
-	bin := testdata.Path(t, storiesRel)
+	bin := shareddata.Path(t, storiesRel)
 	d, err := engine.Describe(engine.Options{Model: bin})
 	must(t, err)
 	dir := t.TempDir()

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/dflash/dflash/internal/testdata"
+	"github.com/dflash/dflash/internal/shareddata"
 )
 
 // TestJSClients runs test/js/run.sh (the official ollama and openai npm clients) against the fake
@@ -34,7 +34,7 @@ func TestJSClients(t *testing.T) {
 		model func(t *testing.T) string // "" for the fake backend
 	}{
 		{"fake", func(*testing.T) string { return "" }},
-		{"stories260K", func(t *testing.T) string { return testdata.Path(t, storiesRel) }},
+		{"stories260K", func(t *testing.T) string { return shareddata.Path(t, storiesRel) }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

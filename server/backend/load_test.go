@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dflash/dflash/internal/testdata"
+	"github.com/dflash/dflash/internal/shareddata"
 	"github.com/dflash/dflash/server"
 	"github.com/dflash/dflash/server/backend"
 )
@@ -34,7 +34,7 @@ const loadTokens = 64
 //
 //	go test ./server/backend -run '^$' -bench ServeLoad -benchtime 5x
 func BenchmarkServeLoad(b *testing.B) {
-	bin := testdata.Path(b, storiesRel)
+	bin := shareddata.Path(b, storiesRel)
 	draft := randomDraft(b, bin)
 	for _, withDraft := range []bool{false, true} {
 		for _, clients := range []int{1, 4, 16} {

@@ -19,7 +19,7 @@ import (
 
 	ollama "github.com/ollama/ollama/api"
 
-	"github.com/dflash/dflash/internal/testdata"
+	"github.com/dflash/dflash/internal/shareddata"
 	"github.com/dflash/dflash/server"
 	"github.com/dflash/dflash/server/backend"
 	"github.com/dflash/dflash/server/fake"
@@ -68,7 +68,7 @@ func TestOllamaClientPackage(t *testing.T) {
 	}{
 		{"fake", func(*testing.T) server.Backend { return &fake.Backend{} }, "fake:latest", 64, "{{ .Prompt }}", fake.Text},
 		{"stories260K", func(t *testing.T) server.Backend {
-			b, err := backend.New(backend.Options{Models: []backend.Spec{{Path: testdata.Path(t, storiesRel)}}})
+			b, err := backend.New(backend.Options{Models: []backend.Spec{{Path: shareddata.Path(t, storiesRel)}}})
 			if err != nil {
 				t.Fatal(err)
 			}

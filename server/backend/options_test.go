@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dflash/dflash/internal/testdata"
+	"github.com/dflash/dflash/internal/shareddata"
 )
 
 func TestParseModelsFile(t *testing.T) {
@@ -47,7 +47,7 @@ func TestNewRejects(t *testing.T) {
 	// checkpoint without the tokenizer a server needs, is refused at startup.
 	file := filepath.Join(dir, "m.bin")
 	os.WriteFile(file, make([]byte, 64), 0o644)
-	stories := testdata.Path(t, "stories260K/stories260K.bin")
+	stories := shareddata.Path(t, "stories260K/stories260K.bin")
 	bare := filepath.Join(t.TempDir(), "stories260K.bin")
 	if data, err := os.ReadFile(stories); err != nil || os.WriteFile(bare, data, 0o644) != nil {
 		t.Fatal("copy stories260K.bin:", err)

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dflash/dflash/internal/testdata"
+	"github.com/dflash/dflash/internal/shareddata"
 	"github.com/dflash/dflash/tokenizer"
 	"github.com/dflash/dflash/tokenizer/chat"
 )
@@ -301,8 +301,8 @@ func TestSplitMatchesRegex(t *testing.T) {
 // BenchmarkTrainTinyStories trains VocabSize 4096 on the first 1 MB of the lower-cased corpus
 // and reports bytes per token on the validation text (lower-cased, as the model would see it).
 func BenchmarkTrainTinyStories(b *testing.B) {
-	corpus := testdata.Path(b, "corpora/tinystories_4MB.txt")
-	valPath := testdata.Path(b, "corpora/tinystories_val_800K.txt")
+	corpus := shareddata.Path(b, "corpora/tinystories_4MB.txt")
+	valPath := shareddata.Path(b, "corpora/tinystories_val_800K.txt")
 	val, err := os.ReadFile(valPath)
 	if err != nil {
 		b.Fatal(err)
@@ -458,11 +458,11 @@ func TestSpecialSpellingCollision(t *testing.T) {
 // full (the corpus has far more than 3836 pairs seen twice), and the original-case validation
 // text round-trips.
 func TestTinyStories(t *testing.T) {
-	corpus, err := os.ReadFile(testdata.Path(t, "corpora/tinystories_4MB.txt"))
+	corpus, err := os.ReadFile(shareddata.Path(t, "corpora/tinystories_4MB.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	val, err := os.ReadFile(testdata.Path(t, "corpora/tinystories_val_800K.txt"))
+	val, err := os.ReadFile(shareddata.Path(t, "corpora/tinystories_val_800K.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -488,7 +488,7 @@ func TestTinyStories(t *testing.T) {
 
 // BenchmarkTrainTinyStories4MB trains VocabSize 4096 on the whole lower-cased corpus.
 func BenchmarkTrainTinyStories4MB(b *testing.B) {
-	corpus, err := os.ReadFile(testdata.Path(b, "corpora/tinystories_4MB.txt"))
+	corpus, err := os.ReadFile(shareddata.Path(b, "corpora/tinystories_4MB.txt"))
 	if err != nil {
 		b.Fatal(err)
 	}

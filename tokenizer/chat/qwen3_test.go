@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/dflash/dflash/internal/testdata"
+	"github.com/dflash/dflash/internal/shareddata"
 )
 
 // The expected strings below were derived by reading Qwen3's chat_template by hand. Facts about
@@ -24,7 +24,7 @@ import (
 
 func loadQwen3(t testing.TB) *Template {
 	t.Helper()
-	dir := filepath.Dir(testdata.Path(t, "tokenizers/qwen3/tokenizer_config.json"))
+	dir := filepath.Dir(shareddata.Path(t, "tokenizers/qwen3/tokenizer_config.json"))
 	cfg, err := LoadConfig(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -178,7 +178,7 @@ func BenchmarkQwen3Render(b *testing.B) {
 }
 
 func BenchmarkQwen3Parse(b *testing.B) {
-	dir := filepath.Dir(testdata.Path(b, "tokenizers/qwen3/tokenizer_config.json"))
+	dir := filepath.Dir(shareddata.Path(b, "tokenizers/qwen3/tokenizer_config.json"))
 	cfg, err := LoadConfig(dir)
 	if err != nil {
 		b.Fatal(err)

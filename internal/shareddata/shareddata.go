@@ -1,7 +1,7 @@
-// Package testdata finds the shared test data (../shared/data beside the checkout, or the folder
+// Package shareddata finds the shared test data (../shared/data beside the checkout, or the folder
 // named by DFLASH_SHARED_DATA) for tests and benchmarks. It never downloads anything: a test whose
 // data is absent is skipped with a message saying what is missing and where it was looked for.
-package testdata
+package shareddata
 
 import (
 	"os"
