@@ -78,7 +78,10 @@ func present(r json.RawMessage) bool {
 // straight into the sampler's options, every API default and convention already applied (a
 // request without a seed gets a random one here), so the backend passes it on as is.
 type genOptions struct {
-	Sample     sample.Options
+	Sample sample.Options
+	// Seeded says the client gave the seed: the same request must then give the same output,
+	// which with a draft means a fixed draft depth (runner.Depth.Seeded).
+	Seeded     bool
 	NumPredict int // tokens to generate; < 0 means until the context is full
 	NumCtx     int // 0: the model's context length
 	Stop       []string
@@ -354,7 +357,7 @@ func parseOllamaOptions(opts map[string]json.RawMessage) (genOptions, *RequestEr
 		if err := json.Unmarshal(raw, &v); err != nil || v != math.Trunc(v) || math.Abs(v) > 1<<62 {
 			return o, badField("options.seed", "expected an integer, got %s", clip(raw))
 		}
-		s.Seed = uint64(int64(v))
+		s.Seed, o.Seeded = uint64(int64(v)), true
 	}
 	// ollama's repeat_last_n 0 is a window of no tokens (every penalty off), where the
 	// sampler's 0 means its default window; -1, the whole context, is the sampler's -1 too.
@@ -524,7 +527,7 @@ func (c *openAICommon) toJob(maxTokens *int, maxParam string) (*openAIJob, *Requ
 		s.RepeatPenalty = float32(*c.RepeatPenalty)
 	}
 	if c.Seed != nil {
-		s.Seed = uint64(*c.Seed)
+		s.Seed, o.Seeded = uint64(*c.Seed), true
 	}
 	if maxTokens != nil {
 		if *maxTokens <= 0 {

@@ -109,7 +109,7 @@ func (s *Server) execute(r *http.Request, j *job, piece func(string) error) (*ou
 		return out, nil
 	}
 
-	res, err := m.Generate(ctx, GenRequest{Prompt: ids, MaxTokens: maxTokens, Options: j.Opts.Sample, Stop: j.Opts.Stop},
+	res, err := m.Generate(ctx, GenRequest{Prompt: ids, MaxTokens: maxTokens, Options: j.Opts.Sample, Seeded: j.Opts.Seeded, Stop: j.Opts.Stop},
 		func(t Token) error {
 			if t.Text == "" {
 				return nil

@@ -163,7 +163,9 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return nil
 	}
 	seq := runner.NewSequence(e.Target, capacity)
-	req := runner.Request{Prompt: ids, Options: opts, MaxTokens: *n, Stop: e.Stop, StopStrings: stops}
+	// An explicit --seed asks for a reproducible run: with a draft, a fixed depth (the default
+	// seed 0 also replays plain decoding, but leaves the depth to the controller).
+	req := runner.Request{Prompt: ids, Options: opts, MaxTokens: *n, Stop: e.Stop, StopStrings: stops, Seeded: flagSet(fs, "seed")}
 	if stream != nil {
 		req.Text = stream
 	}
