@@ -56,6 +56,10 @@ type ModelInfo struct {
 	ContextLength int       // 0 if unknown until loaded
 	ModifiedAt    time.Time // zero if unknown
 	Template      string    // chat template source, shown by /api/show
+
+	// ModelContext is the context the model itself supports (0 if unknown); ContextLength is
+	// less when the server caps it (dflash serve --ctx).
+	ModelContext int
 }
 
 // ChatMessage is one turn of a conversation. Role is "system", "user", "assistant" or "tool".

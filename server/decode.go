@@ -118,6 +118,7 @@ type OllamaGenerateRequest struct {
 	KeepAlive json.RawMessage            `json:"keep_alive"`
 	Options   map[string]json.RawMessage `json:"options"`
 	Think     json.RawMessage            `json:"think"`
+	Truncate  *bool                      `json:"truncate"`
 }
 
 // OllamaMessage is one message of POST /api/chat.
@@ -140,6 +141,7 @@ type OllamaChatRequest struct {
 	KeepAlive json.RawMessage            `json:"keep_alive"`
 	Template  string                     `json:"template"`
 	Think     json.RawMessage            `json:"think"`
+	Truncate  *bool                      `json:"truncate"`
 }
 
 // job is a validated generation request, API-neutral.
@@ -153,6 +155,9 @@ type job struct {
 	Prompt   string
 	Messages []ChatMessage
 	Raw      bool
+	// Truncate makes a prompt longer than the context keep its tail (ollama's APIs, unless the
+	// request says "truncate": false); otherwise such a prompt is refused (OpenAI's).
+	Truncate bool
 	Notes    []string // things accepted but ignored, for the log
 }
 
@@ -164,7 +169,7 @@ func parseOllamaGenerate(body []byte) (*job, *RequestError) {
 	if err := decodeJSON(body, &r); err != nil {
 		return nil, err
 	}
-	j := &job{Model: r.Model, Stream: r.Stream == nil || *r.Stream, Raw: r.Raw}
+	j := &job{Model: r.Model, Stream: r.Stream == nil || *r.Stream, Raw: r.Raw, Truncate: r.Truncate == nil || *r.Truncate}
 	if err := commonOllama(j, r.Model, r.Format, r.Think, r.KeepAlive, r.Options, r.Template); err != nil {
 		return nil, err
 	}
@@ -194,7 +199,7 @@ func parseOllamaChat(body []byte) (*job, *RequestError) {
 	if err := decodeJSON(body, &r); err != nil {
 		return nil, err
 	}
-	j := &job{Model: r.Model, Stream: r.Stream == nil || *r.Stream}
+	j := &job{Model: r.Model, Stream: r.Stream == nil || *r.Stream, Truncate: r.Truncate == nil || *r.Truncate}
 	if err := commonOllama(j, r.Model, r.Format, r.Think, r.KeepAlive, r.Options, r.Template); err != nil {
 		return nil, err
 	}
