@@ -49,6 +49,32 @@ func (p Depth) Fresh() Depth {
 	return Adaptive(nil)
 }
 
+// SeededDepth is how many tokens each round of a seeded request drafts when its drafter's policy
+// is adaptive (see Depth.Seeded): deep enough to keep most of a good draft's accepted run (the
+// published DFlash drafts accept 3 to 5 tokens a round at temperature 1), shallow enough that a
+// draft that rarely hits costs at most 4 extra verified rows a round.
+const SeededDepth = 4
+
+// Seeded is the policy of a request that must reproduce its output from its seed: p itself when
+// fixed, Fixed(SeededDepth) when adaptive.
+//
+// Keying each position's draws by the seed and the position (sample.Sampler.Uniform) is not enough
+// on its own. With rejection sampling the token emitted at position p depends on whether p was
+// drafted, and if so on the proposal q_p and the draft drawn from it; q_p depends on the round's
+// block (its anchor, and its length: a bidirectional draft's rows change with the number of MASK
+// rows). So the output of a seed depends on the depth schedule, and an adaptive controller picks
+// depths by measured wall time, which differs run to run and across requests as the controller
+// learns. No scheme keeps the output independent of the schedule at rejection sampling's
+// acceptance: a coupling whose emitted token ignores the draft (Gumbel-max style) can guarantee
+// no more than (1-TV)/(1+TV) acceptance, against rejection sampling's 1-TV. A fixed schedule is
+// the price of reproducibility; a seeded request neither follows nor trains the controller.
+func (p Depth) Seeded() Depth {
+	if _, ok := p.IsFixed(); ok {
+		return p
+	}
+	return Fixed(SeededDepth)
+}
+
 // orFresh is p, with a fresh controller if p is the zero Depth.
 func (p Depth) orFresh() Depth {
 	if !p.set {

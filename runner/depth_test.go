@@ -277,3 +277,16 @@ func TestExplorationClimbsWhenRowsAreDear(t *testing.T) {
 		t.Fatalf("never-accepted drafts still drafted at the end: %v", tail)
 	}
 }
+
+// TestSeededDepth: a seeded request keeps a fixed policy as it is and replaces an adaptive one
+// (the zero Depth included) by Fixed(SeededDepth), so no measured time reaches its schedule.
+func TestSeededDepth(t *testing.T) {
+	for _, tc := range []struct {
+		p    Depth
+		want int
+	}{{Fixed(2), 2}, {Fixed(0), 0}, {Adaptive(&Controller{}), SeededDepth}, {Depth{}, SeededDepth}} {
+		if n, ok := tc.p.Seeded().IsFixed(); !ok || n != tc.want {
+			t.Errorf("%v seeded: %v, want fixed %d", tc.p, tc.p.Seeded(), tc.want)
+		}
+	}
+}

@@ -8,7 +8,8 @@
 // requests. A Session is per sequence: it holds the draft cache and the context rows not yet
 // written, and lives as long as the sequence does. Whoever opens a session closes it; Generate
 // only restores it at the start of a request and settles it at the end. The depth policy (Fixed
-// or Adaptive) applies to any drafter alike.
+// or Adaptive) applies to any drafter alike; a seeded request drafts a fixed depth, so that its
+// output reproduces (Depth.Seeded).
 //
 // It must never touch weights or kernels (models do), never decide how a token is drawn from a
 // distribution (package sample does), and never let a rejected draft leave a trace: every token

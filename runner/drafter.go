@@ -35,7 +35,9 @@ type Session interface {
 	// Propose drafts up to n tokens after current (the last emitted token, not yet processed by
 	// the target). history is every token before the first draft (current included); s is the
 	// request's sampler. It returns the drafts and their proposal distributions q (q[i] is d[i]'s);
-	// none when it cannot draft. The slices stay valid until the next call.
+	// none when it cannot draft. d[i] is the token at position len(history)+i, and a sampled draft
+	// is drawn with s's sample.DrawDraft uniform of that position, so its randomness does not
+	// depend on earlier rounds. The slices stay valid until the next call.
 	Propose(current, n int, history []int, s Sampler) (drafts []int, q []sample.Distribution, err error)
 	// Settle writes any pending context and drops any outstanding proposal, leaving the session
 	// level with the rows committed. The loop settles before each proposal (so a round's time

@@ -62,6 +62,10 @@ type Request struct {
 	// Depth picks each round's draft length, usually the session's drafter's Depth(). The zero
 	// Depth is adaptive with a fresh controller for this request.
 	Depth Depth
+	// Seeded says the caller chose Options.Seed to reproduce the output: the same request then
+	// gives the same tokens every time, with a drafter too, because an adaptive Depth is replaced
+	// by a fixed one (Depth.Seeded explains why that is needed).
+	Seeded bool
 
 	PrefillChunk int              // rows per prefill forward (default DefaultPrefillChunk)
 	Clock        func() time.Time // nil: time.Now; tests inject a fake clock
@@ -115,6 +119,9 @@ func Generate(ctx context.Context, seq *Sequence, req Request, emit func(Token) 
 		g.now = time.Now
 	}
 	g.depth = req.Depth.orFresh()
+	if req.Seeded {
+		g.depth = g.depth.Seeded()
+	}
 	g.v.s = NewSampler(req.Options, vocab)
 	if d := req.Session; d != nil {
 		g.taps = d.Taps()

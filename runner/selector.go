@@ -65,8 +65,9 @@ func NewSelectorSessionCache(d model.BlockSelector, c cache.Cache) *SelectorSess
 
 // Propose drafts min(n, B-1) tokens after current by walking the selector's slots over one
 // full-block draft forward (which also writes every pending context row). q[i] is the sparse
-// proposal d[i] was drawn from (one-hot at temperature 0).
-func (s *SelectorSession) Propose(current, n int, _ []int, smp Sampler) ([]int, []sample.Distribution, error) {
+// proposal d[i] was drawn from (one-hot at temperature 0); history serves only for d[i]'s
+// position, len(history)+i, which keys its draw.
+func (s *SelectorSession) Propose(current, n int, history []int, smp Sampler) ([]int, []sample.Distribution, error) {
 	if err := s.check("propose"); err != nil {
 		return nil, nil, err
 	}
@@ -102,7 +103,7 @@ func (s *SelectorSession) Propose(current, n int, _ []int, smp Sampler) ([]int, 
 			q.OneHot(d)
 		} else {
 			sample.Proposal(q, s.ids, s.scores, temp)
-			d = smp.Draw(q)
+			d = smp.Draw(q, len(history)+slot-1, sample.DrawDraft)
 		}
 		s.drafts = append(s.drafts, d)
 		prev = d

@@ -167,12 +167,16 @@ func TestSelectorFollowsScores(t *testing.T) {
 		}
 		v := verifier{s: NewSampler(sample.Options{Temperature: 1, Seed: 9}, 5)}
 		accepted := 0
+		// Draws are keyed by position, so each round decides a later position (a longer history
+		// of the current token; no penalty reads it) to draw afresh.
+		hist := []int{0}
 		for range 200 {
-			d, q, err := s.Propose(0, 3, []int{0}, hot)
+			d, q, err := s.Propose(0, 3, hist, hot)
 			if err != nil {
 				t.Fatal(err)
 			}
-			out, acc := v.decide(logits, 5, d, q, []int{0})
+			out, acc := v.decide(logits, 5, d, q, hist)
+			hist = append(hist, 0)
 			if out[0] != sure {
 				t.Fatalf("target sure of %d: round emitted %v from drafts %v", sure, out, d)
 			}

@@ -294,7 +294,7 @@ func (s *BlockSession) Propose(current, n int, history []int, smp Sampler) ([]in
 	for i := 1; i <= n; i++ {
 		q := &s.q[i-1]
 		smp.Distribution(q, logits[i*vocab:(i+1)*vocab], s.hist)
-		d := smp.Choose(q)
+		d := smp.Choose(q, len(s.hist), sample.DrawDraft)
 		s.drafts = append(s.drafts, d)
 		s.hist = append(s.hist, d)
 	}

@@ -17,7 +17,9 @@ func NewSampler(o sample.Options, vocab int) Sampler {
 
 // verifier decides a round from the target's logits over [current, d_1..d_n] (DFLASH.md
 // section 1). Row i's target distribution p_{i+1} is built with history + d_1..d_i, the same
-// history the drafter used for q_{i+1}, so penalties see the drafts as generated tokens.
+// history the drafter used for q_{i+1}, so penalties see the drafts as generated tokens. Row i
+// decides the token at position len(history)+i, and its draws (accept test, residual, bonus) are
+// keyed by that position, the position the drafter drew d_{i+1} at.
 type verifier struct {
 	s    Sampler
 	p    sample.Distribution
@@ -32,9 +34,10 @@ func (v *verifier) decide(logits []float32, vocab int, drafts []int, q []sample.
 	v.hist = append(v.hist[:0], history...)
 	v.out = v.out[:0]
 	for i := 0; i <= len(drafts); i++ {
+		pos := len(v.hist)
 		v.s.Distribution(&v.p, logits[i*vocab:(i+1)*vocab], v.hist)
 		if i == len(drafts) {
-			v.out = append(v.out, v.s.Choose(&v.p))
+			v.out = append(v.out, v.s.Choose(&v.p, pos, sample.DrawToken))
 			break
 		}
 		d := drafts[i]
@@ -43,10 +46,10 @@ func (v *verifier) decide(logits []float32, vocab int, drafts []int, q []sample.
 				v.out = append(v.out, top)
 				break
 			}
-		} else if !v.s.Accept(&v.p, &q[i], d) {
+		} else if !v.s.Accept(&v.p, &q[i], d, pos) {
 			// Resampling from the residual norm(max(p - q, 0)) is what makes accept-or-resample
 			// distributed exactly as p (sample.Resample falls back to p when p == q).
-			v.out = append(v.out, v.s.Resample(&v.p, &q[i]))
+			v.out = append(v.out, v.s.Resample(&v.p, &q[i], pos))
 			break
 		}
 		v.out = append(v.out, d)

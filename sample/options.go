@@ -21,8 +21,8 @@ type Options struct {
 	PresencePenalty  float32 // subtracted once from a token present in the window
 	FrequencyPenalty float32 // subtracted count times from a token seen count times in the window
 	PenaltyWindow    int     // how many most recent history tokens count (0 = 64 default; -1 = all)
-	// Seed seeds the sampler's PCG stream: the same Seed (and the same sequence of calls) gives
-	// the same draws, on every platform.
+	// Seed keys every draw (Sampler.Uniform): the same Seed gives the same draw for the same
+	// position and purpose, on every platform, however many draws came before.
 	Seed uint64
 }
 

@@ -15,13 +15,14 @@ func (d *Distribution) Mode() int {
 	return bi
 }
 
-// Choose picks a token from d: its Mode when the sampler is greedy, a Draw otherwise. Drafts
-// and verification both choose through it, so at temperature 0 they break ties alike.
-func (s *Sampler) Choose(d *Distribution) int {
+// Choose picks the token at position pos from d: its Mode when the sampler is greedy, a Draw for
+// purpose why otherwise. Drafts and verification both choose through it, so at temperature 0 they
+// break ties alike.
+func (s *Sampler) Choose(d *Distribution, pos int, why Purpose) int {
 	if s.opt.Greedy() {
 		return d.Mode()
 	}
-	return s.Draw(d)
+	return s.Draw(d, pos, why)
 }
 
 // ArgmaxScore is the index of the largest score, the earliest winning ties; NaN never wins

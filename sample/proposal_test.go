@@ -28,15 +28,15 @@ func TestMode(t *testing.T) {
 func TestChoose(t *testing.T) {
 	d := Distribution{IDs: []int32{4, 9}, P: []float32{0.5, 0.5}}
 	g := New(Options{}, 16)
-	for range 10 {
-		if got := g.Choose(&d); got != 4 {
+	for pos := range 10 {
+		if got := g.Choose(&d, pos, DrawToken); got != 4 {
 			t.Fatalf("greedy Choose %d, want the lower tied id 4", got)
 		}
 	}
 	hot := New(Options{Temperature: 1, Seed: 1}, 16)
 	seen := map[int]bool{}
-	for range 200 {
-		seen[hot.Choose(&d)] = true
+	for pos := range 200 {
+		seen[hot.Choose(&d, pos, DrawDraft)] = true
 	}
 	if !seen[4] || !seen[9] {
 		t.Fatalf("sampled Choose saw %v, want both 4 and 9", seen)

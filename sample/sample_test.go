@@ -92,16 +92,17 @@ func TestLargeVocabPrefilter(t *testing.T) {
 }
 
 // TestDrawsFollowDistribution samples each filter case end to end (Sample) and tests the
-// counts against the reference probabilities.
+// counts against the reference probabilities. Sample decides the position after history, whose
+// uniform is fixed by the seed, so every draw is a request of its own seed (as a server's
+// unseeded requests are).
 func TestDrawsFollowDistribution(t *testing.T) {
 	const n = 40000
 	for i, tc := range filterCases {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.o.Seed = uint64(100 + i)
-			s := New(tc.o, len(smallLogits))
 			counts := make([]int, len(smallLogits))
-			for range n {
-				counts[s.Sample(smallLogits, tc.history)]++
+			for r := range n {
+				tc.o.Seed = uint64(i)<<32 + uint64(r)
+				counts[New(tc.o, len(smallLogits)).Sample(smallLogits, tc.history)]++
 			}
 			checkDraws(t, counts, reference(tc.o, smallLogits, tc.history), n)
 		})
@@ -208,11 +209,12 @@ func TestGreedy(t *testing.T) {
 // near-uniform 12-way distribution coincide by chance with probability ~12^-40).
 func TestSeed(t *testing.T) {
 	flat := make([]float32, 12)
+	history := make([]int, 0, 40)
 	run := func(seed uint64) []int {
 		s := New(Options{Temperature: 1, Seed: seed}, len(flat))
 		var out []int
-		for range 40 {
-			out = append(out, s.Sample(flat, nil))
+		for i := range 40 {
+			out = append(out, s.Sample(flat, history[:i]))
 		}
 		return out
 	}
@@ -223,12 +225,70 @@ func TestSeed(t *testing.T) {
 	if slices.Equal(a, c) {
 		t.Errorf("seeds 42 and 43 gave the same draws %v", a)
 	}
-	// Uniform shares the stream: same seed, same values.
-	s1, s2 := New(Options{Seed: 9}, 0), New(Options{Seed: 9}, 0)
-	for range 5 {
-		if u1, u2 := s1.Uniform(), s2.Uniform(); u1 != u2 || u1 < 0 || u1 >= 1 {
-			t.Fatalf("Uniform %v vs %v", u1, u2)
+}
+
+// TestDrawsKeyedByPosition: a position's draw depends on the seed, the position and the purpose
+// only, never on how many draws came before, which is what lets a seeded speculative request
+// reproduce whatever its rounds drafted. One sampler draws positions 0..63 in order; another of
+// the same seed draws them backwards, with draws of every other purpose in between (as rounds of
+// varying depth would make); every position must get the same token.
+func TestDrawsKeyedByPosition(t *testing.T) {
+	flat := make([]float32, 12)
+	o := Options{Temperature: 1, Seed: 7}
+	a, b := New(o, len(flat)), New(o, len(flat))
+	var d Distribution
+	a.Distribution(&d, flat, nil)
+	want := make([]int, 64)
+	for pos := range want {
+		want[pos] = a.Draw(&d, pos, DrawToken)
+	}
+	for pos := len(want) - 1; pos >= 0; pos-- {
+		for _, why := range []Purpose{DrawDraft, DrawAccept, DrawResidual} {
+			b.Draw(&d, pos+1, why)
+			b.Uniform(pos, why)
 		}
+		if got := b.Draw(&d, pos, DrawToken); got != want[pos] {
+			t.Fatalf("position %d: %d after other draws, %d in order", pos, got, want[pos])
+		}
+	}
+	if u1, u2 := a.Uniform(3, DrawAccept), New(o, 0).Uniform(3, DrawAccept); u1 != u2 || u1 < 0 || u1 >= 1 {
+		t.Fatalf("Uniform(3, accept): %v vs %v", u1, u2)
+	}
+}
+
+// TestUniformKeyed checks the counter-based generator the draws come from: along positions (one
+// request's tokens), along seeds at one position (many requests' same token) and for every
+// purpose, the uniforms fill 16 equal bins as a uniform would; and the pairs of purposes that meet
+// at one position (draft and accept, accept and residual, draft and residual, token and draft)
+// fill a 4x4 grid evenly, which a correlation between them would not.
+func TestUniformKeyed(t *testing.T) {
+	const n = 32000
+	purposes := []Purpose{DrawToken, DrawDraft, DrawAccept, DrawResidual}
+	even := func(k int) []float64 {
+		p := make([]float64, k)
+		for i := range p {
+			p[i] = 1 / float64(k)
+		}
+		return p
+	}
+	bin := func(u float64, k int) int { return min(int(u*float64(k)), k-1) }
+	for _, why := range purposes {
+		s := New(Options{Seed: 11}, 0)
+		alongPos, alongSeed := make([]int, 16), make([]int, 16)
+		for i := range n {
+			alongPos[bin(s.Uniform(i, why), 16)]++
+			alongSeed[bin(New(Options{Seed: uint64(i)}, 0).Uniform(5, why), 16)]++
+		}
+		checkDraws(t, alongPos, even(16), n)
+		checkDraws(t, alongSeed, even(16), n)
+	}
+	s := New(Options{Seed: 3}, 0)
+	for _, pair := range [][2]Purpose{{DrawDraft, DrawAccept}, {DrawAccept, DrawResidual}, {DrawDraft, DrawResidual}, {DrawToken, DrawDraft}} {
+		grid := make([]int, 16)
+		for pos := range n {
+			grid[4*bin(s.Uniform(pos, pair[0]), 4)+bin(s.Uniform(pos, pair[1]), 4)]++
+		}
+		checkDraws(t, grid, even(16), n)
 	}
 }
 

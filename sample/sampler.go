@@ -2,8 +2,9 @@ package sample
 
 import (
 	"math"
-	"math/rand/v2"
 	"slices"
+
+	"github.com/dflash/dflash/internal/splitmix"
 )
 
 // expCutoff bounds the tempered logit distance d = (max - z) / T below which a token's weight
@@ -36,14 +37,12 @@ func cmpCand(a, b cand) int {
 	return 0
 }
 
-// Sampler turns logits into tokens for one request. It holds the options, a PCG random stream
-// seeded from Options.Seed (the same seed and the same calls give the same draws) and scratch
-// buffers sized to the vocabulary, so steady-state calls do not allocate. A Sampler is not safe
-// for concurrent use.
+// Sampler turns logits into tokens for one request. It holds the options, the key its draws
+// derive from (see Uniform) and scratch buffers sized to the vocabulary, so steady-state calls do
+// not allocate. A Sampler is not safe for concurrent use.
 type Sampler struct {
 	opt Options
-	pcg rand.PCG
-	rng *rand.Rand
+	key uint64 // splitmix.Mix(Options.Seed): the root every draw's randomness is hashed from
 
 	// count[id] is how often id occurs in the current penalty window; nonzero marks a penalised
 	// id, whose effective logit is adj[id]. Both are reset after every call (only the touched
@@ -62,11 +61,9 @@ type Sampler struct {
 // New makes a sampler for a vocabulary of vocab tokens (scratch grows if larger logits come).
 // Options are used as given; call Options.Validate first to reject bad requests.
 func New(o Options, vocab int) *Sampler {
-	s := &Sampler{opt: o}
-	// The second PCG word is a fixed odd constant mixed with the seed, so nearby seeds start
-	// unrelated streams and seed 0 is as good as any other.
-	s.pcg = *rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15)
-	s.rng = rand.New(&s.pcg)
+	// Mixing the seed first makes nearby seeds (a test's seed+i, a client's 1, 2, 3) unrelated
+	// keys, and seed 0 as good as any other.
+	s := &Sampler{opt: o, key: splitmix.Mix(o.Seed)}
 	s.grow(vocab)
 	return s
 }
@@ -83,8 +80,40 @@ func (s *Sampler) grow(vocab int) {
 	s.z = make([]float32, vocab)
 }
 
-// Uniform is a float64 in [0, 1) from the sampler's stream (the one Draw and Accept use).
-func (s *Sampler) Uniform() float64 { return s.rng.Float64() }
+// Purpose names what a draw at a position decides. Each (position, purpose) has its own
+// uniform, so the draws that may meet at one position are independent of each other: the draft
+// token, its accept test, and the correction drawn after a rejection must be, or speculation would
+// not be exact.
+type Purpose uint8
+
+const (
+	// DrawToken is the target choosing a position's token from p alone: plain decoding, and a
+	// speculative round's bonus token. Plain and speculative decoding draw the same uniform there.
+	DrawToken Purpose = iota + 1
+	// DrawDraft is a draft proposing the token at a position from q.
+	DrawDraft
+	// DrawAccept is the accept test of the draft token at a position.
+	DrawAccept
+	// DrawResidual is the correction drawn at the first rejected position.
+	DrawResidual
+)
+
+// Uniform is the float64 in [0, 1) that a draw for purpose why at sequence position pos uses (pos
+// is the index, from 0 at the prompt's first token, of the token being decided). It is a hash of
+// (Options.Seed, pos, why) with SplitMix64's finaliser, not the next value of a stream: counter
+// based, so the draws for position p do not depend on how many draws earlier positions or
+// rounds made, and a seeded request replays whatever depths its rounds had. Distinct keys give
+// independent-looking uniforms (SplitMix64 is a bijective, well-mixed hash; the tests check
+// uniformity and the independence of the purposes at one position).
+//
+// A position's uniform may be drawn more than once: a round that rejects at position p discards
+// its drafts after p, and the next round drafts p+1 again with the same DrawDraft uniform. That
+// keeps verification exact, because a discarded draft left no trace: nothing emitted depends on
+// it, so its uniform is still independent of everything committed when it is used again.
+func (s *Sampler) Uniform(pos int, why Purpose) float64 {
+	h := splitmix.Mix(splitmix.Mix(s.key^uint64(pos)) ^ uint64(why))
+	return float64(h>>11) / (1 << 53)
+}
 
 // penaltyWindow is the part of history penalties look at.
 func (s *Sampler) penaltyWindow(history []int) []int {
@@ -480,11 +509,11 @@ func (s *Sampler) dense(dst *Distribution, z []float32, invT float32) {
 	}
 }
 
-// Draw samples an id from d with the sampler's stream: one uniform, walked through the
-// cumulative probabilities (largest first when sparse, so the walk is short). Rounding that
-// leaves the uniform above the total picks the last positive entry; -1 for an empty d.
-func (s *Sampler) Draw(d *Distribution) int {
-	u := s.rng.Float64()
+// Draw samples an id from d with Uniform(pos, why), walked through the cumulative probabilities
+// (largest first when sparse, so the walk is short). Rounding that leaves the uniform above the
+// total picks the last positive entry; -1 for an empty d.
+func (s *Sampler) Draw(d *Distribution, pos int, why Purpose) int {
+	u := s.Uniform(pos, why)
 	var cum float64
 	last := -1
 	for i, p := range d.P {
@@ -505,8 +534,8 @@ func (s *Sampler) Draw(d *Distribution) int {
 	return d.ID(last)
 }
 
-// Sample chooses the next token: the penalised argmax when greedy, else a draw from
-// Distribution.
+// Sample chooses the token after history (at position len(history)): the penalised argmax when
+// greedy, else a DrawToken draw from Distribution.
 func (s *Sampler) Sample(logits []float32, history []int) int {
 	if s.opt.Greedy() {
 		if len(logits) == 0 {
@@ -519,5 +548,5 @@ func (s *Sampler) Sample(logits []float32, history []int) int {
 		return id
 	}
 	s.Distribution(&s.dist, logits, history)
-	return s.Draw(&s.dist)
+	return s.Draw(&s.dist, len(history), DrawToken)
 }

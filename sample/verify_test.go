@@ -95,12 +95,14 @@ func TestSpeculativeStepIsExact(t *testing.T) {
 			s := New(Options{Temperature: 1, Seed: uint64(1000 + i)}, 16)
 			counts := make([]int, 16)
 			accepted := 0
-			for range n {
-				tok := s.Draw(tc.q)
-				if s.Accept(tc.p, tc.q, tok) {
+			// Every position takes its draft, accept and residual uniforms from one key, so the
+			// counts also show the three purposes are independent at a position.
+			for pos := range n {
+				tok := s.Draw(tc.q, pos, DrawDraft)
+				if s.Accept(tc.p, tc.q, tok, pos) {
 					accepted++
 				} else {
-					tok = s.Resample(tc.p, tc.q)
+					tok = s.Resample(tc.p, tc.q, pos)
 				}
 				counts[tok]++
 			}
@@ -125,14 +127,14 @@ func TestSpeculativeStepIsExact(t *testing.T) {
 func TestAcceptEdges(t *testing.T) {
 	s := New(Options{Temperature: 1}, 4)
 	p, q := dist(nil, .5, .5, 0), dist(nil, .25, 0, .75)
-	for range 100 {
-		if !s.Accept(p, q, 0) { // p >= q: always
+	for pos := range 100 {
+		if !s.Accept(p, q, 0, pos) { // p >= q: always
 			t.Fatal("rejected a token with p >= q")
 		}
-		if s.Accept(p, q, 2) { // p = 0: never
+		if s.Accept(p, q, 2, pos) { // p = 0: never
 			t.Fatal("accepted a token with p = 0")
 		}
-		if !s.Accept(p, q, 1) { // q = 0, p > 0: ratio infinite
+		if !s.Accept(p, q, 1, pos) { // q = 0, p > 0: ratio infinite
 			t.Fatal("rejected a token with q = 0 < p")
 		}
 	}

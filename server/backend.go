@@ -59,6 +59,10 @@ type ModelInfo struct {
 	// Error, when set, says why the model is unavailable: it failed its startup checks and was
 	// kept in the listing (dflash serve --skip-broken). Requests for it are refused with it.
 	Error string
+
+	// ModelContext is the context the model itself supports (0 if unknown); ContextLength is
+	// less when the server caps it (dflash serve --ctx).
+	ModelContext int
 }
 
 // ChatMessage is one turn of a conversation. Role is "system", "user", "assistant" or "tool".
@@ -80,6 +84,9 @@ type GenRequest struct {
 	// Options are the sampler's, filled by the server with every API default applied (a request
 	// without a seed has a random one); a backend uses them as they are.
 	Options sample.Options
+	// Seeded says the client chose Options.Seed: the same request must give the same output every
+	// time, which a backend that drafts ensures with a fixed draft depth (runner.Request.Seeded).
+	Seeded bool
 	// Stop strings end the generation at their first occurrence in the output's text
 	// (DoneReason "stop"); neither the string nor anything after it is emitted, and text that
 	// may begin one is held back until it cannot (package runner/stop does all of this). The

@@ -78,7 +78,10 @@ func present(r json.RawMessage) bool {
 // straight into the sampler's options, every API default and convention already applied (a
 // request without a seed gets a random one here), so the backend passes it on as is.
 type genOptions struct {
-	Sample     sample.Options
+	Sample sample.Options
+	// Seeded says the client gave the seed: the same request must then give the same output,
+	// which with a draft means a fixed draft depth (runner.Depth.Seeded).
+	Seeded     bool
 	NumPredict int // tokens to generate; < 0 means until the context is full
 	NumCtx     int // 0: the model's context length
 	Stop       []string
@@ -115,6 +118,7 @@ type OllamaGenerateRequest struct {
 	KeepAlive json.RawMessage            `json:"keep_alive"`
 	Options   map[string]json.RawMessage `json:"options"`
 	Think     json.RawMessage            `json:"think"`
+	Truncate  *bool                      `json:"truncate"`
 }
 
 // OllamaMessage is one message of POST /api/chat.
@@ -137,6 +141,7 @@ type OllamaChatRequest struct {
 	KeepAlive json.RawMessage            `json:"keep_alive"`
 	Template  string                     `json:"template"`
 	Think     json.RawMessage            `json:"think"`
+	Truncate  *bool                      `json:"truncate"`
 }
 
 // job is a validated generation request, API-neutral.
@@ -150,6 +155,9 @@ type job struct {
 	Prompt   string
 	Messages []ChatMessage
 	Raw      bool
+	// Truncate makes a prompt longer than the context keep its tail (ollama's APIs, unless the
+	// request says "truncate": false); otherwise such a prompt is refused (OpenAI's).
+	Truncate bool
 	Notes    []string // things accepted but ignored, for the log
 }
 
@@ -161,7 +169,7 @@ func parseOllamaGenerate(body []byte) (*job, *RequestError) {
 	if err := decodeJSON(body, &r); err != nil {
 		return nil, err
 	}
-	j := &job{Model: r.Model, Stream: r.Stream == nil || *r.Stream, Raw: r.Raw}
+	j := &job{Model: r.Model, Stream: r.Stream == nil || *r.Stream, Raw: r.Raw, Truncate: r.Truncate == nil || *r.Truncate}
 	if err := commonOllama(j, r.Model, r.Format, r.Think, r.KeepAlive, r.Options, r.Template); err != nil {
 		return nil, err
 	}
@@ -191,7 +199,7 @@ func parseOllamaChat(body []byte) (*job, *RequestError) {
 	if err := decodeJSON(body, &r); err != nil {
 		return nil, err
 	}
-	j := &job{Model: r.Model, Stream: r.Stream == nil || *r.Stream}
+	j := &job{Model: r.Model, Stream: r.Stream == nil || *r.Stream, Truncate: r.Truncate == nil || *r.Truncate}
 	if err := commonOllama(j, r.Model, r.Format, r.Think, r.KeepAlive, r.Options, r.Template); err != nil {
 		return nil, err
 	}
@@ -354,7 +362,7 @@ func parseOllamaOptions(opts map[string]json.RawMessage) (genOptions, *RequestEr
 		if err := json.Unmarshal(raw, &v); err != nil || v != math.Trunc(v) || math.Abs(v) > 1<<62 {
 			return o, badField("options.seed", "expected an integer, got %s", clip(raw))
 		}
-		s.Seed = uint64(int64(v))
+		s.Seed, o.Seeded = uint64(int64(v)), true
 	}
 	// ollama's repeat_last_n 0 is a window of no tokens (every penalty off), where the
 	// sampler's 0 means its default window; -1, the whole context, is the sampler's -1 too.
@@ -524,7 +532,7 @@ func (c *openAICommon) toJob(maxTokens *int, maxParam string) (*openAIJob, *Requ
 		s.RepeatPenalty = float32(*c.RepeatPenalty)
 	}
 	if c.Seed != nil {
-		s.Seed = uint64(*c.Seed)
+		s.Seed, o.Seeded = uint64(*c.Seed), true
 	}
 	if maxTokens != nil {
 		if *maxTokens <= 0 {

@@ -36,8 +36,9 @@ func TestBadRequests(t *testing.T) {
 		{"think", "/api/chat", `{"model":"fake","messages":[],"think":true}`, 400, `"think"`, ""},
 		{"tools", "/api/chat", `{"model":"fake","messages":[],"tools":[{"type":"function"}]}`, 400, `"tools"`, ""},
 		{"bad role", "/api/chat", `{"model":"fake","messages":[{"role":"wizard","content":"x"}]}`, 400, "messages[0].role", ""},
-		{"too long", "/api/generate", `{"model":"fake","prompt":"` + long + `"}`, 400, "prompt is 103 tokens but the model's context length is 64", ""},
-		{"too long num_ctx", "/api/generate", `{"model":"fake","prompt":"a b c","options":{"num_ctx":4}}`, 400, "num_ctx is 4", ""},
+		// ollama's APIs truncate a long prompt (truncate_test.go) unless asked not to.
+		{"too long", "/api/generate", `{"model":"fake","truncate":false,"prompt":"` + long + `"}`, 400, "prompt is 103 tokens but the model's context is 64 tokens", ""},
+		{"too long num_ctx", "/api/chat", `{"model":"fake","truncate":false,"messages":[{"role":"user","content":"a b c"}],"options":{"num_ctx":4}}`, 400, "num_ctx is 4 tokens", ""},
 		{"too large", "/api/generate", big, 413, "larger than 4096 bytes", ""},
 
 		{"oai malformed", "/v1/chat/completions", `{"model":`, 400, "byte offset", ""},
@@ -55,7 +56,7 @@ func TestBadRequests(t *testing.T) {
 		{"oai image part", "/v1/chat/completions", `{"model":"fake","messages":[{"role":"user","content":[{"type":"image_url"}]}]}`, 400, "not supported", "messages[0].content[0].type"},
 		{"oai wrong type", "/v1/chat/completions", `{"model":"fake","messages":"hi"}`, 400, "messages", "messages"},
 		{"oai stream_options", "/v1/chat/completions", `{"model":"fake","messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":true}}`, 400, "stream", "stream_options"},
-		{"oai too long", "/v1/chat/completions", `{"model":"fake","messages":[{"role":"user","content":"` + long + `"}]}`, 400, "prompt is", "messages"},
+		{"oai too long", "/v1/chat/completions", `{"model":"fake","messages":[{"role":"user","content":"` + long + `"}]}`, 400, "tokens but the model's context is 64 tokens", "messages"},
 		{"oai completion no prompt", "/v1/completions", `{"model":"fake"}`, 400, "prompt", "prompt"},
 		{"oai completion two prompts", "/v1/completions", `{"model":"fake","prompt":["a","b"]}`, 400, "one prompt", "prompt"},
 		{"oai completion echo", "/v1/completions", `{"model":"fake","prompt":"a","echo":true}`, 400, "not supported", "echo"},

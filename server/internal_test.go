@@ -4,8 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/dflash/dflash/internal/shareddata"
+	"github.com/dflash/dflash/tokenizer"
 )
 
 func TestSchedulerFIFO(t *testing.T) {
@@ -165,4 +170,40 @@ func FuzzParseOpenAICompletion(f *testing.F) {
 		}
 		checkJob(t, nil, err)
 	})
+}
+
+// tokBounder is a promptBounder over a real tokenizer, BOS included as the backend counts it.
+type tokBounder struct{ tok tokenizer.Tokenizer }
+
+func (b tokBounder) MinPromptTokens(text string) int { return 1 + tokenizer.MinTokens(b.tok, text) }
+
+// TestTruncationCutIsFarFromTheTail: cutting a long prompt to a tail before tokenizing (so a huge
+// body costs what the context costs) keeps exactly the tokens truncating the whole prompt's
+// tokenization keeps, with stories260K's SentencePiece-style tokenizer on TinyStories text, for
+// tails of several lengths: the cut lies more than a context of tokens before them.
+func TestTruncationCutIsFarFromTheTail(t *testing.T) {
+	tok, err := tokenizer.Load(shareddata.Path(t, "stories260K/tok512.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(shareddata.Path(t, "corpora/tinystories_val_800K.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	encode := func(s string) []int { return append([]int{tok.BOS()}, tok.Encode(s)...) }
+	head := []int{tok.BOS()}
+	for _, size := range []int{150_000, 200_003, 250_007} {
+		text := string(data[len(data)-size:])
+		const ctxLen = 512
+		tail := promptTail(tokBounder{tok}, text, 2*ctxLen)
+		if len(tail) >= len(text) {
+			t.Fatalf("%d bytes: no cut (tail of %d bytes): the test needs one", size, len(tail))
+		}
+		for _, keep := range []int{ctxLen - 128, ctxLen - 1} {
+			want := truncatePrompt(encode(text), head, keep)
+			if got := truncatePrompt(encode(tail), head, keep); !slices.Equal(got, want) {
+				t.Fatalf("%d bytes cut to %d, keeping %d: truncated prompts differ", size, len(tail), keep)
+			}
+		}
+	}
 }

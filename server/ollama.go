@@ -232,14 +232,21 @@ func (s *Server) handleShow(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	mInfo := map[string]any{"general.architecture": mi.Family, "general.name": mi.Name}
-	if mi.ContextLength > 0 && mi.Family != "" {
-		mInfo[mi.Family+".context_length"] = mi.ContextLength
+	// As ollama shows them: model_info holds what the model supports, and the parameters its
+	// num_ctx, the context generations get (less when --ctx caps it).
+	var params string
+	if mi.ContextLength > 0 {
+		if mi.Family != "" {
+			mInfo[mi.Family+".context_length"] = max(mi.ModelContext, mi.ContextLength)
+		}
+		params = fmt.Sprintf("%-30s %d", "num_ctx", mi.ContextLength)
 	}
 	if mi.Draft != "" {
 		mInfo["dflash.draft"] = mi.Draft
 	}
 	writeJSON(w, http.StatusOK, OllamaShowResponse{
 		Modelfile:    fmt.Sprintf("# dflash serves %s from its configured weights; there is no Modelfile.\n", mi.Name),
+		Parameters:   params,
 		Template:     mi.Template,
 		Details:      details(mi),
 		ModelInfo:    mInfo,

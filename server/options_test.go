@@ -67,3 +67,39 @@ func TestOptionsParseToSampler(t *testing.T) {
 		t.Errorf("OpenAI random seeds collide: %d", a.Opts.Sample.Seed)
 	}
 }
+
+// TestSeededMarksTheClientsSeed: only a seed the client gave makes a request seeded (a fixed
+// draft depth, so it reproduces); the random seed of an unseeded request does not.
+func TestSeededMarksTheClientsSeed(t *testing.T) {
+	for _, tc := range []struct {
+		body   string
+		seeded bool
+	}{
+		{`{"model": "m", "prompt": "hi", "options": {"seed": 0}}`, true},
+		{`{"model": "m", "prompt": "hi", "options": {"seed": null}}`, false},
+		{`{"model": "m", "prompt": "hi", "options": {"temperature": 1}}`, false},
+	} {
+		j, rerr := parseOllamaGenerate([]byte(tc.body))
+		if rerr != nil {
+			t.Fatal(rerr)
+		}
+		if j.Opts.Seeded != tc.seeded {
+			t.Errorf("%s: seeded %v, want %v", tc.body, j.Opts.Seeded, tc.seeded)
+		}
+	}
+	for _, tc := range []struct {
+		body   string
+		seeded bool
+	}{
+		{`{"model": "m", "messages": [{"role": "user", "content": "hi"}], "seed": 3}`, true},
+		{`{"model": "m", "messages": [{"role": "user", "content": "hi"}]}`, false},
+	} {
+		j, rerr := parseOpenAIChat([]byte(tc.body))
+		if rerr != nil {
+			t.Fatal(rerr)
+		}
+		if j.Opts.Seeded != tc.seeded {
+			t.Errorf("%s: seeded %v, want %v", tc.body, j.Opts.Seeded, tc.seeded)
+		}
+	}
+}

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
+	"unicode/utf8"
 )
 
 // outcome is a finished generation, API-neutral.
@@ -85,25 +87,43 @@ func (s *Server) execute(r *http.Request, j *job, piece func(string) error) (*ou
 				Msg: fmt.Sprintf("apply chat template of %s: %v", mi.Name, err)}
 		}
 	}
-	ctxLen, ctxName := m.ContextLength(), "the model's context length"
-	if j.Opts.NumCtx > 0 && j.Opts.NumCtx < ctxLen {
-		ctxLen, ctxName = j.Opts.NumCtx, "num_ctx"
-	}
+	ctxLen, ctxName := contextOf(m.ContextLength(), m.Info().ModelContext, j.Opts.NumCtx)
 	// A prompt certain to be too long is refused before it is tokenized: a multi-megabyte body
-	// would otherwise cost seconds and hundreds of MB only to be refused anyway.
+	// would otherwise cost seconds and hundreds of MB only to be refused anyway. One that will be
+	// truncated is cut first to a tail that surely holds more than the context, for the same
+	// reason; the cut lies at least ctxLen tokens before anything truncation keeps.
+	size, cut := len(text), false
 	if pb, ok := m.(promptBounder); ok {
 		if n := pb.MinPromptTokens(text); n >= ctxLen {
-			return nil, &RequestError{Status: http.StatusBadRequest, Param: param, Code: "context_length_exceeded",
-				Msg: fmt.Sprintf("prompt is at least %d tokens (%d bytes) but %s is %d tokens", n, len(text), ctxName, ctxLen)}
+			if !j.Truncate {
+				return nil, &RequestError{Status: http.StatusBadRequest, Param: param, Code: "context_length_exceeded",
+					Msg: fmt.Sprintf("prompt is at least %d tokens (%d bytes) but %s", n, len(text), ctxName)}
+			}
+			text = promptTail(pb, text, 2*ctxLen)
+			cut = len(text) < size
 		}
 	}
 	ids, err := m.Tokenize(text)
 	if err != nil {
 		return nil, &RequestError{Status: http.StatusBadRequest, Param: param, Msg: fmt.Sprintf("tokenize %s: %v", param, err)}
 	}
+	room := truncationRoom(ctxLen, j.Opts.NumPredict)
 	if len(ids) >= ctxLen {
-		return nil, &RequestError{Status: http.StatusBadRequest, Param: param, Code: "context_length_exceeded",
-			Msg: fmt.Sprintf("prompt is %d tokens but %s is %d tokens (at least one must remain to generate)", len(ids), ctxName, ctxLen)}
+		if !j.Truncate || ctxLen-room < 1 {
+			return nil, &RequestError{Status: http.StatusBadRequest, Param: param, Code: "context_length_exceeded",
+				Msg: fmt.Sprintf("prompt is %d tokens but %s; at least one token must remain to generate", len(ids), ctxName)}
+		}
+		head, err := m.Tokenize("")
+		if err != nil {
+			return nil, &RequestError{Status: http.StatusBadRequest, Param: param, Msg: fmt.Sprintf("tokenize the empty prompt: %v", err)}
+		}
+		long := len(ids)
+		ids = truncatePrompt(ids, head, ctxLen-room)
+		// ollama logs its truncation as a warning with these numbers (limit, prompt, keep, new);
+		// prompt_eval_count then reports the truncated prompt, as ollama's does. With a cut the
+		// whole prompt was never tokenized: its count is that of the tail.
+		s.log.Warn("truncating input prompt", "path", r.URL.Path, "model", mi.Name, "limit", ctxLen,
+			"prompt", long, "prompt_bytes", size, "cut_before_tokenizing", cut, "keep", len(head), "new", len(ids), "room", ctxLen-len(ids))
 	}
 	maxTokens := ctxLen - len(ids)
 	if j.Opts.NumPredict >= 0 && j.Opts.NumPredict < maxTokens {
@@ -117,7 +137,7 @@ func (s *Server) execute(r *http.Request, j *job, piece func(string) error) (*ou
 	}
 
 	out.Context = ids[:len(ids):len(ids)]
-	res, err := m.Generate(ctx, GenRequest{Prompt: ids, MaxTokens: maxTokens, Options: j.Opts.Sample, Stop: j.Opts.Stop},
+	res, err := m.Generate(ctx, GenRequest{Prompt: ids, MaxTokens: maxTokens, Options: j.Opts.Sample, Seeded: j.Opts.Seeded, Stop: j.Opts.Stop},
 		func(t Token) error {
 			if t.ID >= 0 { // -1: a flushed tail of text, no token of its own
 				out.Context = append(out.Context, t.ID)
@@ -140,6 +160,66 @@ func (s *Server) execute(r *http.Request, j *job, piece func(string) error) (*ou
 	}
 	out.Res, out.DoneReason, out.Total = res, res.DoneReason, time.Since(start)
 	return out, nil
+}
+
+// contextOf is the context a generation may use and how an error names it: num_ctx when the
+// request asks for less than the model is served with, else the served context, which says so
+// when the server's --ctx caps what the model supports.
+func contextOf(served, supported, numCtx int) (int, string) {
+	switch {
+	case numCtx > 0 && numCtx < served:
+		return numCtx, fmt.Sprintf("num_ctx is %d tokens", numCtx)
+	case supported > served:
+		return served, fmt.Sprintf("the context is %d tokens (capped by --ctx; the model supports %d)", served, supported)
+	}
+	return served, fmt.Sprintf("the model's context is %d tokens", served)
+}
+
+// truncationRoom is how many positions a truncated prompt leaves free to generate: a quarter of
+// the context, or num_predict when the request asks for fewer (at least one). ollama truncates
+// to the full context and then shifts it (discarding old rows) as it generates; dflash has no
+// context shift, a generation ends when its cache is full, so the answer gets only what
+// truncation leaves, and a prompt cut to the full context would answer one token. A quarter
+// leaves room for a useful answer and keeps three quarters of the context for the prompt's
+// newest text.
+func truncationRoom(ctxLen, numPredict int) int {
+	room := max(1, ctxLen/4)
+	if numPredict > 0 && numPredict < room {
+		room = numPredict
+	}
+	return room
+}
+
+// truncatePrompt keeps keep tokens of a prompt: the ones every prompt of the model starts with
+// (head, the tokenization of the empty prompt: its BOS when it adds one) and the newest. This is
+// ollama's choice, the tail, which holds the latest turn and the template's generation prompt.
+// ollama's runner keeps the first num_keep tokens (default 4) before the tail; dflash keeps only
+// the BOS, which the model was trained to see at position 0, since the tokens after it are the
+// head of text that is being cut anyway. (ollama's /api/chat also first drops whole old messages,
+// keeping system ones; dflash truncates tokens only.) At least one tail token is kept: the last
+// prompt token is the first round's current token.
+func truncatePrompt(ids, head []int, keep int) []int {
+	if len(head) > len(ids) || !slices.Equal(ids[:len(head)], head) || keep-len(head) < 1 {
+		head = nil
+	}
+	out := append([]int(nil), head...)
+	return append(out, ids[len(ids)-(keep-len(head)):]...)
+}
+
+// promptTail is the shortest suffix of text, starting at a UTF-8 character, that the cheap bound
+// proves holds at least want tokens, or text itself. Tokenizing it in place of the whole text
+// bounds the tokenizer's work by the context rather than the body; the tokens near the cut may
+// differ from the whole text's, but truncation keeps only tokens far past it.
+func promptTail(pb promptBounder, text string, want int) string {
+	for l := min(len(text), 16*want); ; l = min(len(text), 2*l) {
+		start := len(text) - l
+		for start > 0 && !utf8.RuneStart(text[start]) {
+			start--
+		}
+		if start == 0 || pb.MinPromptTokens(text[start:]) >= want {
+			return text[start:]
+		}
+	}
 }
 
 // promptBounder is a Model that can bound a prompt's token count from below without tokenizing

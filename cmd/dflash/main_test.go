@@ -114,7 +114,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "--model", bin, "-p", "hi", "--kernel", "nope"}, 2, "nope"},
 		{[]string{"run", "--model", bin + ".missing", "-p", "hi"}, 1, "missing"},
 		{[]string{"run", "--model", bin, "-p", "hi", "--draft", "oracle", "--temp", "1"}, 2, "greedy"},
-		{[]string{"run", "--model", bin, "-p", strings.Repeat("once upon a time ", 400)}, 1, "does not fit the context"},
+		{[]string{"run", "--model", bin, "-p", strings.Repeat("once upon a time ", 400)}, 1, "does not fit the model's context of 512 tokens"},
+		{[]string{"run", "--model", bin, "--ctx", "8", "-p", strings.Repeat("once upon a time ", 4)}, 1, "context of 8 tokens (capped by --ctx; the model supports 512)"},
 	}
 	for _, c := range cases {
 		code, _, errs := runCLI(t, "", c.args...)

@@ -120,7 +120,10 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		}
 	}
 	if len(ids) >= capacity {
-		return fmt.Errorf("prompt of %d tokens does not fit the context of %d tokens (raise --ctx up to the model's %d)", len(ids), capacity, e.Desc.Context)
+		if e.Desc.Context > capacity {
+			return fmt.Errorf("prompt of %d tokens does not fit the context of %d tokens (capped by --ctx; the model supports %d)", len(ids), capacity, e.Desc.Context)
+		}
+		return fmt.Errorf("prompt of %d tokens does not fit the model's context of %d tokens (at least one must remain to generate)", len(ids), capacity)
 	}
 
 	drafter, err := df.drafter(e, ids, opts, *n, capacity)
@@ -163,7 +166,9 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return nil
 	}
 	seq := runner.NewSequence(e.Target, capacity)
-	req := runner.Request{Prompt: ids, Options: opts, MaxTokens: *n, Stop: e.Stop, StopStrings: stops}
+	// An explicit --seed asks for a reproducible run: with a draft, a fixed depth (the default
+	// seed 0 also replays plain decoding, but leaves the depth to the controller).
+	req := runner.Request{Prompt: ids, Options: opts, MaxTokens: *n, Stop: e.Stop, StopStrings: stops, Seeded: flagSet(fs, "seed")}
 	if stream != nil {
 		req.Text = stream
 	}

@@ -1,7 +1,7 @@
 // Package splitmix is SplitMix64, the one small deterministic generator dflash uses where numbers
 // need only be reproducible and well mixed: random test and synthetic weights, an oracle draft's
-// noise. It is never a sampler's source (package sample owns those) and never for anything that
-// must be unpredictable.
+// noise, and the hash package sample keys a sampler's draws with (seed, position, purpose). It is
+// never for anything that must be unpredictable.
 package splitmix
 
 // gamma is SplitMix64's increment, the odd integer closest to 2^64 / phi.

@@ -294,10 +294,10 @@ func TestModelsListing(t *testing.T) {
 	}
 	st, _ := os.Stat(bin)
 	// stories260K: 64-dim, 5 layers, 512 tokens, tied head: 260,032 parameters. Its context
-	// (512, below the default cap) and its chat fallback (no template, no ChatML tokens: plain
-	// turns) are known from the files before the model loads.
+	// (512, below the default cap, so served whole) and its chat fallback (no template, no ChatML
+	// tokens: plain turns) are known from the files before the model loads.
 	want := server.ModelInfo{Name: "stories260K:latest", Family: "llama", ParameterSize: "260K", Quantization: "F32",
-		Format: "llama2.c", Size: st.Size(), ModifiedAt: st.ModTime().UTC(), ContextLength: 512, Template: backend.PlainTemplate,
+		Format: "llama2.c", Size: st.Size(), ModifiedAt: st.ModTime().UTC(), ContextLength: 512, ModelContext: 512, Template: backend.PlainTemplate,
 		Digest: ms[0].Digest}
 	// The digest is ollama's: 64 hex digits (`ollama list` shows its first 12 as the ID). It
 	// covers the draft's files too, so the two entries differ, and it is stable across starts.
@@ -370,7 +370,8 @@ func TestInfoIsTheDescription(t *testing.T) {
 	qwen := testmodel.Qwen3(t, "")
 	draft := randomDraft(t, bin)
 	specs := []backend.Spec{{Name: "stories", Path: bin, Draft: draft}, {Name: "qwen", Path: qwen}}
-	// A cap below both models' 512 positions: the listing shows the cap, the loaded capacity.
+	// A cap below both models' 512 positions: the listing shows the cap, the loaded capacity, and
+	// the model's own 512 beside it.
 	const ctxCap = 256
 	b, err := backend.New(backend.Options{Models: specs, Context: ctxCap})
 	if err != nil {
@@ -388,7 +389,7 @@ func TestInfoIsTheDescription(t *testing.T) {
 		st, _ := os.Stat(s.Path)
 		want := server.ModelInfo{Name: s.Name + ":latest", Family: d.Family, ParameterSize: engine.ParameterSize(d.Parameters),
 			Quantization: d.DType, Format: d.Format, Size: d.Size, ModifiedAt: st.ModTime().UTC(),
-			ContextLength: min(d.Context, ctxCap), Template: d.Template.String()}
+			ContextLength: min(d.Context, ctxCap), ModelContext: d.Context, Template: d.Template.String()}
 		if want.Digest, err = d.Digest(); err != nil {
 			t.Fatal(err)
 		}

@@ -133,7 +133,7 @@ func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(s
 	stream.Add(req.Prompt[len(req.Prompt)-1])
 	stream.Flush()
 	rr := runner.Request{
-		Prompt: req.Prompt, Options: req.Options, MaxTokens: req.MaxTokens,
+		Prompt: req.Prompt, Options: req.Options, Seeded: req.Seeded, MaxTokens: req.MaxTokens,
 		Stop: m.e.Stop, StopStrings: req.Stop, Text: stream,
 	}
 	if m.session != nil {

@@ -30,6 +30,9 @@ type Backend struct {
 	Names []string
 	// ContextLength of every model; default 64 tokens.
 	ContextLength int
+	// ModelContext is what the models say they support (0: nothing said); above ContextLength
+	// it plays a model capped by the server's --ctx.
+	ModelContext int
 	// TokenDelay is slept (cancellably) before each generated token.
 	TokenDelay time.Duration
 	// LoadDelay is slept (cancellably) in Load.
@@ -50,6 +53,8 @@ type Backend struct {
 	closes    atomic.Int64
 	active    atomic.Int64 // loaded and not yet closed
 	tokenizes atomic.Int64
+	longest   atomic.Int64 // bytes of the longest text tokenized
+	last      atomic.Pointer[[]int]
 }
 
 func (b *Backend) names() []string {
@@ -77,7 +82,7 @@ func (b *Backend) Models() []server.ModelInfo {
 
 func (b *Backend) info(name string) server.ModelInfo {
 	mi := server.ModelInfo{Name: name, Family: "fake", ParameterSize: "1K", Quantization: "F32",
-		Format: "fake", Size: 4096, Digest: Digest(name), ContextLength: b.ctxLen(),
+		Format: "fake", Size: 4096, Digest: Digest(name), ContextLength: b.ctxLen(), ModelContext: b.ModelContext,
 		ModifiedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Template: "{{ .Prompt }}"}
 	if strings.Contains(name, "draft") {
 		mi.Draft = name + "-dflash"
@@ -101,6 +106,17 @@ func (b *Backend) Active() int64 { return b.active.Load() }
 
 // Tokenizes counts Tokenize calls, so tests can see a prompt refused without tokenizing.
 func (b *Backend) Tokenizes() int64 { return b.tokenizes.Load() }
+
+// LongestTokenized is the length in bytes of the longest text Tokenize was given.
+func (b *Backend) LongestTokenized() int { return int(b.longest.Load()) }
+
+// LastPrompt is the prompt of the latest Generate (nil before the first).
+func (b *Backend) LastPrompt() []int {
+	if p := b.last.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
 
 // Cancelled counts generations that ended because their context was cancelled.
 func (b *Backend) Cancelled() int64 { return b.cancelled.Load() }
@@ -174,6 +190,11 @@ func isSpace(c byte) bool {
 // Tokenize gives one token per whitespace-separated word (ids are word lengths), plus a BOS.
 func (m *Model) Tokenize(text string) ([]int, error) {
 	m.b.tokenizes.Add(1)
+	for n := int64(len(text)); ; {
+		if old := m.b.longest.Load(); n <= old || m.b.longest.CompareAndSwap(old, n) {
+			break
+		}
+	}
 	ids := []int{1}
 	for _, w := range strings.Fields(text) {
 		ids = append(ids, len(w)+2)
@@ -201,6 +222,8 @@ func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(s
 		return server.GenResult{}, errors.New("fake: generate on a closed model")
 	}
 	start := time.Now()
+	prompt := append([]int(nil), req.Prompt...)
+	m.b.last.Store(&prompt)
 	res = server.GenResult{PromptTokens: len(req.Prompt), PromptDuration: time.Microsecond}
 	if m.info.Draft != "" {
 		res.Speculation = &server.SpecStats{}
