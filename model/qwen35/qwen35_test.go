@@ -42,11 +42,14 @@ func TestReferenceLogits(t *testing.T) {
 	bf16.dtype = safetensors.BF16
 	f16 := tinyConditional()
 	f16.dtype = safetensors.F16
+	wide := tinyCausal()
+	wide.headDim = 72 // past nn.FusedMaxHead: a row-major key/value cache, as the real 256-wide heads
 	cases := []struct {
 		name string
 		tn   *tiny
 	}{
 		{"causal-lm f32", tinyCausal()},
+		{"causal-lm f32 row-major cache", wide},
 		{"conditional-generation f32 sharded", tinyConditional()},
 		{"causal-lm bf16", bf16},
 		{"conditional-generation f16", f16},
@@ -161,34 +164,51 @@ func decode(t *testing.T, m *Model, toks []int, sizes []int) [][]float32 {
 // bitwise the same conv windows, states and key/value rows. Then the next token's logits on both
 // are equal bitwise (the restored cache never went past k, as the plain one never did).
 func TestSnapshotRestore(t *testing.T) {
+	wide := tinyCausal()
+	wide.headDim = 72
 	kerneltest.ForEachPath(t, func(t *testing.T) {
-		for seed, tn := range []*tiny{tinyCausal(), tinyConditional()} {
+		for seed, tn := range []*tiny{tinyCausal(), tinyConditional(), wide} {
 			m := load(t, tn, uint64(20+seed))
-			r := rand.New(rand.NewPCG(uint64(seed), 9))
-			prompt := randTokens(r, 5, tn.vocab)
-			const n = 6
-			verify := randTokens(r, n+1, tn.vocab)
-			next := r.IntN(tn.vocab)
-			for k := 0; k <= n; k++ {
-				spec := m.NewCache(64).(*cache.Hybrid)
-				spec.EnableSnapshots(n + 1)
-				step(t, m, spec, prompt)
-				step(t, m, spec, verify)
-				if err := spec.RestoreRow(k); err != nil {
-					t.Fatal(err)
-				}
-				plain := m.NewCache(64).(*cache.Hybrid)
-				for _, tok := range append(slices.Clone(prompt), verify[:k+1]...) {
-					step(t, m, plain, []int{tok})
-				}
-				sameState(t, k, spec, plain)
-				a, b := step(t, m, spec, []int{next}), step(t, m, plain, []int{next})
-				if !slices.Equal(a, b) {
-					t.Fatalf("k=%d: logits after the restored cache differ from plain decoding", k)
-				}
-			}
+			snapshotRound(t, m, uint64(seed), 6, nil)
 		}
+		// A verify deeper than a chunk (nn.ChunkRows) records across the chunk boundary.
+		m := load(t, tinyConditional(), 7)
+		snapshotRound(t, m, 9, nn.ChunkRows+3, []int{0, nn.ChunkRows - 2, nn.ChunkRows - 1, nn.ChunkRows, nn.ChunkRows + 3})
 	})
+}
+
+// snapshotRound checks RestoreRow(k) after a prompt and a verify of n+1 rows, for each k in ks
+// (every k in 0..n when ks is nil).
+func snapshotRound(t *testing.T, m *Model, seed uint64, n int, ks []int) {
+	t.Helper()
+	vocab := m.cfg.Vocab
+	r := rand.New(rand.NewPCG(seed, 9))
+	prompt := randTokens(r, 5, vocab)
+	verify := randTokens(r, n+1, vocab)
+	next := r.IntN(vocab)
+	if ks == nil {
+		for k := 0; k <= n; k++ {
+			ks = append(ks, k)
+		}
+	}
+	for _, k := range ks {
+		spec := m.NewCache(64).(*cache.Hybrid)
+		spec.EnableSnapshots(n + 1)
+		step(t, m, spec, prompt)
+		step(t, m, spec, verify)
+		if err := spec.RestoreRow(k); err != nil {
+			t.Fatal(err)
+		}
+		plain := m.NewCache(64).(*cache.Hybrid)
+		for _, tok := range append(slices.Clone(prompt), verify[:k+1]...) {
+			step(t, m, plain, []int{tok})
+		}
+		sameState(t, k, spec, plain)
+		a, b := step(t, m, spec, []int{next}), step(t, m, plain, []int{next})
+		if !slices.Equal(a, b) {
+			t.Fatalf("k=%d: logits after the restored cache differ from plain decoding", k)
+		}
+	}
 }
 
 func step(t *testing.T, m *Model, c cache.Cache, toks []int) []float32 {
