@@ -9,7 +9,9 @@
 // a verify forward records the state after each of its rows when the cache has snapshots enabled,
 // and the runner restores the row it keeps (cache.RowSnapshots). The recurrence runs row by row,
 // every row alone, so a row's result never depends on how many rows share its forward: decoding
-// and verification agree bitwise, as on every target.
+// and verification agree bitwise, as on every target. Prefill runs the same row-by-row
+// recurrence: the chunked form (QWEN35.md section 4) is not implemented, since per row the
+// recurrence is about Hv*dk*dv*5 flops a layer against the millions of the weight products.
 package qwen35
 
 import (
