@@ -5,9 +5,9 @@
 // There is no whole-state snapshot: nothing ever called one. A verify round keeps the first k of its
 // n rows, which one snapshot taken before the round cannot express, and a drafting session
 // writes context and block rows in one forward, so it has no moment between them to take one.
-// Recurrent (hybrid) caches will need per-row states recorded inside the verify forward and
-// chosen by the kept count afterwards; that is an interface of its own, to be shaped by its
-// first caller.
+// A recurrent (hybrid) cache cannot rewind (Rewinder, CanRewind); it records the state after
+// each row inside the verify forward instead, and the kept count chooses one afterwards
+// (RowSnapshots, Hybrid).
 //
 // Invariant: rows [0, Offset()) are exactly the rows of the tokens the owner has processed and
 // kept, at their true positions. Rewind drops rows past an offset; a later write at that offset

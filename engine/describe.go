@@ -14,6 +14,7 @@ import (
 	"github.com/dflash/dflash/model"
 	"github.com/dflash/dflash/model/dflash"
 	"github.com/dflash/dflash/model/dflash2"
+	"github.com/dflash/dflash/model/qwen35"
 	"github.com/dflash/dflash/model/transformer"
 	"github.com/dflash/dflash/tokenizer"
 )
@@ -71,8 +72,9 @@ type Description struct {
 	// Drafts are the drafts named for this model, each checked to fit it.
 	Drafts []DraftInfo
 
-	hf   *hf.Config // config.json as parsed, for the loader (nil unless a folder)
-	seed uint64     // synthetic weights' seed
+	hf     *hf.Config     // config.json as parsed, for the loader (nil unless a folder)
+	seed   uint64         // synthetic weights' seed
+	hybrid *qwen35.Config // a synthetic Qwen3.5 shape, whose layers model.Config cannot describe
 }
 
 // DraftInfo describes a draft folder without its weights: what it is and that it fits the target.
@@ -181,15 +183,20 @@ func (d *Description) readCheckpoint(size int64) error {
 }
 
 func describeSynthetic(o Options) (*Description, error) {
+	var hybrid *qwen35.Config
 	cfg, err := transformer.SyntheticConfig(o.Synthetic)
 	if err != nil {
-		return nil, err
+		qc, qerr := qwen35.SyntheticConfig(o.Synthetic)
+		if qerr != nil {
+			return nil, fmt.Errorf("%w; %w", err, qerr)
+		}
+		cfg, hybrid = qc.Config, &qc
 	}
 	// Synthetic models are driven by token ids only: no tokenizer, no template, no stop ids.
 	d := &Description{
 		Ref: o.Synthetic, Name: "synthetic-" + o.Synthetic, Format: FormatSynthetic, Config: cfg,
 		Family: family(cfg.Arch, ""), Parameters: ParamCount(cfg), DType: "BF16", Context: cfg.MaxSeq,
-		Generation: &hf.GenerationConfig{BOSTokenID: -1}, seed: o.Seed,
+		Generation: &hf.GenerationConfig{BOSTokenID: -1}, seed: o.Seed, hybrid: hybrid,
 	}
 	for _, dir := range o.Drafts {
 		di, err := DescribeDraft(dir, d.Config)

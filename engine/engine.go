@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 
 	"github.com/dflash/dflash/model"
+	"github.com/dflash/dflash/model/qwen35"
 	"github.com/dflash/dflash/model/transformer"
 	"github.com/dflash/dflash/tokenizer"
 	"github.com/dflash/dflash/tokenizer/chat"
@@ -70,6 +71,10 @@ func (d *Description) Load(c transformer.Compute) (*Engine, error) {
 		err error
 	)
 	switch {
+	case d.Format == FormatSynthetic && d.hybrid != nil:
+		if t, err = qwen35.Synthetic(*d.hybrid, d.seed); err != nil {
+			return nil, fmt.Errorf("synthetic %s: %w", d.Ref, err)
+		}
 	case d.Format == FormatSynthetic:
 		if t, err = transformer.Synthetic(d.Config, d.seed); err != nil {
 			return nil, fmt.Errorf("synthetic %s: %w", d.Ref, err)

@@ -56,12 +56,23 @@ type Result struct {
 }
 
 // Target is a causal language model the runner decodes with.
+//
+// Caches that cannot rewind. A target with recurrent layers (model/qwen35) makes caches for which
+// cache.CanRewind is false: their Rewind goes only to the current offset or to 0 (a new
+// sequence) and fails with cache.ErrNoRewind otherwise. Such a cache implements
+// cache.RowSnapshots, and the runner keeps the first k+1 rows of a verify forward through it:
+// EnableSnapshots(rows) once per sequence, with rows = 1 + the most drafts a round; then every
+// Forward of at most that many rows records the state after each of its rows, and RestoreRow(k)
+// right after it leaves the cache bitwise as if only rows 0..k had been forwarded, one by one.
+// A forward of more rows (a prompt) records nothing and can only be kept whole. Prompt-prefix
+// reuse on such a cache needs state checkpoints of its own; Rewind(keep) with 0 < keep < Offset
+// is an error, never a silent reset.
 type Target interface {
 	Config() Config
 	// NewCache allocates state for up to capacity positions.
 	NewCache(capacity int) cache.Cache
 	// Forward runs the rows of r at positions c.Offset()... and commits them to c. On error the
-	// cache is unchanged.
+	// cache is unchanged. A row's results never depend on the other rows of the forward.
 	Forward(c cache.Cache, r Request) (Result, error)
 	// Embed writes token's raw embedding row (no scaling) into dst[:Hidden].
 	Embed(dst []float32, token int)

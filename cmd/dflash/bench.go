@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dflash/dflash/cache"
 	"github.com/dflash/dflash/engine"
 	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/model"
@@ -224,11 +225,28 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		for i := range toks {
 			toks[i] = rng.IntN(cfg.Vocab)
 		}
-		_ = c.Rewind(0)
-		if base > 0 {
-			if _, err := e.Target.Forward(c, model.Request{Tokens: toks[:base], Logits: model.LogitsNone}); err != nil {
+		// A cache that cannot rewind (a hybrid target's) records the per-row states a verify
+		// keeps, so its cost includes the snapshot copies; it returns to base by prefilling again.
+		settle := func() error {
+			if cache.CanRewind(c) && c.Offset() >= base {
+				return c.Rewind(base)
+			}
+			if err := c.Rewind(0); err != nil {
 				return err
 			}
+			if base > 0 {
+				if _, err := e.Target.Forward(c, model.Request{Tokens: toks[:base], Logits: model.LogitsNone}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if s, ok := c.(cache.RowSnapshots); ok {
+			s.EnableSnapshots(most)
+		}
+		_ = c.Rewind(0)
+		if err := settle(); err != nil {
+			return err
 		}
 		cost := func(rows int) time.Duration {
 			return median(max(*reps, 5), func() time.Duration {
@@ -237,7 +255,9 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 					panic(err)
 				}
 				d := time.Since(t0)
-				_ = c.Rewind(base)
+				if err := settle(); err != nil {
+					panic(err)
+				}
 				return d
 			})
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/dflash/dflash/format/safetensors"
 	"github.com/dflash/dflash/internal/shareddata"
 	"github.com/dflash/dflash/model"
+	"github.com/dflash/dflash/model/qwen35"
 	"github.com/dflash/dflash/model/transformer"
 )
 
@@ -27,6 +28,27 @@ func TinyQwen3(tb testing.TB) *transformer.Model {
 	m, err := transformer.Synthetic(model.Config{
 		Arch: transformer.ArchQwen3, Layers: 6, Hidden: 32, Intermediate: 64, Heads: 4, KVHeads: 2,
 		HeadDim: 8, Vocab: 97, MaxSeq: 512, RMSEps: 1e-6, RopeTheta: 10000, BOS: -1,
+	}, 7)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return m
+}
+
+// TinyQwen35 is a random Qwen3.5 hybrid target held in memory, for tests of the snapshot verify
+// path: 4 layers of width 32 (Gated DeltaNet, full attention, DeltaNet, DeltaNet), 4 attention
+// heads of 16 over 2 KV heads with rotary over 8 dims, 2 key heads and 4 value heads of 8 in the
+// DeltaNet, conv kernel 4, vocabulary 97, an untied head, seed 7. Its caches cannot rewind
+// (cache.CanRewind is false); see model.Target.
+func TinyQwen35(tb testing.TB) *qwen35.Model {
+	tb.Helper()
+	m, err := qwen35.Synthetic(qwen35.Config{
+		Config: model.Config{
+			Arch: qwen35.ArchCausalLM, Layers: 4, Hidden: 32, Intermediate: 64, Heads: 4, KVHeads: 2,
+			HeadDim: 16, Vocab: 97, MaxSeq: 512, RMSEps: 1e-6, RopeTheta: 1e7, BOS: -1,
+		},
+		LayerTypes: []qwen35.LayerType{qwen35.Linear, qwen35.Full, qwen35.Linear, qwen35.Linear},
+		KeyHeads:   2, ValueHeads: 4, KeyDim: 8, ValueDim: 8, ConvKernel: 4, RotaryDim: 8,
 	}, 7)
 	if err != nil {
 		tb.Fatal(err)

@@ -159,3 +159,20 @@ func fill(n, k int, seed, id uint64, table *[1 << 16]uint16) []uint16 {
 	}
 	return w
 }
+
+// RandomMatrix is one matrix RandomBF16 builds into *Dst.
+type RandomMatrix struct {
+	Dst  **kernel.Matrix
+	N, K int
+}
+
+// RandomBF16 builds random bf16 matrices exactly as Synthetic builds its own: N(0, 0.02) draws,
+// mats[i] with ordinal i+1, on all cores, so the same seed and list give the same weights. It lets
+// other families (model/qwen35) build synthetic shapes with the same generator.
+func RandomBF16(seed uint64, mats []RandomMatrix) {
+	jobs := make([]genJob, len(mats))
+	for i, m := range mats {
+		jobs[i] = genJob{dst: m.Dst, n: m.N, k: m.K, id: uint64(i + 1)}
+	}
+	generate(jobs, seed)
+}

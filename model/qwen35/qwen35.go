@@ -1,0 +1,593 @@
+// Package qwen35 owns the Qwen3.5 dense text target: a hybrid decoder whose layers are Gated
+// DeltaNet (linear attention with a recurrent state and a causal conv) or gated full attention
+// (q/k norms, partial rotary, a sigmoid output gate), with zero-centred RMSNorms (weight 1+w)
+// everywhere but the DeltaNet output norm. It loads Hugging Face folders in both published
+// layouts, or builds random weights of a real shape, and runs on nn's row-forward engine
+// (nn.Phases over a Stack) like model/transformer.
+//
+// It knows nothing of speculation. Its cache (cache.Hybrid) cannot rewind a recurrent state:
+// a verify forward records the state after each of its rows when the cache has snapshots enabled,
+// and the runner restores the row it keeps (cache.RowSnapshots). The recurrence runs row by row,
+// every row alone, so a row's result never depends on how many rows share its forward: decoding
+// and verification agree bitwise, as on every target. Prefill runs the same row-by-row
+// recurrence: the chunked form (QWEN35.md section 4) is not implemented, since per row the
+// recurrence is about Hv*dk*dv*5 flops a layer against the millions of the weight products.
+package qwen35
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/dflash/dflash/cache"
+	"github.com/dflash/dflash/kernel"
+	"github.com/dflash/dflash/model"
+	"github.com/dflash/dflash/model/nn"
+)
+
+// Layer is one decoder block. Exactly one of Attn and DeltaNet is set, as Type says. AttnNorm
+// and MLPNorm hold 1+w of the checkpoint's zero-centred weights, so nn.RMSNorm applies them as is.
+type Layer struct {
+	Type              LayerType
+	AttnNorm, MLPNorm []float32
+	Attn              *AttnWeights
+	DeltaNet          *DeltaNetWeights
+	Gate, Up, Down    *kernel.Matrix
+}
+
+// AttnWeights is a gated full-attention layer. Q is [2*Heads*HeadDim][Hidden], per head h the
+// rows [query_h ; gate_h]. QNorm and KNorm hold 1+w ([HeadDim], shared by all heads).
+type AttnWeights struct {
+	Q, K, V, O   *kernel.Matrix
+	QNorm, KNorm []float32
+}
+
+// DeltaNetWeights is a Gated DeltaNet layer. QKV is [C][Hidden] with rows [q ; k ; v] head-major;
+// Conv is the depthwise kernel [C][K] (w[c][K-1] weighs the current row); Norm is the plain
+// weight of the output norm [ValueDim]; NegA is -exp(A_log) per value head, DtBias [ValueHeads].
+type DeltaNetWeights struct {
+	QKV, Z, B, A, Out *kernel.Matrix
+	Conv              []float32
+	DtBias, NegA      []float32
+	Norm              []float32
+}
+
+// Model is a loaded Qwen3.5 target. It is not safe for concurrent Forward calls: the workspace
+// is shared by every forward on it.
+type Model struct {
+	cfg       Config
+	embedding *kernel.Matrix
+	head      *kernel.Matrix // the embedding when tied
+	layers    []Layer
+	norm      []float32 // 1+w
+	// slot maps a layer to its index among the layers of its type: a full layer's layer of the
+	// key/value cache, a linear layer's recurrent state in cache.Hybrid.
+	slot  []int
+	nFull int
+	heads nn.Heads // Rope is nil: rotary is partial, see rope
+	rope  *nn.RoPE // over RotaryDim, applied to the leading RotaryDim dims of each head
+
+	ws         workspace
+	partScores nn.PartScratch
+	fwd        forward
+	phases     *nn.Phases
+}
+
+// workspace is every buffer a forward writes beyond nn.Workspace's, ChunkRows rows each.
+type workspace struct {
+	*nn.Workspace
+	qg     []float32 // rows x 2*Heads*HeadDim: q_proj output, queries and gates per head
+	mix    []float32 // rows x C: in_proj_qkv output, the conv's input
+	conv   []float32 // rows x C: silu(conv), q and k l2-normed (q scaled by dk^-1/2)
+	z      []float32 // rows x Hv*dv
+	b, a   []float32 // rows x Hv
+	y      []float32 // rows x Hv*dv: gated norm of the recurrence output, out_proj's input
+	scr    [nn.MaxParts][]float32
+	logits []float32
+	taps   [][]float32
+	tapIdx []int
+}
+
+// newModel checks the shape and sizes the workspace; the weights are set.
+func newModel(cfg Config, emb, head *kernel.Matrix, layers []Layer, norm []float32) (*Model, error) {
+	if err := cfg.Check(); err != nil {
+		return nil, fmt.Errorf("qwen35: %w", err)
+	}
+	m := &Model{cfg: cfg, embedding: emb, head: head, layers: layers, norm: norm, slot: make([]int, cfg.Layers)}
+	var nLin int
+	for i, l := range layers {
+		if l.Type == Full {
+			m.slot[i] = m.nFull
+			m.nFull++
+		} else {
+			m.slot[i] = nLin
+			nLin++
+		}
+	}
+	m.heads = nn.Heads{Attention: nn.NewAttention(cfg.Heads, cfg.KVHeads, cfg.HeadDim), Eps: cfg.RMSEps}
+	m.rope = nn.NewRoPE(nn.RotateHalf, cfg.RotaryDim, nn.InvFreq(cfg.RotaryDim, cfg.RopeTheta), min(cfg.MaxSeq, 256))
+	r, c, vw := nn.ChunkRows, cfg.ConvChannels(), cfg.ValueHeads*cfg.ValueDim
+	m.ws = workspace{
+		Workspace: nn.NewWorkspace(r, cfg.Hidden, cfg.Heads*cfg.HeadDim, cfg.Intermediate),
+		qg:        make([]float32, r*2*cfg.Heads*cfg.HeadDim),
+		mix:       make([]float32, r*c), conv: make([]float32, r*c),
+		z: make([]float32, r*vw), y: make([]float32, r*vw),
+		b: make([]float32, r*cfg.ValueHeads), a: make([]float32, r*cfg.ValueHeads),
+		logits: make([]float32, cfg.Vocab), tapIdx: make([]int, cfg.Layers),
+	}
+	for i := range m.ws.scr {
+		m.ws.scr[i] = make([]float32, 3*cfg.ValueDim)
+	}
+	m.partScores = nn.NewPartScratch(m.rope.MaxPos())
+	m.fwd.m = m
+	m.fwd.convFn, m.fwd.recurFn = m.fwd.convPart, m.fwd.recurPart
+	m.phases = nn.NewPhases(&m.fwd, m.ws.Workspace, cfg.Layers)
+	return m, nil
+}
+
+// Config returns the target's shape (the full-attention layers' heads).
+func (m *Model) Config() model.Config { return m.cfg.Config }
+
+// HybridConfig returns the whole shape, layer types and Gated DeltaNet sizes included.
+func (m *Model) HybridConfig() Config { return m.cfg }
+
+// Layers exposes the decoder blocks (read-only) for tests.
+func (m *Model) Layers() []Layer { return m.layers }
+
+// NewCache allocates a *cache.Hybrid for capacity positions (at most MaxSeq): keys and values
+// for the full-attention layers (nn.Attention.NewKV picks the layout) and, per linear layer, a
+// conv window [(K-1)][C] (time-major, oldest first) and a state [Hv][dk][dv], all zero.
+//
+// The cache cannot rewind (cache.CanRewind is false): Rewind goes only to the current offset or
+// to 0. For speculation, call EnableSnapshots(1 + most drafts a round) once per sequence; a
+// Forward of at most that many rows then records the state after each row, and RestoreRow(k)
+// afterwards leaves the cache exactly as decoding rows 0..k one by one would (bitwise).
+func (m *Model) NewCache(capacity int) cache.Cache {
+	capacity = min(max(capacity, 1), m.cfg.MaxSeq)
+	m.grow(capacity)
+	kv := m.heads.NewKV(m.nFull, capacity)
+	c := m.cfg.ConvChannels()
+	shape := cache.RecurrentShape{ConvLen: (m.cfg.ConvKernel - 1) * c, StateLen: m.cfg.ValueHeads * m.cfg.KeyDim * m.cfg.ValueDim}
+	shapes := make([]cache.RecurrentShape, m.cfg.Layers-m.nFull)
+	for i := range shapes {
+		shapes[i] = shape
+	}
+	return cache.NewHybrid(kv, shapes)
+}
+
+func (m *Model) grow(positions int) {
+	m.rope.Grow(positions)
+	m.partScores.Grow(positions)
+}
+
+// Embed writes token's raw embedding row into dst[:Hidden].
+func (m *Model) Embed(dst []float32, token int) { m.embedding.Row(dst[:m.cfg.Hidden], token) }
+
+// Head is the raw output head (the embedding when tied).
+func (m *Model) Head() *kernel.Matrix { return m.head }
+
+// FinalNorm is the final norm's effective weight (1+w), for drafts that share it.
+func (m *Model) FinalNorm() []float32 { return m.norm }
+
+// WeightBytes counts the weights one decode step streams: every layer's products and the head.
+func (m *Model) WeightBytes() int64 {
+	var b int64
+	for i := range m.layers {
+		l := &m.layers[i]
+		ws := []*kernel.Matrix{l.Gate, l.Up, l.Down}
+		if l.Attn != nil {
+			ws = append(ws, l.Attn.Q, l.Attn.K, l.Attn.V, l.Attn.O)
+		} else {
+			d := l.DeltaNet
+			ws = append(ws, d.QKV, d.Z, d.B, d.A, d.Out)
+		}
+		for _, w := range ws {
+			b += w.Bytes()
+		}
+	}
+	return b + m.head.Bytes()
+}
+
+// Forward runs r.Tokens at positions c.Offset()... and commits them to c, which must be a
+// *cache.Hybrid from NewCache. It checks everything before touching the cache, so on error the
+// cache is unchanged. When c.Records(len(r.Tokens)), the state after each row but the last is
+// recorded for RestoreRow.
+func (m *Model) Forward(c cache.Cache, r model.Request) (model.Result, error) {
+	h, ok := c.(*cache.Hybrid)
+	if !ok {
+		return model.Result{}, fmt.Errorf("qwen35: forward needs the *cache.Hybrid NewCache makes, got %T", c)
+	}
+	kv, ok := nn.AsKV(h.KV)
+	if !ok {
+		return model.Result{}, fmt.Errorf("qwen35: hybrid cache holds a %T, not a key/value cache from NewCache", h.KV)
+	}
+	cfg := &m.cfg
+	n := len(r.Tokens)
+	pos := kv.Offset()
+	if kv.Layers != m.nFull || kv.Width != cfg.KVHeads*cfg.HeadDim || len(h.Layers) != cfg.Layers-m.nFull {
+		return model.Result{}, fmt.Errorf("qwen35: cache of %d attention layers x width %d and %d recurrent layers does not fit a model of %d x %d and %d", kv.Layers, kv.Width, len(h.Layers), m.nFull, cfg.KVHeads*cfg.HeadDim, cfg.Layers-m.nFull)
+	}
+	for i := range h.Layers {
+		if len(h.Conv[i]) != (cfg.ConvKernel-1)*cfg.ConvChannels() || len(h.State[i]) != cfg.ValueHeads*cfg.KeyDim*cfg.ValueDim {
+			return model.Result{}, fmt.Errorf("qwen35: recurrent layer %d of the cache has another shape than the model's", i)
+		}
+	}
+	if n == 0 {
+		return model.Result{}, fmt.Errorf("qwen35: forward with no tokens")
+	}
+	if !kv.Room(n) {
+		return model.Result{}, fmt.Errorf("qwen35: %d rows at offset %d exceed cache capacity %d", n, pos, kv.Capacity)
+	}
+	for _, t := range r.Tokens {
+		if t < 0 || t >= cfg.Vocab {
+			return model.Result{}, fmt.Errorf("qwen35: token %d outside vocabulary of %d", t, cfg.Vocab)
+		}
+	}
+	for i := range m.ws.tapIdx {
+		m.ws.tapIdx[i] = -1
+	}
+	for i, l := range r.Taps {
+		if l < 0 || l >= cfg.Layers {
+			return model.Result{}, fmt.Errorf("qwen35: tap of layer %d outside [0, %d)", l, cfg.Layers)
+		}
+		if m.ws.tapIdx[l] >= 0 {
+			return model.Result{}, fmt.Errorf("qwen35: layer %d tapped twice", l)
+		}
+		m.ws.tapIdx[l] = i
+	}
+	logitRows := 0
+	switch r.Logits {
+	case model.LogitsLast:
+		logitRows = 1
+	case model.LogitsAll:
+		logitRows = n
+	case model.LogitsNone:
+	default:
+		return model.Result{}, fmt.Errorf("qwen35: unknown logit rows %d", r.Logits)
+	}
+	m.grow(pos + n)
+	if need := logitRows * cfg.Vocab; len(m.ws.logits) < need {
+		m.ws.logits = make([]float32, need)
+	}
+	res := model.Result{Logits: m.ws.logits[:logitRows*cfg.Vocab]}
+	if len(r.Taps) > 0 {
+		for len(m.ws.taps) < len(r.Taps) {
+			m.ws.taps = append(m.ws.taps, nil)
+		}
+		for i := range r.Taps {
+			if cap(m.ws.taps[i]) < n*cfg.Hidden {
+				m.ws.taps[i] = make([]float32, n*cfg.Hidden)
+			}
+			m.ws.taps[i] = m.ws.taps[i][:n*cfg.Hidden]
+		}
+		res.Taps = m.ws.taps[:len(r.Taps)]
+	}
+	record := h.Records(n)
+	for start := 0; start < n; start += nn.ChunkRows {
+		rows := min(nn.ChunkRows, n-start)
+		lo, hi := 0, 0
+		switch {
+		case r.Logits == model.LogitsAll:
+			lo, hi = 0, rows
+		case r.Logits == model.LogitsLast && start+rows == n:
+			lo, hi = rows-1, rows
+		}
+		var dst []float32
+		switch {
+		case r.Logits == model.LogitsAll:
+			dst = res.Logits[start*cfg.Vocab:]
+		case hi > lo:
+			dst = res.Logits
+		}
+		f := &m.fwd
+		f.h, f.kv, f.tokens, f.pos, f.taps, f.tapRow = h, kv, r.Tokens[start:start+rows], pos+start, res.Taps, start
+		f.logits, f.logitLo, f.logitHi = dst, lo, hi
+		f.snapRow, f.snapEnd = -1, 0
+		if record {
+			f.snapRow, f.snapEnd = start, n-1
+		}
+		m.phases.Run(m.partScores, rows)
+		f.h, f.kv, f.tokens, f.taps, f.logits = nil, nn.KV{}, nil, nil, nil
+	}
+	if err := kv.Advance(n); err != nil {
+		return model.Result{}, fmt.Errorf("qwen35: %w", err) // unreachable: Room was checked
+	}
+	h.Committed(pos, n, record)
+	return res, nil
+}
+
+// forward is one chunk of a Forward, as nn.Phases runs it (see nn.Stack). A full-attention layer
+// is split at the join like a transformer layer. A Gated DeltaNet layer computes its projections
+// in Open, per part; the conv and the recurrence, which run through the rows in order, run in Join
+// split by channels and by value heads instead of by rows (convPart, recurPart); Close is the
+// output projection and the MLP of the part's rows. Forward rows [snapRow, snapEnd) of this chunk
+// (global row numbers; snapRow -1 when not recording) get the states after them recorded.
+type forward struct {
+	m                *Model
+	h                *cache.Hybrid
+	kv               nn.KV
+	tokens           []int
+	pos              int
+	taps             [][]float32
+	tapRow           int
+	logits           []float32
+	logitLo, logitHi int
+	snapRow, snapEnd int
+
+	li, parts       int // the linear layer Join is in, and its parts
+	convFn, recurFn func(int)
+}
+
+func (f *forward) Embed(p *nn.Part) {
+	h := f.m.cfg.Hidden
+	for i, t := range f.tokens[p.Lo:p.Hi] {
+		f.m.embedding.Row(p.X[i*h:(i+1)*h], t)
+	}
+}
+
+func (f *forward) Open(p *nn.Part, li int) {
+	m := f.m
+	cfg := &m.cfg
+	l := &m.layers[li]
+	nn.RMSNormRows(p.XN, p.X, l.AttnNorm, p.Rows, cfg.Hidden, cfg.RMSEps)
+	if l.Type == Linear {
+		d := l.DeltaNet
+		c, vw, hv := cfg.ConvChannels(), cfg.ValueHeads*cfg.ValueDim, cfg.ValueHeads
+		ws := &m.ws
+		mix, z := ws.mix[p.Lo*c:p.Hi*c], ws.z[p.Lo*vw:p.Hi*vw]
+		b, a := ws.b[p.Lo*hv:p.Hi*hv], ws.a[p.Lo*hv:p.Hi*hv]
+		if err := kernel.MatMulEach(p.XN, p.Rows, kernel.Product{M: d.QKV, Y: mix}, kernel.Product{M: d.Z, Y: z},
+			kernel.Product{M: d.B, Y: b}, kernel.Product{M: d.A, Y: a}); err != nil {
+			d.QKV.MatMul(mix, p.XN, p.Rows)
+			d.Z.MatMul(z, p.XN, p.Rows)
+			d.B.MatMul(b, p.XN, p.Rows)
+			d.A.MatMul(a, p.XN, p.Rows)
+		}
+		return
+	}
+	f.projectAttention(p, li, l.Attn)
+}
+
+// projectAttention writes the part's queries into p.Q (normed, rotated), their gates into qg,
+// and their keys and values into the cache at their positions (k normed and rotated).
+func (f *forward) projectAttention(p *nn.Part, li int, w *AttnWeights) {
+	m := f.m
+	cfg := &m.cfg
+	hd, nh, nkv := cfg.HeadDim, cfg.Heads, cfg.KVHeads
+	kvw, gw := f.kv.Width, 2*nh*hd
+	kl := m.slot[li]
+	pos := f.pos + p.Lo
+	kc := f.kv.K[kl][pos*kvw : (pos+p.Rows)*kvw]
+	vc := f.kv.V[kl][pos*kvw : (pos+p.Rows)*kvw]
+	qg := m.ws.qg[p.Lo*gw : p.Hi*gw]
+	if err := kernel.MatMulEach(p.XN, p.Rows, kernel.Product{M: w.Q, Y: qg}, kernel.Product{M: w.K, Y: kc}, kernel.Product{M: w.V, Y: vc}); err != nil {
+		w.Q.MatMul(qg, p.XN, p.Rows)
+		w.K.MatMul(kc, p.XN, p.Rows)
+		w.V.MatMul(vc, p.XN, p.Rows)
+	}
+	rd := cfg.RotaryDim
+	for i := 0; i < p.Rows; i++ {
+		for g := 0; g < nkv; g++ {
+			k := kc[i*kvw+g*hd : i*kvw+(g+1)*hd]
+			nn.RMSNorm(k, k, w.KNorm, cfg.RMSEps)
+			m.rope.Apply(k[:rd], 1, pos+i)
+		}
+		for hh := 0; hh < nh; hh++ {
+			q := p.Q[(i*nh+hh)*hd : (i*nh+hh+1)*hd]
+			nn.RMSNorm(q, qg[i*gw+2*hh*hd:i*gw+(2*hh+1)*hd], w.QNorm, cfg.RMSEps)
+			m.rope.Apply(q[:rd], 1, pos+i)
+		}
+	}
+}
+
+func (f *forward) Join(li int) {
+	m := f.m
+	if m.layers[li].Type == Full {
+		f.kv.Publish(m.slot[li], f.pos, len(f.tokens))
+		return
+	}
+	cfg := &m.cfg
+	f.li = li
+	units := 2*cfg.KeyHeads + cfg.ValueHeads
+	f.parts = min(len(m.partScores), cfg.ValueHeads, units)
+	kernel.Parallel(f.parts, f.convFn)
+	kernel.Parallel(f.parts, f.recurFn)
+}
+
+// convPart runs the causal conv of part i's share of the conv channels, in units of one head
+// (q heads, then k heads, then v heads), over every row of the chunk in order: silu, then the
+// l2 norm of q and k heads (q also scaled by dk^-1/2). It then moves the conv window on, and
+// records the window after each recorded row.
+func (f *forward) convPart(i int) {
+	m := f.m
+	cfg := &m.cfg
+	hk, dk, dv, kk := cfg.KeyHeads, cfg.KeyDim, cfg.ValueDim, cfg.ConvKernel
+	c := cfg.ConvChannels()
+	units := 2*hk + cfg.ValueHeads
+	u0, u1 := nn.PartRows(i, f.parts, units)
+	if u0 == u1 {
+		return
+	}
+	unitStart := func(u int) int {
+		if u < 2*hk {
+			return u * dk
+		}
+		return 2*hk*dk + (u-2*hk)*dv
+	}
+	c0, c1 := unitStart(u0), unitStart(u1)
+	if u1 == units {
+		c1 = c
+	}
+	sl := m.slot[f.li]
+	w := m.layers[f.li].DeltaNet.Conv
+	win := f.h.Conv[sl]
+	n := len(f.tokens)
+	mix, out := m.ws.mix, m.ws.conv
+	// in is the conv input at chunk row s (s < 0 reaches into the carried window).
+	in := func(s, ch int) float32 {
+		if s < 0 {
+			return win[(kk-1+s)*c+ch]
+		}
+		return mix[s*c+ch]
+	}
+	for t := 0; t < n; t++ {
+		for ch := c0; ch < c1; ch++ {
+			wc := w[ch*kk : (ch+1)*kk]
+			var acc float32
+			for j, wj := range wc {
+				acc += wj * in(t-kk+1+j, ch)
+			}
+			out[t*c+ch] = nn.Silu(acc)
+		}
+		for u := u0; u < u1 && u < 2*hk; u++ {
+			x := out[t*c+u*dk : t*c+(u+1)*dk]
+			scale := 1.0
+			if u < hk {
+				scale = 1 / math.Sqrt(float64(dk))
+			}
+			l2Norm(x, scale)
+		}
+		if g := f.snapRow + t; f.snapRow >= 0 && g < f.snapEnd {
+			snap, _ := f.h.Snapshot(g, sl)
+			for r := 0; r < kk-1; r++ {
+				for ch := c0; ch < c1; ch++ {
+					snap[r*c+ch] = in(t-kk+2+r, ch)
+				}
+			}
+		}
+	}
+	// Window row r becomes input n-(K-1)+r. In ascending r that reads window row n+r >= r (or a
+	// chunk row), never one already overwritten.
+	for r := 0; r < kk-1; r++ {
+		for ch := c0; ch < c1; ch++ {
+			win[r*c+ch] = in(n-kk+1+r, ch)
+		}
+	}
+}
+
+// l2Norm scales x to unit length (eps 1e-6 inside the root) times scale; the sum of squares is
+// taken in float64, as nn.RMSNorm's.
+func l2Norm(x []float32, scale float64) {
+	var ss float64
+	for _, v := range x {
+		ss += float64(v) * float64(v)
+	}
+	k := float32(scale / math.Sqrt(ss+1e-6))
+	for i := range x {
+		x[i] *= k
+	}
+}
+
+// recurPart runs the gated delta rule for part i's share of the value heads over every row of
+// the chunk in order, then the gated output norm of each row. Per value head j (key head
+// j/(Hv/Hk)) and row t, with the state S [dk][dv]:
+//
+//	S ← exp(g_t) S;  u = β_t (v_t − Sᵀk_t);  S ← S + k_t uᵀ;  o_t = Sᵀq_t
+//
+// the decay before the read. Each row updates S in place and alone, so its bits depend on the
+// rows before it only through S, never on how many rows follow in the forward.
+func (f *forward) recurPart(i int) {
+	m := f.m
+	cfg := &m.cfg
+	hk, hv, dk, dv := cfg.KeyHeads, cfg.ValueHeads, cfg.KeyDim, cfg.ValueDim
+	c, vw := cfg.ConvChannels(), hv*dv
+	d := m.layers[f.li].DeltaNet
+	sl := m.slot[f.li]
+	state := f.h.State[sl]
+	j0, j1 := nn.PartRows(i, f.parts, hv)
+	scr := m.ws.scr[i]
+	mem, u, o := scr[:dv], scr[dv:2*dv], scr[2*dv:3*dv]
+	group := hv / hk
+	ws := &m.ws
+	for t := range f.tokens {
+		row := ws.conv[t*c : (t+1)*c]
+		for j := j0; j < j1; j++ {
+			kh := j / group
+			q := row[kh*dk : (kh+1)*dk]
+			k := row[hk*dk+kh*dk : hk*dk+(kh+1)*dk]
+			v := row[2*hk*dk+j*dv : 2*hk*dk+(j+1)*dv]
+			beta := sigmoid(ws.b[t*hv+j])
+			alpha := float32(math.Exp(float64(d.NegA[j]) * softplus(float64(ws.a[t*hv+j])+float64(d.DtBias[j]))))
+			s := state[j*dk*dv : (j+1)*dk*dv]
+			clear(mem)
+			for e := 0; e < dk; e++ {
+				se := s[e*dv : (e+1)*dv]
+				for x := range se {
+					se[x] *= alpha
+				}
+				kernel.Axpy(mem, k[e], se)
+			}
+			for x := range u {
+				u[x] = beta * (v[x] - mem[x])
+			}
+			clear(o)
+			for e := 0; e < dk; e++ {
+				se := s[e*dv : (e+1)*dv]
+				kernel.Axpy(se, k[e], u)
+				kernel.Axpy(o, q[e], se)
+			}
+			y := ws.y[t*vw+j*dv : t*vw+(j+1)*dv]
+			z := ws.z[t*vw+j*dv : t*vw+(j+1)*dv]
+			nn.RMSNorm(y, o, d.Norm, cfg.RMSEps)
+			for x := range y {
+				y[x] *= nn.Silu(z[x])
+			}
+			if g := f.snapRow + t; f.snapRow >= 0 && g < f.snapEnd {
+				_, snap := f.h.Snapshot(g, sl)
+				copy(snap[j*dk*dv:(j+1)*dk*dv], s)
+			}
+		}
+	}
+}
+
+func sigmoid(x float32) float32 { return 1 / (1 + nn.Exp32(-x)) }
+
+// softplus is log(1+e^x), with HF's linear branch above 20 (where the two agree in float32).
+func softplus(x float64) float64 {
+	if x > 20 {
+		return x
+	}
+	return math.Log1p(math.Exp(x))
+}
+
+func (f *forward) Close(p *nn.Part, li int) {
+	m := f.m
+	cfg := &m.cfg
+	l := &m.layers[li]
+	if l.Type == Linear {
+		vw := cfg.ValueHeads * cfg.ValueDim
+		l.DeltaNet.Out.MatMul(p.Tmp, m.ws.y[p.Lo*vw:p.Hi*vw], p.Rows)
+		nn.Add(p.X, p.Tmp)
+	} else {
+		hd, nh := cfg.HeadDim, cfg.Heads
+		m.heads.Attend(p.Att, p.Q, p.Lo, p.Hi, len(f.tokens), f.kv, m.slot[li], f.pos, nn.Causal, p.Scores)
+		gw := 2 * nh * hd
+		for i := 0; i < p.Rows; i++ {
+			qg := m.ws.qg[(p.Lo+i)*gw:]
+			for hh := 0; hh < nh; hh++ {
+				att := p.Att[(i*nh+hh)*hd : (i*nh+hh+1)*hd]
+				gate := qg[(2*hh+1)*hd : (2*hh+2)*hd]
+				for x := range att {
+					att[x] *= sigmoid(gate[x])
+				}
+			}
+		}
+		l.Attn.O.MatMul(p.Tmp, p.Att, p.Rows)
+		nn.Add(p.X, p.Tmp)
+	}
+	p.MLPResidual(p.X, p.Rows, cfg.Hidden, l.MLPNorm, cfg.RMSEps, l.Gate, l.Up, l.Down)
+	if ti := m.ws.tapIdx[li]; ti >= 0 {
+		copy(f.taps[ti][(f.tapRow+p.Lo)*cfg.Hidden:], p.X)
+	}
+}
+
+func (f *forward) Head(p *nn.Part) {
+	m := f.m
+	h := m.cfg.Hidden
+	a, b := max(p.Lo, f.logitLo), min(p.Hi, f.logitHi)
+	if a >= b {
+		return
+	}
+	xn := p.XN[(a-p.Lo)*h : (b-p.Lo)*h]
+	nn.RMSNormRows(xn, p.X[(a-p.Lo)*h:(b-p.Lo)*h], m.norm, b-a, h, m.cfg.RMSEps)
+	m.head.MatMul(f.logits[(a-f.logitLo)*m.cfg.Vocab:], xn, b-a)
+}

@@ -1,0 +1,130 @@
+package qwen35
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/dflash/dflash/cache"
+	"github.com/dflash/dflash/model"
+)
+
+// TestSyntheticShapes: the named shapes are QWEN35.md's table, and a sequence's recurrent state
+// for the 4B shape is the 24 x (2 MiB + 96 KiB) that section 4 computes.
+func TestSyntheticShapes(t *testing.T) {
+	for _, tc := range []struct {
+		name                      string
+		layers, full, hidden, hv  int
+		stateBytes, convBytesEach int
+	}{
+		{"qwen3.5-0.8b", 24, 6, 1024, 16, 16 * 128 * 128 * 4, 3 * 6144 * 4},
+		{"qwen3.5-4b", 32, 8, 2560, 32, 32 * 128 * 128 * 4, 3 * 8192 * 4},
+	} {
+		cfg, err := SyntheticConfig(tc.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cfg.Check(); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if cfg.Layers != tc.layers || cfg.count(Full) != tc.full || cfg.Hidden != tc.hidden || cfg.ValueHeads != tc.hv || cfg.RotaryDim != 64 {
+			t.Errorf("%s: %+v", tc.name, cfg)
+		}
+		if s := cfg.ValueHeads * cfg.KeyDim * cfg.ValueDim * 4; s != tc.stateBytes {
+			t.Errorf("%s: state %d bytes a layer, want %d", tc.name, s, tc.stateBytes)
+		}
+		if c := (cfg.ConvKernel - 1) * cfg.ConvChannels() * 4; c != tc.convBytesEach {
+			t.Errorf("%s: conv window %d bytes a layer, want %d", tc.name, c, tc.convBytesEach)
+		}
+	}
+	if _, err := SyntheticConfig("qwen3.5-9000b"); err == nil {
+		t.Error("unknown synthetic name accepted")
+	}
+}
+
+// TestSyntheticDecodes: a small synthetic hybrid (bf16 weights) decodes, and a verify forward of
+// 5 rows gives each row bitwise the logits of one-row decoding.
+func TestSyntheticDecodes(t *testing.T) {
+	m := tinySynthetic(t)
+	cfg := m.HybridConfig()
+	toks := []int{5, 17, 250, 3, 99}
+	res, err := m.Forward(m.NewCache(16), model.Request{Tokens: toks, Logits: model.LogitsAll})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := slices.Clone(res.Logits)
+	c := m.NewCache(16).(*cache.Hybrid)
+	for i, tok := range toks {
+		one := step(t, m, c, []int{tok})
+		if !slices.Equal(one, all[i*cfg.Vocab:(i+1)*cfg.Vocab]) {
+			t.Fatalf("row %d of the verify differs from decoding", i)
+		}
+	}
+}
+
+// TestForwardAllocatesNothing: once a cache and its snapshots exist, decode steps and recorded
+// verify forwards allocate nothing (the workspace and the slots were sized up front).
+func TestForwardAllocatesNothing(t *testing.T) {
+	m := tinySynthetic(t)
+	c := m.NewCache(512).(*cache.Hybrid)
+	c.EnableSnapshots(8)
+	verify, taps := []int{1, 2, 3, 4, 5, 6, 7, 8}, []int{1}
+	step(t, m, c, verify) // grows logits to 8 rows once
+	allocs := testing.AllocsPerRun(20, func() {
+		if _, err := m.Forward(c, model.Request{Tokens: verify[:1], Logits: model.LogitsLast, Taps: taps}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Forward(c, model.Request{Tokens: verify, Logits: model.LogitsAll, Taps: taps}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.RestoreRow(2); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("%.1f allocations per decode step and verify round", allocs)
+	}
+}
+
+// tinySynthetic is a small synthetic hybrid of the 0.8B shape's kind with bf16 weights.
+func tinySynthetic(tb testing.TB) *Model {
+	tb.Helper()
+	cfg, _ := SyntheticConfig("qwen3.5-0.8b")
+	cfg.Layers, cfg.LayerTypes = 4, []LayerType{Linear, Full, Linear, Linear}
+	cfg.Hidden, cfg.Intermediate, cfg.Vocab, cfg.MaxSeq = 64, 96, 300, 1024
+	cfg.Heads, cfg.KVHeads, cfg.HeadDim, cfg.RotaryDim = 4, 2, 32, 8
+	cfg.KeyHeads, cfg.ValueHeads, cfg.KeyDim, cfg.ValueDim = 2, 4, 16, 16
+	m, err := Synthetic(cfg, 3)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return m
+}
+
+// BenchmarkForward times a decode step and a 16-row recorded verify with its restore, on a
+// small synthetic hybrid (a sanity figure; dflash bench measures the real shapes).
+func BenchmarkForward(b *testing.B) {
+	m := tinySynthetic(b)
+	for _, rows := range []int{1, 16} {
+		b.Run(map[int]string{1: "decode", 16: "verify16"}[rows], func(b *testing.B) {
+			c := m.NewCache(1024).(*cache.Hybrid)
+			c.EnableSnapshots(16)
+			toks := make([]int, rows)
+			for i := range toks {
+				toks[i] = i + 1
+			}
+			for b.Loop() {
+				if c.Offset()+rows > 1000 {
+					_ = c.Rewind(0)
+				}
+				if _, err := m.Forward(c, model.Request{Tokens: toks, Logits: model.LogitsAll}); err != nil {
+					b.Fatal(err)
+				}
+				if rows > 1 {
+					if err := c.RestoreRow(0); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+	}
+}
