@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dflash/dflash/internal/splitmix"
 	"github.com/dflash/dflash/internal/shareddata"
+	"github.com/dflash/dflash/internal/splitmix"
 	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/model"
 	"github.com/dflash/dflash/model/dflash"
