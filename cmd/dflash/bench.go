@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -75,6 +76,7 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	probe := fs.Bool("probe", true, "measure the memory bandwidth ceiling in the same run")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	verifyFlag := fs.String("verify", "2,4,8,16", "row counts n at which to measure the verify cost c(n)/c(1) (empty: skip)")
+	traceFile := fs.String("trace", "", "write one JSON line per speculative decode round to this file (see dflash run --trace), each labelled with its depth, prompt and repetition")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (read it with go tool pprof)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -250,7 +252,21 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 
 	if *draft != "" {
-		if err := benchSpeculation(e, &rep, *draft, *depthsFlag, prompts, opts, *n, *reps, capacity, plain, logf); err != nil {
+		var trace *runner.TraceWriter
+		if *traceFile != "" {
+			f, err := os.Create(*traceFile)
+			if err != nil {
+				return fmt.Errorf("bench: --trace: %w", err)
+			}
+			w := bufio.NewWriter(f)
+			trace = runner.NewTraceWriter(w)
+			defer func() {
+				if err := errors.Join(trace.Err(), w.Flush(), f.Close()); err != nil {
+					fmt.Fprintf(stderr, "warning: --trace %s: %v\n", *traceFile, err)
+				}
+			}()
+		}
+		if err := benchSpeculation(e, &rep, *draft, *depthsFlag, prompts, opts, *n, *reps, capacity, plain, logf, trace); err != nil {
 			return err
 		}
 	}
@@ -264,7 +280,7 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 }
 
 func benchSpeculation(e *engine.Engine, rep *benchReport, draft, depthsFlag string, prompts [][]int, opts sample.Options, n, reps, capacity int,
-	plain func([]int, sample.Options) (float64, []int, error), logf func(string, ...any)) error {
+	plain func([]int, sample.Options) (float64, []int, error), logf func(string, ...any), trace *runner.TraceWriter) error {
 	var depths []int
 	var err error
 	switch {
@@ -304,18 +320,23 @@ func benchSpeculation(e *engine.Engine, rep *benchReport, draft, depthsFlag stri
 			if draft == "oracle" {
 				dr = &runner.OracleDrafter{Tokens: append(append([]int(nil), p...), cont...), Limit: d, Vocab: e.Target.Config().Vocab}
 			}
-			return generate(context.Background(), runner.NewSequence(e.Target, capacity), dr, dr.Depth(), runner.Request{
-				Prompt: p, Options: opts, MaxTokens: n, Stop: e.Stop,
-			}, func(runner.Token) error { return nil })
+			req := runner.Request{Prompt: p, Options: opts, MaxTokens: n, Stop: e.Stop}
+			if trace != nil {
+				req.Trace = trace.Round
+			}
+			return generate(context.Background(), runner.NewSequence(e.Target, capacity), dr, dr.Depth(), req, func(runner.Token) error { return nil })
 		}
 		if d == 0 && draft != "oracle" {
-			for _, p := range prompts {
+			for i, p := range prompts {
+				if trace != nil {
+					trace.Run = fmt.Sprintf("depth %d prompt %d warm-up", d, i)
+				}
 				if _, err := speculate(p, nil); err != nil {
 					return err
 				}
 			}
 		}
-		for _, p := range prompts {
+		for i, p := range prompts {
 			pr, cont, err := plain(p, opts)
 			if err != nil {
 				return err
@@ -323,6 +344,9 @@ func benchSpeculation(e *engine.Engine, rep *benchReport, draft, depthsFlag stri
 			var rates []float64
 			var tau float64
 			for r := 0; r < reps; r++ {
+				if trace != nil {
+					trace.Run = fmt.Sprintf("depth %d prompt %d rep %d", d, i, r)
+				}
 				st, err := speculate(p, cont)
 				if err != nil {
 					return err

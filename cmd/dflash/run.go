@@ -40,6 +40,7 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	think := fs.String("think", "", "chat templates' enable_thinking: on or off (default: the template's)")
 	stats := fs.Bool("stats", false, "print detailed decoding and speculation statistics")
 	ctxLen := fs.Int("ctx", 0, fmt.Sprintf("context length in tokens (default: the model's, at most %d)", defaultContext))
+	traceFile := fs.String("trace", "", "write one JSON line per decode round to this file: position, depth asked, proposed ids (and their q when sampling), accepted, emitted ids, draft and verify ns")
 	compare := fs.Bool("compare", false, "also decode plainly (same prompt and options) and print both speeds measured in this run")
 	var stops stringsFlag
 	fs.Var(&stops, "stop", "end the output at the first occurrence of this text, which is not printed (repeatable; needs a tokenizer)")
@@ -91,8 +92,23 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
+	var trace *runner.TraceWriter
+	if *traceFile != "" {
+		f, err := os.Create(*traceFile)
+		if err != nil {
+			return fmt.Errorf("--trace: %w", err)
+		}
+		w := bufio.NewWriter(f)
+		trace = runner.NewTraceWriter(w)
+		defer func() {
+			if err := errors.Join(trace.Err(), w.Flush(), f.Close()); err != nil {
+				fmt.Fprintf(stderr, "warning: --trace %s: %v\n", *traceFile, err)
+			}
+		}()
+	}
+
 	if *chatMode {
-		return runChat(ctx, e, &df, chatSettings{system: *system, think: *think, n: *n, capacity: capacity, stats: *stats, stops: stops}, opts, stdin, stdout, stderr)
+		return runChat(ctx, e, &df, chatSettings{system: *system, think: *think, n: *n, capacity: capacity, stats: *stats, stops: stops, trace: trace}, opts, stdin, stdout, stderr)
 	}
 
 	var ids []int
@@ -171,6 +187,9 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	req := runner.Request{Prompt: ids, Options: opts, MaxTokens: *n, Stop: e.Stop, StopStrings: stops, Seeded: flagSet(fs, "seed")}
 	if stream != nil {
 		req.Text = stream
+	}
+	if trace != nil {
+		req.Trace = trace.Round
 	}
 	st, genErr := generate(ctx, seq, drafter, depth, req, emit)
 	if printText {
@@ -308,6 +327,7 @@ type chatSettings struct {
 	n, capacity   int
 	stats         bool
 	stops         []string
+	trace         *runner.TraceWriter // nil: none
 }
 
 // runChat holds a multi-turn conversation. The target's cache is kept between turns: each turn's
@@ -416,10 +436,14 @@ func runChat(ctx context.Context, e *engine.Engine, df *draftFlags, cs chatSetti
 		}
 		stream := tokenizer.NewStream(e.Tok)
 		var reply strings.Builder
-		st, err := runner.Generate(ctx, seq, runner.Request{
+		req := runner.Request{
 			Prompt: ids, Options: opts, MaxTokens: cs.n, Stop: e.Stop, StopStrings: cs.stops, Text: stream,
 			Session: session, Depth: depth,
-		}, func(t runner.Token) error {
+		}
+		if cs.trace != nil {
+			req.Trace = cs.trace.Round
+		}
+		st, err := runner.Generate(ctx, seq, req, func(t runner.Token) error {
 			reply.WriteString(t.Text)
 			_, err := io.WriteString(stdout, t.Text)
 			return err
