@@ -318,22 +318,16 @@ func (g *generation) decode(ctx context.Context) error {
 			n = g.depth.choose(min(limit, d.Limit()))
 		}
 
-		if d != nil && n > 0 {
-			// Pending context rows are written apart from the block, so that the round's time
-			// holds only what its depth costs; the rows are the same whatever the batching.
-			t := g.now()
-			err := d.Settle()
-			st.DraftTime += g.now().Sub(t)
-			if err != nil {
-				return fmt.Errorf("generate: draft context at %d: %w", seq.cache.Offset(), err)
-			}
-		}
 		g.context = 0
 		position := seq.cache.Offset()
 		t0 := g.now()
 		var drafts []int
 		var q []sample.Distribution
 		if n > 0 {
+			// One draft forward per drafting round: Propose writes the context rows pending
+			// since the last proposal (the last round's kept rows, or a plain stretch's) with its
+			// block (DFLASH.md section 3). Their write is part of the round's time: in steady
+			// state every drafting round pays for its predecessor's kept rows.
 			var err error
 			drafts, q, err = d.Propose(current, n, g.all, g.v.s)
 			if err != nil {
