@@ -67,7 +67,7 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	var sf sampleFlags
 	sf.register(fs)
 	draft := fs.String("draft", "", "DFlash draft folder, or 'oracle' (drafts the target's greedy continuation; ceiling of the engine)")
-	depthsFlag := fs.String("depths", "", "draft depths to measure, e.g. 1-15 or 2,4,8; 0 is the draft's own policy (DFlash: adaptive, one depth controller kept across all prompts after one unmeasured pass, as a server keeps one; DFlash2: fixed 7) (default: oracle 1-15, a draft: 0)")
+	depthsFlag := fs.String("depths", "", "draft depths to measure, e.g. 1-15 or 2,4,8; 0 is the draft's own policy (DFlash: adaptive, one depth controller kept across all prompts after one unmeasured pass, as a server keeps one; DFlash2: fixed 7; the oracle: adaptive up to 15, without the unmeasured pass) (default: oracle 1-15, a draft: 0)")
 	promptsFile := fs.String("prompts", "", "file of prompts, one per line (default: random token ids)")
 	maxPrompts := fs.Int("max-prompts", 8, "prompts to use from --prompts")
 	n := fs.Int("n", 128, "tokens to decode per measurement")
@@ -309,6 +309,7 @@ func benchSpeculation(e *engine.Engine, rep *benchReport, draft, depthsFlag stri
 		// figure is the steady state a server reaches, not the first request of a cold process
 		// (`dflash run`). The draft is loaded once; every run opens and closes its own session.
 		var drafter runner.Drafter
+		oracleAuto := runner.Adaptive(nil)
 		if dr != nil {
 			drafter = runner.WithDepth(dr.Drafter, runner.Fixed(d))
 			if d == 0 {
@@ -318,7 +319,14 @@ func benchSpeculation(e *engine.Engine, rep *benchReport, draft, depthsFlag stri
 		speculate := func(p, cont []int) (runner.Stats, error) {
 			dr := drafter
 			if draft == "oracle" {
-				dr = &runner.OracleDrafter{Tokens: append(append([]int(nil), p...), cont...), Limit: d, Vocab: e.Target.Config().Vocab}
+				o := &runner.OracleDrafter{Tokens: append(append([]int(nil), p...), cont...), Limit: d, Vocab: e.Target.Config().Vocab}
+				dr = o
+				if d == 0 {
+					// Depth 0 is the depth controller up to 15 (one kept across prompts, like a
+					// draft's), to set auto against the oracle's fixed depths.
+					o.Limit = 15
+					dr = runner.WithDepth(o, oracleAuto)
+				}
 			}
 			req := runner.Request{Prompt: p, Options: opts, MaxTokens: n, Stop: e.Stop}
 			if trace != nil {

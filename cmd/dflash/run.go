@@ -56,13 +56,10 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		}
 		mf.model = target
 		if df.draft == "" {
+			// The depth is the controller's (auto): warm-started from what earlier runs learned
+			// on this machine, it is within a few percent of the best fixed depth from the first
+			// rounds, at temperature 0 and when sampling (where it settles near plain decoding).
 			df.draft = draft
-			// The draft learned the target's greedy continuations: at temperature 0 a fixed depth
-			// is best from the first round; sampling accepts about 1.3 tokens a round, and the
-			// depth controller then settles on (nearly) plain decoding instead of losing 3x.
-			if !flagSet(fs, "depth") && sf.o.Temperature == 0 {
-				df.depth = defaultmodel.Depth
-			}
 		}
 		if !flagSet(fs, "compare") {
 			*compare = true
@@ -150,6 +147,7 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if drafter != nil {
 		depth = drafter.Depth()
 	}
+	learned := openLearned(e, df.draft, drafter, opts, stderr)
 	out := bufio.NewWriter(stdout)
 	defer out.Flush()
 	if len(stops) > 0 && e.Tok == nil {
@@ -192,6 +190,7 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		req.Trace = trace.Round
 	}
 	st, genErr := generate(ctx, seq, drafter, depth, req, emit)
+	learned.save(depth.Controller(), stderr)
 	if printText {
 		out.WriteString(stream.Flush())
 		out.WriteString("\n")
@@ -204,7 +203,7 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return genErr
 	}
 	if *compare && genErr == nil {
-		line, err := compareRuns(ctx, e, drafter, ids, stops, opts, *n, capacity)
+		line, err := compareRuns(ctx, e, drafter, learned, ids, stops, opts, *n, capacity)
 		if err != nil {
 			return fmt.Errorf("compare: %w", err)
 		}
@@ -217,8 +216,9 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 // request side by side: three alternating silent runs of each (so host noise hits both alike),
 // medians reported. The streamed run above is not used for the figures: writing to a terminal is
 // not decoding. Every speculative run opens its own session and starts an adaptive policy
-// untrained, as a fresh `dflash run` would; the drafter is loaded once.
-func compareRuns(ctx context.Context, e *engine.Engine, dr runner.Drafter, ids []int, stops []string, opts sample.Options, n, capacity int) (string, error) {
+// where the streamed run started (warm from the user cache, or cold), as a fresh `dflash run`
+// would; the drafter is loaded once.
+func compareRuns(ctx context.Context, e *engine.Engine, dr runner.Drafter, learned *learnedCache, ids []int, stops []string, opts sample.Options, n, capacity int) (string, error) {
 	speculative := dr != nil
 	// The same request as the streamed run, stop strings included (each run reads its own text).
 	request := func() runner.Request {
@@ -244,7 +244,7 @@ func compareRuns(ctx context.Context, e *engine.Engine, dr runner.Drafter, ids [
 		if !speculative {
 			continue
 		}
-		st, err = generate(ctx, runner.NewSequence(e.Target, capacity), dr, dr.Depth().Fresh(), request(), func(runner.Token) error { return nil })
+		st, err = generate(ctx, runner.NewSequence(e.Target, capacity), dr, learned.fresh(dr.Depth()), request(), func(runner.Token) error { return nil })
 		if err != nil {
 			return "", fmt.Errorf("speculative decoding: %w", err)
 		}
@@ -370,7 +370,9 @@ func runChat(ctx context.Context, e *engine.Engine, df *draftFlags, cs chatSetti
 	var depth runner.Depth
 	if drafter != nil {
 		session, depth = drafter.Open(cs.capacity), drafter.Depth()
+		learned := openLearned(e, df.draft, drafter, opts, stderr)
 		defer func() {
+			learned.save(depth.Controller(), stderr)
 			if cerr := session.Close(); cerr != nil && err == nil {
 				err = fmt.Errorf("close drafting session: %w", cerr)
 			}
