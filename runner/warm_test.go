@@ -140,3 +140,32 @@ func TestWarmKeepsOwnMeasurementsAndRefusesNonsense(t *testing.T) {
 		t.Fatalf("a cold controller drafted %d in its first round", n)
 	}
 }
+
+// TestWarmStartCorrectsStaleCosts: costs learned on a machine where draft rows were nearly free
+// (or under another load) do not pin the controller: on the scripted costs of this run it
+// converges on the true best depth, as a cold controller does.
+func TestWarmStartCorrectsStaleCosts(t *testing.T) {
+	accept := []float64{0.95, 0.9, 0.85, 0.8, 0.3, 0.2, 0.1, 0.1}
+	cost := func(n int) time.Duration { return time.Duration(1000+200*n) * time.Microsecond }
+	best := 0
+	for n := range 9 {
+		if trueEV(accept, cost, n) > trueEV(accept, cost, best) {
+			best = n
+		}
+	}
+	stale := &Controller{}
+	for n := range 9 {
+		for range 40 {
+			stale.Observe(n, n, time.Duration(1000+10*n)*time.Microsecond)
+		}
+	}
+	c := &Controller{}
+	c.Warm(stale.Learned())
+	if first := c.Choose(8); first != 8 {
+		t.Fatalf("warm controller's first depth %d: the stale state (every draft accepted, rows free) should send it to the full block", first)
+	}
+	chosen := simulate(c, 600, 8, accept, cost, 3)
+	if got := modeOf(chosen[300:]); got != best {
+		t.Fatalf("after 300 rounds the warm controller settles on %d, the scripted costs' best is %d (choices %v)", got, best, chosen[300:340])
+	}
+}
