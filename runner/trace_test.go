@@ -64,7 +64,7 @@ func cloneRound(r Round) Round {
 
 // traceRun generates with a scripted session under Fixed(depth), collecting the rounds the hook
 // saw and the lines the TraceWriter wrote, which must decode to the same rounds.
-func traceRun(t *testing.T, prompt []int, n, depth int, accept []int, opts sample.Options) (rounds []Round, out []int, full []int) {
+func traceRun(t *testing.T, prompt []int, n, depth int, accept []int, opts sample.Options, stop ...int) (rounds []Round, out []int, full []int) {
 	t.Helper()
 	now := time.Unix(0, 0)
 	ft := &fake.Target{Vocab: testVocab, Layers: 2}
@@ -73,7 +73,7 @@ func traceRun(t *testing.T, prompt []int, n, depth int, accept []int, opts sampl
 	var buf bytes.Buffer
 	tw := NewTraceWriter(&buf)
 	tw.Run = "scripted"
-	req := Request{Prompt: prompt, Options: opts, MaxTokens: n, Session: s, Depth: Fixed(depth), Clock: func() time.Time { return now },
+	req := Request{Prompt: prompt, Options: opts, MaxTokens: n, Stop: stop, Session: s, Depth: Fixed(depth), Clock: func() time.Time { return now },
 		Trace: func(r Round) { rounds = append(rounds, cloneRound(r)); tw.Round(r) }}
 	out, _ = runTarget(t, NewSequence(timedTarget{ft, &now}, 512), req)
 	if err := tw.Err(); err != nil {
@@ -161,5 +161,32 @@ func TestTraceSampledReportsQ(t *testing.T) {
 	}
 	if !slices.Equal(all, out) {
 		t.Fatalf("the trace emitted %v, the output was %v", all, out)
+	}
+}
+
+// TestTraceStopToken: a round that meets a stop token among its accepted drafts emits, and
+// traces, the tokens before it only; the trace's emitted tokens are the output.
+func TestTraceStopToken(t *testing.T) {
+	prompt := []int{1, 2, 3, 4}
+	ft := &fake.Target{Vocab: testVocab, Layers: 2}
+	cont := ft.Greedy(prompt, 40)
+	k := 12
+	for slices.Contains(cont[:k], cont[k]) {
+		k++
+	}
+	rounds, out, _ := traceRun(t, prompt, 40, 5, []int{5}, sample.Options{}, cont[k])
+	if !slices.Equal(out, cont[:k]) {
+		t.Fatalf("output %v, want the continuation before the stop token %d: %v", out, cont[k], cont[:k])
+	}
+	var all []int
+	for _, r := range rounds {
+		all = append(all, r.Emitted...)
+	}
+	if !slices.Equal(all, out) {
+		t.Fatalf("the trace emitted %v, the output was %v", all, out)
+	}
+	last := rounds[len(rounds)-1]
+	if last.Accepted < len(last.Emitted) {
+		t.Fatalf("last round %+v: the stop token should sit among its accepted drafts", last)
 	}
 }
