@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dflash/dflash/internal/shareddata"
 	"github.com/dflash/dflash/internal/testmodel"
 )
 
@@ -73,5 +74,50 @@ func TestConvertBF16(t *testing.T) {
 	}
 	if _, err := os.Stat(out + "2.partial"); !os.IsNotExist(err) {
 		t.Errorf("a failed conversion left %s.partial behind", out+"2")
+	}
+}
+
+// dflash convert of the llama2.c checkpoint to an F32 GGUF, then dflash run of that one file
+// (its tokenizer from the metadata, nothing beside it) prints run.c's greedy goldens.
+func TestConvertGGUFRunsLlama2cGoldens(t *testing.T) {
+	bin := shareddata.Path(t, "stories260K/stories260K.bin")
+	out := filepath.Join(t.TempDir(), "stories260K.gguf")
+	code, msg, errs := runCLI(t, "", "convert", "--model", bin, "--out", out, "--type", "f32")
+	if code != 0 {
+		t.Fatalf("convert: exit %d: %s", code, errs)
+	}
+	if !strings.Contains(msg, "47 tensors") || !strings.Contains(msg, "as F32") {
+		t.Errorf("convert reports %q", msg)
+	}
+	for _, c := range []struct {
+		golden, prompt string
+		n              string // generated tokens, as TestRunMatchesLlama2cGoldens counts them
+	}{
+		{"greedy_once_upon_a_time_n128.txt", "Once upon a time", "124"},
+		{"greedy_noprompt_n256.txt", "", "256"},
+	} {
+		want, err := os.ReadFile(shareddata.Path(t, "stories260K/golden/"+c.golden))
+		if err != nil {
+			t.Fatal(err)
+		}
+		args := []string{"run", "--model", out, "-n", c.n}
+		if c.prompt == "" {
+			args = append(args, "--prompt-ids", "1")
+		} else {
+			args = append(args, "-p", c.prompt)
+		}
+		code, got, errs := runCLI(t, "", args...)
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", c.golden, code, errs)
+		}
+		if got != string(want) {
+			t.Errorf("%s: GGUF output differs from run.c's\n got: %q\nwant: %q", c.golden, got, want)
+		}
+	}
+	if code, _, errs := runCLI(t, "", "convert", "--model", bin, "--out", out, "--type", "f32"); code == 0 || !strings.Contains(errs, "exists") {
+		t.Errorf("converting onto an existing file: exit %d: %s", code, errs)
+	}
+	if code, _, errs := runCLI(t, "", "convert", "--model", bin, "--out", out+"2.gguf", "--type", "q2_k"); code == 0 || !strings.Contains(errs, `"q2_k"`) {
+		t.Errorf("--type q2_k: exit %d: %s", code, errs)
 	}
 }
