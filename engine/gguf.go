@@ -2,6 +2,8 @@ package engine
 
 import (
 	"fmt"
+	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,9 +18,22 @@ import (
 // FormatGGUF is a single GGUF file: shape, tokenizer, chat template and weights all inside it.
 const FormatGGUF = "gguf"
 
-// isGGUF says whether a model path names a GGUF file (by its extension, as ollama and llama.cpp
-// users name them; the magic is checked when it is opened).
-func isGGUF(path string) bool { return strings.EqualFold(filepath.Ext(path), ".gguf") }
+// isGGUF says whether a model file is a GGUF: named .gguf, as llama.cpp users name them, or
+// starting with the magic "GGUF", as ollama's content-addressed blobs (sha256-...) do. No
+// llama2.c checkpoint starts so: read as its header's dim, the magic is over a billion.
+func isGGUF(path string) bool {
+	if strings.EqualFold(filepath.Ext(path), ".gguf") {
+		return true
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var magic [4]byte
+	_, err = io.ReadFull(f, magic[:])
+	return err == nil && string(magic[:]) == "GGUF"
+}
 
 // FileType is llama.cpp's llama_ftype, stored as general.file_type: the file's predominant
 // tensor type, which is what listings show as its quantization.

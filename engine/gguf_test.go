@@ -16,6 +16,8 @@ import (
 	"github.com/dflash/dflash/format/safetensors"
 	"github.com/dflash/dflash/internal/shareddata"
 	"github.com/dflash/dflash/internal/testmodel"
+	"github.com/dflash/dflash/kernel"
+	"github.com/dflash/dflash/kernel/quant"
 	"github.com/dflash/dflash/model"
 )
 
@@ -218,11 +220,12 @@ func TestGGUFQwen3MatchesFolder(t *testing.T) {
 	}
 }
 
-// writeLlamaFolder writes a random Hugging Face Llama folder (no tokenizer): 2 layers, 4 heads
-// of 8 over 2 KV heads, an untied head.
-func writeLlamaFolder(t *testing.T) string {
+// writeLlamaFolder writes a random Hugging Face Llama folder (no tokenizer): 4 heads over 2 KV
+// heads, vocabulary 96, an untied head.
+func writeLlamaFolder(t *testing.T, hidden, inter, layers int) string {
 	t.Helper()
-	const vocab, hidden, inter, layers, heads, kv, hd = 96, 32, 64, 2, 4, 2, 8
+	const vocab, heads, kv = 96, 4, 2
+	hd := hidden / heads
 	dir := t.TempDir()
 	cfg := map[string]any{
 		"architectures": []string{"LlamaForCausalLM"}, "model_type": "llama",
@@ -275,7 +278,7 @@ func writeLlamaFolder(t *testing.T) string {
 // file, run with adjacent-pair RoPE, gives the folder's logits (to float rounding: attention sums
 // a head's elements in another order), so the permutation and the rotation agree.
 func TestGGUFLlamaPermutedMatchesFolder(t *testing.T) {
-	dir := writeLlamaFolder(t)
+	dir := writeLlamaFolder(t, 32, 64, 2)
 	want, got := open(t, dir), open(t, convertTo(t, dir, "f32"))
 	prompt := []int{1, 5, 17, 42, 95, 3, 3, 60, 11, 0, 7, 8}
 	rg, err := got.Target.Forward(got.Target.NewCache(16), model.Request{Tokens: prompt, Logits: model.LogitsAll})
@@ -296,5 +299,160 @@ func TestGGUFLlamaPermutedMatchesFolder(t *testing.T) {
 	t.Logf("largest logit difference %g", worst)
 	if got.Desc.Family != "llama" || got.Target.Config().TiedEmbeddings {
 		t.Errorf("family %q tied %v", got.Desc.Family, got.Target.Config().TiedEmbeddings)
+	}
+}
+
+// The q4_k_m mix is llama.cpp's: Q6_K for the head and for attn_v/ffn_down of the layers
+// use_more_bits picks (here 2 and 3 of 4), Q4_K elsewhere, f32 norms; the file loads, at bf16
+// until the quantized kernels land.
+func TestGGUFQ4KM(t *testing.T) {
+	dir := writeLlamaFolder(t, 256, 512, 4)
+	path := convertTo(t, dir, "q4_k_m")
+	f, err := gguf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]quant.Type{
+		"token_embd.weight": quant.Q4_K, "output.weight": quant.Q6_K, "output_norm.weight": quant.F32,
+		"blk.0.attn_v.weight": quant.Q4_K, "blk.1.ffn_down.weight": quant.Q4_K,
+		"blk.2.attn_v.weight": quant.Q6_K, "blk.2.ffn_down.weight": quant.Q6_K,
+		"blk.3.attn_v.weight": quant.Q6_K, "blk.3.ffn_down.weight": quant.Q6_K,
+		"blk.3.attn_q.weight": quant.Q4_K, "blk.3.ffn_up.weight": quant.Q4_K, "blk.3.attn_norm.weight": quant.F32,
+	}
+	for name, ty := range want {
+		if ti, ok := f.Tensor(name); !ok || ti.Type != ty {
+			t.Errorf("%s: type %v, want %v", name, ti.Type, ty)
+		}
+	}
+	if v, err := f.Metadata.Uint("general.quantization_version"); err != nil || v != 2 {
+		t.Errorf("general.quantization_version = %d, %v", v, err)
+	}
+	// Each matrix dequantizes to the folder's weights within its type's rounding: relative RMS
+	// error about 0.08 for Q4_K and 0.02 for Q6_K on Gaussian weights. (Logits of a random
+	// network are too chaotic to judge a 4-bit type by: bf16 alone moves them 1%.)
+	st, err := safetensors.OpenModel(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for name, ty := range want {
+		if ty == quant.F32 || strings.Contains(name, "attn_q") {
+			continue // attn_q rows are permuted; the f32 test above covers them
+		}
+		hfName, _ := gguf.HFName(name)
+		src, err := st.Tensor(hfName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := src.F32()
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := f.F32(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e2, w2 float64
+		for i := range w {
+			e2 += float64(g[i]-w[i]) * float64(g[i]-w[i])
+			w2 += float64(w[i]) * float64(w[i])
+		}
+		bound := map[quant.Type]float64{quant.Q4_K: 0.12, quant.Q6_K: 0.03}[ty]
+		rel := math.Sqrt(e2 / w2)
+		t.Logf("%s (%v): relative RMS error %.4f", name, ty, rel)
+		if rel > bound {
+			t.Errorf("%s (%v): relative RMS error %.4f, want <= %.2f", name, ty, rel, bound)
+		}
+	}
+	f.Close()
+	d, err := Describe(Options{Model: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.DType != "Q4_K_M" {
+		t.Errorf("dtype label %q, want Q4_K_M", d.DType)
+	}
+	e := open(t, path)
+	if e.Target.Config().DType != kernel.BF16 || e.Target.WeightBytes() == 0 {
+		t.Errorf("loaded as %v", e.Target.Config().DType)
+	}
+	r, err := e.Target.Forward(e.Target.NewCache(8), model.Request{Tokens: []int{1, 5, 17, 42, 95, 3}, Logits: model.LogitsLast})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range r.Logits {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			t.Fatalf("logit %d = %v", i, v)
+		}
+	}
+}
+
+// rewriteGGUF copies a GGUF with its metadata edited and one tensor retyped (its bytes zeroed).
+func rewriteGGUF(t *testing.T, src, dst string, edit func([]gguf.KV) []gguf.KV, retype string, ty quant.Type) {
+	t.Helper()
+	f, err := gguf.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var ts []gguf.WriteTensor
+	for _, ti := range f.Tensors() {
+		data, err := f.Data(ti.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wt := gguf.WriteTensor{Name: ti.Name, Type: ti.Type, Shape: ti.Shape, Data: data}
+		if ti.Name == retype {
+			n, err := ty.RowBytes(int(ti.Elements()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			wt.Type, wt.Data = ty, make([]byte, n)
+		}
+		ts = append(ts, wt)
+	}
+	if err := gguf.WriteFile(dst, edit(slices.Clone(f.Metadata.KVs())), ts); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func setKV(key string, v gguf.Value) func([]gguf.KV) []gguf.KV {
+	return func(kvs []gguf.KV) []gguf.KV {
+		for i := range kvs {
+			if kvs[i].Key == key {
+				kvs[i].Value = v
+			}
+		}
+		return kvs
+	}
+}
+
+// An ollama blob (no .gguf name) is told by its magic; an architecture, a tokenizer or a tensor
+// type dflash cannot run is refused with its name.
+func TestGGUFDescribeAndRefusals(t *testing.T) {
+	path := convertTo(t, shareddata.Path(t, "stories260K/stories260K.bin"), "q8_0")
+	dir := t.TempDir()
+	blob := filepath.Join(dir, "sha256-0123abcd")
+	rewriteGGUF(t, path, blob, func(kvs []gguf.KV) []gguf.KV { return kvs }, "", 0)
+	if d, err := Describe(Options{Model: blob}); err != nil || d.Format != FormatGGUF || d.DType != "Q8_0" {
+		t.Errorf("blob: %v, %+v", err, d)
+	}
+	for _, c := range []struct {
+		name   string
+		edit   func([]gguf.KV) []gguf.KV
+		retype string
+		ty     quant.Type
+		want   string
+	}{
+		{"arch", setKV("general.architecture", gguf.String("gemma3")), "", 0, `"gemma3"`},
+		{"tokenizer", setKV("tokenizer.ggml.model", gguf.String("bert")), "", 0, `"bert"`},
+		{"type", func(kvs []gguf.KV) []gguf.KV { return kvs }, "blk.3.attn_k.weight", quant.Q4_1, "blk.3.attn_k.weight: tensor type not supported by dflash: Q4_1"},
+	} {
+		p := filepath.Join(dir, c.name+".gguf")
+		rewriteGGUF(t, path, p, c.edit, c.retype, c.ty)
+		_, err := Open(Options{Model: p})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want it to name %s", c.name, err, c.want)
+		}
 	}
 }
