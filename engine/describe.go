@@ -24,6 +24,7 @@ const (
 	FormatSafetensors = "safetensors" // a Hugging Face folder
 	FormatLlama2C     = "llama2.c"    // a llama2.c checkpoint file
 	FormatSynthetic   = "synthetic"   // random weights of a named shape, no files
+	// FormatGGUF (gguf.go): a single .gguf file.
 )
 
 // Description is what a model reference means, told from its configuration alone: every file of
@@ -116,6 +117,10 @@ func Describe(o Options) (*Description, error) {
 		if tc, err = d.readFolder(); err != nil {
 			return nil, err
 		}
+	} else if isGGUF(path) {
+		if tc, err = d.readGGUF(st.Size()); err != nil {
+			return nil, err
+		}
 	} else if err := d.readCheckpoint(st.Size()); err != nil {
 		return nil, err
 	}
@@ -123,17 +128,18 @@ func Describe(o Options) (*Description, error) {
 	d.Parameters = ParamCount(d.Config)
 	d.Context = d.Config.MaxSeq
 
-	d.TokenizerPath = o.Tokenizer
-	if d.TokenizerPath == "" {
+	if o.Tokenizer != "" {
+		d.TokenizerPath, d.Tok = o.Tokenizer, nil // an override replaces a GGUF's own vocabulary
+	} else if d.Tok == nil {
 		d.TokenizerPath = FindTokenizer(d.Path, d.Config.Vocab)
 	}
-	if d.TokenizerPath != "" {
+	if d.Tok == nil && d.TokenizerPath != "" {
 		if d.Tok, err = d.loadTokenizer(tc); err != nil {
 			return nil, err
 		}
-		if d.Tok.Vocab() > d.Config.Vocab {
-			return nil, fmt.Errorf("tokenizer %s has %d tokens but model %s has a vocabulary of %d", d.TokenizerPath, d.Tok.Vocab(), d.Path, d.Config.Vocab)
-		}
+	}
+	if d.Tok != nil && d.Tok.Vocab() > d.Config.Vocab {
+		return nil, fmt.Errorf("tokenizer %s has %d tokens but model %s has a vocabulary of %d", d.TokenizerPath, d.Tok.Vocab(), d.Path, d.Config.Vocab)
 	}
 	if d.Template, err = chooseTemplate(tc, d.Tok); err != nil {
 		return nil, fmt.Errorf("load chat config %s: %w", filepath.Join(d.Path, "tokenizer_config.json"), err)
@@ -232,9 +238,11 @@ func stopIDs(d *Description, tc *hf.TokenizerConfig) []int {
 	add(d.Generation.EOSTokenIDs...)
 	if tok := d.Tok; tok != nil {
 		add(tok.EOS()...)
-		if d.Config.Arch == transformer.ArchLlama2C {
+		if _, spm := tok.(*tokenizer.Llama2c); d.Config.Arch == transformer.ArchLlama2C || (d.Format == FormatGGUF && spm) {
 			// llama2.c models are trained on stories each preceded by BOS and followed by
-			// nothing, so they end a story by predicting BOS; run.c stops there too.
+			// nothing, so they end a story by predicting BOS; run.c stops there too. A GGUF of one
+			// has the llama2.c vocabulary, and other SentencePiece models predict BOS only where a
+			// document would end.
 			add(tok.BOS())
 		}
 		if tc.EOSToken != "" {

@@ -79,6 +79,8 @@ func (d *Description) Load(c transformer.Compute) (*Engine, error) {
 		if t, err = transformer.Synthetic(d.Config, d.seed); err != nil {
 			return nil, fmt.Errorf("synthetic %s: %w", d.Ref, err)
 		}
+	case d.Format == FormatGGUF:
+		t, err = transformer.LoadGGUF(d.Path, transformer.Options{DType: c})
 	case d.hf != nil:
 		t, err = transformer.LoadHFConfig(d.Path, d.hf, transformer.Options{DType: c})
 	default:

@@ -56,6 +56,11 @@ func TargetTensors(c model.Config) []TensorShape {
 // to serve or load a model calls Validate, which refuses a truncated, empty or misshaped file
 // by the first tensor at fault.
 func (d *Description) Validate() error {
+	if d.Format == FormatGGUF {
+		if err := d.validateGGUF(); err != nil {
+			return err
+		}
+	}
 	if d.hf != nil {
 		if err := checkWeights(d.Path, TargetTensors(d.Config)); err != nil {
 			return fmt.Errorf("load %s: %w", d.Path, err)

@@ -35,7 +35,8 @@ type BPE struct {
 
 	normalize    func(string) string
 	pre          []Splitter
-	prefixSpace  bool // ByteLevel add_prefix_space
+	patterns     []string // each splitter's pattern, for naming the pre-tokenizer in a GGUF
+	prefixSpace  bool     // ByteLevel add_prefix_space
 	ignoreMerges bool
 
 	bos      int
@@ -347,11 +348,13 @@ func (t *BPE) parsePreTokenizer(raw json.RawMessage) ([]Splitter, bool, error) {
 		if err != nil {
 			return nil, false, err
 		}
+		t.patterns = append(t.patterns, pattern)
 		return []Splitter{s}, false, nil
 	case "ByteLevel":
 		t.prefixSpace = c.AddPrefixSpace
 		// use_regex defaults to true in HF: ByteLevel then splits with GPT-2's pattern itself.
 		if c.UseRegex == nil || *c.UseRegex {
+			t.patterns = append(t.patterns, patternGPT2)
 			return []Splitter{knownSplitter(patternGPT2)}, true, nil
 		}
 		return nil, true, nil

@@ -4,27 +4,59 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
+	"github.com/dflash/dflash/engine"
 	"github.com/dflash/dflash/format/safetensors"
 )
 
-// cmdConvert rewrites a Hugging Face folder (a target or a DFlash draft) with its floating-point
-// tensors in bf16: half the bytes of f32, which is what the decode of a bandwidth-bound model
-// reads. Every other file is copied unchanged, except config.json's torch_dtype. The output is a
-// new folder, written beside and renamed into place, so a failure leaves no half folder behind.
+// cmdConvert writes a model in another form. With --out FILE.gguf it writes a GGUF file that
+// llama.cpp and ollama read (engine.ConvertGGUF: their names and keys, --type picks the tensor
+// types) from a Qwen3/Llama folder or a llama2.c checkpoint. Otherwise it rewrites a Hugging Face
+// folder (a target or a DFlash draft) with its floating-point tensors in bf16: half the bytes of
+// f32, which is what the decode of a bandwidth-bound model reads. Every other file is copied
+// unchanged, except config.json's torch_dtype. Either output is written beside and renamed into
+// place, so a failure leaves no half file or folder behind.
 func cmdConvert(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("convert", stderr)
-	in := fs.String("model", "", "Hugging Face folder to convert (config.json and model.safetensors or shards)")
-	out := fs.String("out", "", "folder to write (must not exist)")
-	dtype := fs.String("dtype", "bf16", "tensor type to write: bf16")
+	in := fs.String("model", "", "Hugging Face folder (config.json and model.safetensors or shards), or a llama2.c .bin for --out FILE.gguf")
+	out := fs.String("out", "", "folder, or FILE.gguf, to write (must not exist)")
+	dtype := fs.String("dtype", "bf16", "tensor type of a folder: bf16")
+	typ := fs.String("type", "", "tensor types of a GGUF: "+strings.Join(engine.ConvertTypes, ", ")+" (default bf16)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *in == "" || *out == "" {
-		return usagef("convert needs --model DIR and --out DIR")
+		return usagef("convert needs --model DIR|FILE.bin and --out DIR|FILE.gguf")
+	}
+	if !strings.HasSuffix(strings.ToLower(*out), ".gguf") {
+		if *typ != "" {
+			return usagef("--type is for a GGUF output: name --out FILE.gguf")
+		}
+	} else {
+		if *typ == "" {
+			*typ = "bf16"
+		}
+		if _, err := os.Stat(*out); err == nil {
+			return fmt.Errorf("%s exists; choose a new file", *out)
+		}
+		c, err := engine.ConvertGGUF(*in, *out, *typ)
+		if err != nil {
+			return err
+		}
+		var parts []string
+		for _, t := range slices.Sorted(maps.Keys(c.Types)) {
+			parts = append(parts, fmt.Sprintf("%d %s", c.Types[t], t))
+		}
+		fmt.Fprintf(stdout, "wrote %d tensors (%s) as %s to %s\n", c.Tensors, strings.Join(parts, ", "), c.FileType, *out)
+		for _, f := range c.Fallbacks {
+			fmt.Fprintf(stdout, "  fallback %s\n", f)
+		}
+		return nil
 	}
 	if *dtype != "bf16" {
 		return usagef("--dtype %q: only bf16 is supported", *dtype)

@@ -8,7 +8,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dflash/dflash/engine"
+	"github.com/dflash/dflash/internal/shareddata"
 	"github.com/dflash/dflash/internal/testmodel"
+	"github.com/dflash/dflash/kernel"
+	"github.com/dflash/dflash/kernel/kerneltest"
+	"github.com/dflash/dflash/model/dflash"
 )
 
 // Converting to bf16 gives the weights loading with --dtype bf16 gives: the same greedy ids. The
@@ -74,4 +79,85 @@ func TestConvertBF16(t *testing.T) {
 	if _, err := os.Stat(out + "2.partial"); !os.IsNotExist(err) {
 		t.Errorf("a failed conversion left %s.partial behind", out+"2")
 	}
+}
+
+// dflash convert of the llama2.c checkpoint to an F32 GGUF, then dflash run of that one file
+// (its tokenizer from the metadata, nothing beside it) prints run.c's greedy goldens.
+func TestConvertGGUFRunsLlama2cGoldens(t *testing.T) {
+	bin := shareddata.Path(t, "stories260K/stories260K.bin")
+	out := filepath.Join(t.TempDir(), "stories260K.gguf")
+	code, msg, errs := runCLI(t, "", "convert", "--model", bin, "--out", out, "--type", "f32")
+	if code != 0 {
+		t.Fatalf("convert: exit %d: %s", code, errs)
+	}
+	if !strings.Contains(msg, "47 tensors") || !strings.Contains(msg, "as F32") {
+		t.Errorf("convert reports %q", msg)
+	}
+	for _, c := range []struct {
+		golden, prompt string
+		n              string // generated tokens, as TestRunMatchesLlama2cGoldens counts them
+	}{
+		{"greedy_once_upon_a_time_n128.txt", "Once upon a time", "124"},
+		{"greedy_noprompt_n256.txt", "", "256"},
+	} {
+		want, err := os.ReadFile(shareddata.Path(t, "stories260K/golden/"+c.golden))
+		if err != nil {
+			t.Fatal(err)
+		}
+		args := []string{"run", "--model", out, "-n", c.n}
+		if c.prompt == "" {
+			args = append(args, "--prompt-ids", "1")
+		} else {
+			args = append(args, "-p", c.prompt)
+		}
+		code, got, errs := runCLI(t, "", args...)
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", c.golden, code, errs)
+		}
+		if got != string(want) {
+			t.Errorf("%s: GGUF output differs from run.c's\n got: %q\nwant: %q", c.golden, got, want)
+		}
+	}
+	if code, _, errs := runCLI(t, "", "convert", "--model", bin, "--out", out, "--type", "f32"); code == 0 || !strings.Contains(errs, "exists") {
+		t.Errorf("converting onto an existing file: exit %d: %s", code, errs)
+	}
+	if code, _, errs := runCLI(t, "", "convert", "--model", bin, "--out", out+"2.gguf", "--type", "q2_k"); code == 0 || !strings.Contains(errs, `"q2_k"`) {
+		t.Errorf("--type q2_k: exit %d: %s", code, errs)
+	}
+}
+
+// Greedy speculative decoding equals plain decoding on a quantized GGUF target (Q8_0, bf16 at
+// load until the quantized kernels land), with a random DFlash draft whose proposals are mostly
+// wrong, on every kernel path.
+func TestConvertGGUFSpeculativeEqualsPlain(t *testing.T) {
+	bin := shareddata.Path(t, "stories260K/stories260K.bin")
+	out := filepath.Join(t.TempDir(), "stories260K-q8_0.gguf")
+	if code, _, errs := runCLI(t, "", "convert", "--model", bin, "--out", out, "--type", "q8_0"); code != 0 {
+		t.Fatalf("convert: exit %d: %s", code, errs)
+	}
+	e, err := engine.Open(engine.Options{Model: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	draft := t.TempDir()
+	if err := dflash.WriteRandom(draft, dflash.ConfigFor(e.Target.Config(), 1, 8), 7, kernel.F32); err != nil {
+		t.Fatal(err)
+	}
+	kerneltest.ForEachPath(t, func(t *testing.T) {
+		args := []string{"run", "--model", out, "-p", "Once upon a time", "-n", "96", "--print-ids"}
+		code, want, errs := runCLI(t, "", args...)
+		if code != 0 {
+			t.Fatalf("plain: exit %d: %s", code, errs)
+		}
+		code, got, errs := runCLI(t, "", append(args, "--draft", draft)...)
+		if code != 0 {
+			t.Fatalf("speculative: exit %d: %s", code, errs)
+		}
+		if got != want {
+			t.Errorf("speculative ids\n got %s\nwant %s", got, want)
+		}
+		if !strings.Contains(errs, "tau") {
+			t.Errorf("the speculative run reports no acceptance (tau): %s", errs)
+		}
+	})
 }
