@@ -79,6 +79,8 @@ func (d *Description) Load(c transformer.Compute) (*Engine, error) {
 		if t, err = transformer.Synthetic(d.Config, d.seed); err != nil {
 			return nil, fmt.Errorf("synthetic %s: %w", d.Ref, err)
 		}
+	case d.hybrid != nil && d.hf != nil:
+		t, err = qwen35.LoadHF(d.Path, transformer.Options{DType: c})
 	case d.hf != nil:
 		t, err = transformer.LoadHFConfig(d.Path, d.hf, transformer.Options{DType: c})
 	default:

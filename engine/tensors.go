@@ -57,7 +57,7 @@ func TargetTensors(c model.Config) []TensorShape {
 // by the first tensor at fault.
 func (d *Description) Validate() error {
 	if d.hf != nil {
-		if err := checkWeights(d.Path, TargetTensors(d.Config)); err != nil {
+		if err := checkWeights(d.Path, d.targetTensors()); err != nil {
 			return fmt.Errorf("load %s: %w", d.Path, err)
 		}
 	}
