@@ -29,10 +29,15 @@ func (d *draftFlags) drafter(e *engine.Engine, prompt []int, opts sample.Options
 	if d.depth < 0 {
 		return nil, usagef("--depth %d: must be >= 0", d.depth)
 	}
+	if d.draft == "" {
+		return nil, nil
+	}
+	// Any drafter, the oracle too, needs a target whose cache can drop rejected rows.
+	if err := e.Desc.CheckSpeculation(); err != nil {
+		return nil, err
+	}
 	var dr runner.Drafter
 	switch d.draft {
-	case "":
-		return nil, nil
 	case "oracle":
 		if prompt == nil {
 			return nil, usagef("--draft oracle needs a fixed prompt (not --chat)")
