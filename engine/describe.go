@@ -32,17 +32,16 @@ const (
 // facts from here instead of reading a config itself. Building one is cheap whatever the size of
 // the model; Load then reads the weights and nothing else of the target.
 //
-// Today a reference is a Hugging Face folder or a llama2.c checkpoint. The other references the
-// engine is to accept resolve to the same Description: a GGUF file (shape, tokenizer, template
-// and stop ids from its metadata), an ollama store name or a Hugging Face hub id (a path, then
-// one of the above), a Qwen3.5 hybrid folder (its decoder config under text_config, read by
-// format/hf).
+// Today a reference is a Hugging Face folder (Qwen3, Llama, or a Qwen3.5 hybrid in either layout:
+// see qwen35.go) or a llama2.c checkpoint. The other references the engine is to accept resolve
+// to the same Description: a GGUF file (shape, tokenizer, template and stop ids from its
+// metadata), an ollama store name or a Hugging Face hub id (a path, then one of the above).
 type Description struct {
 	Ref    string // the reference as given
 	Path   string // the file or folder it resolved to ("" for a synthetic model)
 	Name   string // the file or folder name, a default request name
 	Format string // FormatSafetensors, FormatLlama2C or FormatSynthetic
-	Family string // "qwen3", "llama"
+	Family string // "qwen3", "llama", "qwen35"
 
 	// Config is the target's shape exactly as its loader builds it. DType is the file's for a
 	// checkpoint and unset for a folder, whose tensors decide it when loaded.
