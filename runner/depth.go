@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"math"
 	"strconv"
 	"time"
 )
@@ -372,4 +373,61 @@ func (d *Controller) EV(n int) float64 {
 		return tokens
 	}
 	return tokens / c
+}
+
+// Learned is what a controller measured, in a form another process can start from: Cost[n] is
+// the mean wall time in seconds of a round at depth n, Accept[i] the conditional acceptance
+// rate at position i+1, each with the number of observations it stands for (0: not measured).
+// Round costs belong to the model pair, the kernel path and the thread count; rates to the pair
+// and the temperature, and they vary with content. A process that starts from what the last
+// one learned decodes its first rounds at the depth the last one ended on, where a cold
+// controller spends a short request measuring (dflash keeps Learned in the user cache).
+type Learned struct {
+	Cost   []Mean `json:"cost"`
+	Accept []Mean `json:"accept"`
+}
+
+// Mean is a moving average and how many observations it stands for.
+type Mean struct {
+	V float64 `json:"v"`
+	N int     `json:"n"`
+}
+
+// Learned is a snapshot of what d has measured.
+func (d *Controller) Learned() Learned {
+	snap := func(as []average) []Mean {
+		ms := make([]Mean, len(as))
+		for i, a := range as {
+			ms[i] = Mean{V: a.v, N: a.n}
+		}
+		return ms
+	}
+	return Learned{Cost: snap(d.cost), Accept: snap(d.acc)}
+}
+
+// Warm starts d from what an earlier controller of the same model pair learned, for what d has
+// not measured itself. Each warm mean stands for at most 1/Alpha observations, so this run's own
+// rounds move it at the moving average's full rate from the first: a stale cost (another load on
+// the machine) or rate (other content) is corrected within a few dozen rounds. It still counts
+// as trusted (1/Alpha >= Trust by default), which is the point: a warm controller neither
+// measures plain decoding first nor climbs through depths it already knows. Means that are not
+// finite, a cost that is not positive and a rate outside [0, 1] are ignored.
+func (d *Controller) Warm(l Learned) {
+	weight := int(math.Ceil(1 / d.alpha()))
+	warm := func(dst []average, src []Mean, ok func(float64) bool) []average {
+		for i, m := range src {
+			if m.N <= 0 || math.IsNaN(m.V) || math.IsInf(m.V, 0) || !ok(m.V) {
+				continue
+			}
+			for len(dst) <= i {
+				dst = append(dst, average{})
+			}
+			if dst[i].n == 0 {
+				dst[i] = average{v: m.V, n: min(m.N, weight)}
+			}
+		}
+		return dst
+	}
+	d.cost = warm(d.cost, l.Cost, func(v float64) bool { return v > 0 })
+	d.acc = warm(d.acc, l.Accept, func(v float64) bool { return v >= 0 && v <= 1 })
 }

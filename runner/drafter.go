@@ -40,8 +40,8 @@ type Session interface {
 	// depend on earlier rounds. The slices stay valid until the next call.
 	Propose(current, n int, history []int, s Sampler) (drafts []int, q []sample.Distribution, err error)
 	// Settle writes any pending context and drops any outstanding proposal, leaving the session
-	// level with the rows committed. The loop settles before each proposal (so a round's time
-	// holds only what its depth costs) and when a request ends.
+	// level with the rows committed. The loop settles when a request ends, never between rounds:
+	// a proposal's forward writes the pending context itself (one draft forward a round).
 	Settle() error
 	// Close settles the session and ends it; a closed session refuses every later call.
 	Close() error

@@ -67,6 +67,11 @@ type Request struct {
 	// by a fixed one (Depth.Seeded explains why that is needed).
 	Seeded bool
 
+	// Trace, when set, is called once per decode round, after the round's tokens were emitted
+	// (TraceWriter.Round writes it as a JSON line). The Round's slices are valid only during the
+	// call.
+	Trace func(Round)
+
 	PrefillChunk int              // rows per prefill forward (default DefaultPrefillChunk)
 	Clock        func() time.Time // nil: time.Now; tests inject a fake clock
 }
@@ -169,6 +174,7 @@ type generation struct {
 	context time.Duration
 	all     []int // prompt and emitted tokens: the history penalties see
 	block   []int
+	traceQ  []float32
 }
 
 // prefill keeps the longest prefix the cache (and the drafter) already hold, minus at least one
@@ -312,21 +318,16 @@ func (g *generation) decode(ctx context.Context) error {
 			n = g.depth.choose(min(limit, d.Limit()))
 		}
 
-		if d != nil && n > 0 {
-			// Pending context rows are written apart from the block, so that the round's time
-			// holds only what its depth costs; the rows are the same whatever the batching.
-			t := g.now()
-			err := d.Settle()
-			st.DraftTime += g.now().Sub(t)
-			if err != nil {
-				return fmt.Errorf("generate: draft context at %d: %w", seq.cache.Offset(), err)
-			}
-		}
 		g.context = 0
+		position := seq.cache.Offset()
 		t0 := g.now()
 		var drafts []int
 		var q []sample.Distribution
 		if n > 0 {
+			// One draft forward per drafting round: Propose writes the context rows pending
+			// since the last proposal (the last round's kept rows, or a plain stretch's) with its
+			// block (DFLASH.md section 3). Their write is part of the round's time: in steady
+			// state every drafting round pays for its predecessor's kept rows.
 			var err error
 			drafts, q, err = d.Propose(current, n, g.all, g.v.s)
 			if err != nil {
@@ -369,6 +370,10 @@ func (g *generation) decode(ctx context.Context) error {
 		}
 		current = out[kept-1]
 		t3 := g.now()
+		var round Round
+		if g.req.Trace != nil {
+			round = g.round(position, n, drafts, q, accepted, t1.Sub(t0), t2.Sub(t1))
+		}
 		st.round(len(drafts), accepted)
 		st.DraftTime += t1.Sub(t0)
 		st.VerifyTime += t2.Sub(t1)
@@ -376,7 +381,7 @@ func (g *generation) decode(ctx context.Context) error {
 		if d != nil {
 			g.depth.observe(len(drafts), accepted, t3.Sub(t0)-g.context)
 		}
-		for _, t := range emitted {
+		for i, t := range emitted {
 			g.all = append(g.all, t)
 			st.DecodeTokens++
 			piece := Token{ID: t}
@@ -386,20 +391,52 @@ func (g *generation) decode(ctx context.Context) error {
 			}
 			if g.emit != nil {
 				if err := g.emit(piece); err != nil {
+					g.trace(round, emitted[:i+1])
 					st.Reason = StopCanceled
 					return err
 				}
 			}
 			if hit {
+				g.trace(round, emitted[:i+1])
 				// The rows of the round's later tokens stay in the cache: they are the sequence's
 				// tokens all the same, and a next request that shares them reuses them.
 				st.Reason = StopString
 				return nil
 			}
 		}
+		g.trace(round, emitted)
 		if end >= 0 {
 			st.Reason = StopToken
 			return nil
 		}
 	}
+}
+
+// round is the trace of a round at position that asked for n drafts.
+func (g *generation) round(position, n int, drafts []int, q []sample.Distribution, accepted int, draft, verify time.Duration) Round {
+	r := Round{Position: position, Depth: n, Proposed: drafts, Accepted: accepted, DraftNS: draft.Nanoseconds(), VerifyNS: verify.Nanoseconds()}
+	if !g.v.s.Greedy && len(drafts) > 0 {
+		g.traceQ = g.traceQ[:0]
+		for i, d := range drafts {
+			g.traceQ = append(g.traceQ, q[i].Prob(d))
+		}
+		r.Q = g.traceQ
+	}
+	return r
+}
+
+// trace reports round with the tokens it emitted, when the request asked for a trace.
+func (g *generation) trace(r Round, emitted []int) {
+	if g.req.Trace == nil {
+		return
+	}
+	// Empty lists, not null, so a line always has the same shape.
+	r.Emitted = emitted
+	if r.Emitted == nil {
+		r.Emitted = []int{}
+	}
+	if r.Proposed == nil {
+		r.Proposed = []int{}
+	}
+	g.req.Trace(r)
 }

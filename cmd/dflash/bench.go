@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -67,7 +68,7 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	var sf sampleFlags
 	sf.register(fs)
 	draft := fs.String("draft", "", "DFlash draft folder, or 'oracle' (drafts the target's greedy continuation; ceiling of the engine)")
-	depthsFlag := fs.String("depths", "", "draft depths to measure, e.g. 1-15 or 2,4,8; 0 is the draft's own policy (DFlash: adaptive, one depth controller kept across all prompts after one unmeasured pass, as a server keeps one; DFlash2: fixed 7) (default: oracle 1-15, a draft: 0)")
+	depthsFlag := fs.String("depths", "", "draft depths to measure, e.g. 1-15 or 2,4,8; 0 is the draft's own policy (DFlash: adaptive, one depth controller kept across all prompts after one unmeasured pass, as a server keeps one; DFlash2: fixed 7; the oracle: adaptive up to 15, without the unmeasured pass) (default: oracle 1-15, a draft: 0)")
 	promptsFile := fs.String("prompts", "", "file of prompts, one per line (default: random token ids)")
 	maxPrompts := fs.Int("max-prompts", 8, "prompts to use from --prompts")
 	n := fs.Int("n", 128, "tokens to decode per measurement")
@@ -76,6 +77,7 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	probe := fs.Bool("probe", true, "measure the memory bandwidth ceiling in the same run")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	verifyFlag := fs.String("verify", "2,4,8,16", "row counts n at which to measure the verify cost c(n)/c(1) (empty: skip)")
+	traceFile := fs.String("trace", "", "write one JSON line per speculative decode round to this file (see dflash run --trace), each labelled with its depth, prompt and repetition")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (read it with go tool pprof)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -270,7 +272,21 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 
 	if *draft != "" {
-		if err := benchSpeculation(e, &rep, *draft, *depthsFlag, prompts, opts, *n, *reps, capacity, plain, logf); err != nil {
+		var trace *runner.TraceWriter
+		if *traceFile != "" {
+			f, err := os.Create(*traceFile)
+			if err != nil {
+				return fmt.Errorf("bench: --trace: %w", err)
+			}
+			w := bufio.NewWriter(f)
+			trace = runner.NewTraceWriter(w)
+			defer func() {
+				if err := errors.Join(trace.Err(), w.Flush(), f.Close()); err != nil {
+					fmt.Fprintf(stderr, "warning: --trace %s: %v\n", *traceFile, err)
+				}
+			}()
+		}
+		if err := benchSpeculation(e, &rep, *draft, *depthsFlag, prompts, opts, *n, *reps, capacity, plain, logf, trace); err != nil {
 			return err
 		}
 	}
@@ -284,7 +300,7 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 }
 
 func benchSpeculation(e *engine.Engine, rep *benchReport, draft, depthsFlag string, prompts [][]int, opts sample.Options, n, reps, capacity int,
-	plain func([]int, sample.Options) (float64, []int, error), logf func(string, ...any)) error {
+	plain func([]int, sample.Options) (float64, []int, error), logf func(string, ...any), trace *runner.TraceWriter) error {
 	var depths []int
 	var err error
 	switch {
@@ -313,6 +329,7 @@ func benchSpeculation(e *engine.Engine, rep *benchReport, draft, depthsFlag stri
 		// figure is the steady state a server reaches, not the first request of a cold process
 		// (`dflash run`). The draft is loaded once; every run opens and closes its own session.
 		var drafter runner.Drafter
+		oracleAuto := runner.Adaptive(nil)
 		if dr != nil {
 			drafter = runner.WithDepth(dr.Drafter, runner.Fixed(d))
 			if d == 0 {
@@ -322,20 +339,32 @@ func benchSpeculation(e *engine.Engine, rep *benchReport, draft, depthsFlag stri
 		speculate := func(p, cont []int) (runner.Stats, error) {
 			dr := drafter
 			if draft == "oracle" {
-				dr = &runner.OracleDrafter{Tokens: append(append([]int(nil), p...), cont...), Limit: d, Vocab: e.Target.Config().Vocab}
+				o := &runner.OracleDrafter{Tokens: append(append([]int(nil), p...), cont...), Limit: d, Vocab: e.Target.Config().Vocab}
+				dr = o
+				if d == 0 {
+					// Depth 0 is the depth controller up to 15 (one kept across prompts, like a
+					// draft's), to set auto against the oracle's fixed depths.
+					o.Limit = 15
+					dr = runner.WithDepth(o, oracleAuto)
+				}
 			}
-			return generate(context.Background(), runner.NewSequence(e.Target, capacity), dr, dr.Depth(), runner.Request{
-				Prompt: p, Options: opts, MaxTokens: n, Stop: e.Stop,
-			}, func(runner.Token) error { return nil })
+			req := runner.Request{Prompt: p, Options: opts, MaxTokens: n, Stop: e.Stop}
+			if trace != nil {
+				req.Trace = trace.Round
+			}
+			return generate(context.Background(), runner.NewSequence(e.Target, capacity), dr, dr.Depth(), req, func(runner.Token) error { return nil })
 		}
 		if d == 0 && draft != "oracle" {
-			for _, p := range prompts {
+			for i, p := range prompts {
+				if trace != nil {
+					trace.Run = fmt.Sprintf("depth %d prompt %d warm-up", d, i)
+				}
 				if _, err := speculate(p, nil); err != nil {
 					return err
 				}
 			}
 		}
-		for _, p := range prompts {
+		for i, p := range prompts {
 			pr, cont, err := plain(p, opts)
 			if err != nil {
 				return err
@@ -343,6 +372,9 @@ func benchSpeculation(e *engine.Engine, rep *benchReport, draft, depthsFlag stri
 			var rates []float64
 			var tau float64
 			for r := 0; r < reps; r++ {
+				if trace != nil {
+					trace.Run = fmt.Sprintf("depth %d prompt %d rep %d", d, i, r)
+				}
 				st, err := speculate(p, cont)
 				if err != nil {
 					return err

@@ -2,23 +2,56 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
 
 	"github.com/dflash/dflash/engine"
+	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/runner"
+	"github.com/dflash/dflash/runner/depthcache"
 	"github.com/dflash/dflash/sample"
 )
 
 // draftFlags say which drafter speculates for the target.
 type draftFlags struct {
 	draft string
-	depth int
+	depth depthFlag
 }
 
 func (d *draftFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&d.draft, "draft", "", "DFlash or DFlash2 draft folder for speculative decoding, 'oracle' (drafts the target's own greedy continuation: the engine's ceiling), or 'none'")
-	fs.IntVar(&d.depth, "depth", 0, "draft tokens per round, fixed (default: the drafter's own policy: the depth controller for DFlash, 7 for DFlash2, 15 for the oracle)")
+	fs.Var(&d.depth, "depth", "draft tokens per round: N fixed, or auto (the depth controller, warm-started from what earlier runs of this pair learned on this machine) (default: the drafter's own policy: auto for DFlash, 7 for DFlash2, 15 for the oracle; 0 also means the drafter's own)")
+}
+
+// depthFlag is --depth: auto, a fixed N, or (unset or 0) the drafter's own policy.
+type depthFlag struct {
+	auto bool
+	n    int
+}
+
+func (f *depthFlag) String() string {
+	if f.auto {
+		return "auto"
+	}
+	return strconv.Itoa(f.n)
+}
+
+func (f *depthFlag) Set(s string) error {
+	if s == "auto" {
+		*f = depthFlag{auto: true}
+		return nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return fmt.Errorf("want auto or a number of draft tokens >= 0")
+	}
+	*f = depthFlag{n: n}
+	return nil
 }
 
 // drafter builds the drafter for one run (nil: none), its depth policy fixed by --depth when
@@ -26,9 +59,6 @@ func (d *draftFlags) register(fs *flag.FlagSet) {
 // plainly first (greedy only: an oracle of a sampled run is no oracle). The caller opens and
 // closes the sessions.
 func (d *draftFlags) drafter(e *engine.Engine, prompt []int, opts sample.Options, n, capacity int) (runner.Drafter, error) {
-	if d.depth < 0 {
-		return nil, usagef("--depth %d: must be >= 0", d.depth)
-	}
 	if d.draft == "" {
 		return nil, nil
 	}
@@ -49,7 +79,7 @@ func (d *draftFlags) drafter(e *engine.Engine, prompt []int, opts sample.Options
 		if err != nil {
 			return nil, err
 		}
-		limit := d.depth
+		limit := d.depth.n
 		if limit == 0 {
 			limit = 15
 		}
@@ -61,10 +91,74 @@ func (d *draftFlags) drafter(e *engine.Engine, prompt []int, opts sample.Options
 		}
 		dr = loaded.Drafter
 	}
-	if d.depth > 0 {
-		dr = runner.WithDepth(dr, runner.Fixed(d.depth))
+	switch {
+	case d.depth.n > 0:
+		dr = runner.WithDepth(dr, runner.Fixed(d.depth.n))
+	case d.depth.auto && dr.Depth().Controller() == nil:
+		dr = runner.WithDepth(dr, runner.Adaptive(nil))
 	}
 	return dr, nil
+}
+
+// learnedCache is where one run's adaptive controller starts from and saves to (the user cache,
+// runner/depthcache): its key names the target and draft files, the kernel path, the thread
+// count and the temperature. The zero value (no adaptive controller, or no usable cache) does
+// nothing.
+type learnedCache struct {
+	dir, key, about string
+	warm            runner.Learned
+}
+
+// openLearned loads what earlier runs of this setting learned and warm-starts dr's controller
+// with it. A drafter without a controller, a model with no files (synthetic) or an oracle has no
+// cache. Problems are warnings: the cache only saves a cold start's rounds.
+func openLearned(e *engine.Engine, draft string, dr runner.Drafter, opts sample.Options, stderr io.Writer) *learnedCache {
+	if dr == nil || dr.Depth().Controller() == nil || e.Desc.Path == "" {
+		return &learnedCache{}
+	}
+	paths := []string{e.Desc.Path}
+	if draft != "oracle" {
+		paths = append(paths, draft)
+	}
+	dir, err := depthcache.Dir()
+	if err != nil {
+		fmt.Fprintf(stderr, "warning: depth controller starts cold: %v\n", err)
+		return &learnedCache{}
+	}
+	key, about, err := depthcache.Key(paths, "draft "+draft, "kernel "+kernel.Path(), "threads "+strconv.Itoa(runtime.GOMAXPROCS(0)), "temperature "+strconv.FormatFloat(float64(opts.Temperature), 'g', -1, 32))
+	if err != nil {
+		fmt.Fprintf(stderr, "warning: depth controller starts cold: %v\n", err)
+		return &learnedCache{}
+	}
+	c := &learnedCache{dir: dir, key: key, about: about}
+	switch l, err := depthcache.Load(dir, key); {
+	case err == nil:
+		c.warm = l
+		dr.Depth().Controller().Warm(l)
+	case !errors.Is(err, os.ErrNotExist):
+		fmt.Fprintf(stderr, "warning: depth controller starts cold (the file will be rewritten): %v\n", err)
+	}
+	return c
+}
+
+// fresh is p as a new process would start it: an adaptive policy gets a new controller warmed
+// with what was loaded, a fixed one is itself.
+func (c *learnedCache) fresh(p runner.Depth) runner.Depth {
+	p = p.Fresh()
+	if ctl := p.Controller(); ctl != nil {
+		ctl.Warm(c.warm)
+	}
+	return p
+}
+
+// save writes what ctl learned for the next run (nothing without a cache or a controller).
+func (c *learnedCache) save(ctl *runner.Controller, stderr io.Writer) {
+	if c.key == "" || ctl == nil {
+		return
+	}
+	if err := depthcache.Save(c.dir, c.key, c.about, ctl.Learned()); err != nil {
+		fmt.Fprintf(stderr, "warning: depth controller's costs not kept: %v\n", err)
+	}
 }
 
 // generate runs one request on seq, speculating with a session of dr (nil: plain decoding)

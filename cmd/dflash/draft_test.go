@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/dflash/dflash/model/dflash"
 	"github.com/dflash/dflash/model/dflash2"
 	"github.com/dflash/dflash/model/transformer"
+	"github.com/dflash/dflash/runner/depthcache"
 )
 
 // A draft folder on the command line, DFlash or DFlash2 (told apart by its config), speculates for
@@ -99,5 +101,58 @@ func TestRunStopString(t *testing.T) {
 		if got != want {
 			t.Errorf("--stop %q %v:\n got %q\nwant %q", stop, extra, got, want)
 		}
+	}
+}
+
+// With the depth controller (the default for a DFlash draft, or --depth auto), a run leaves what
+// it learned in DFLASH_CACHE/costs for the next run of the same pair; a corrupt file is a
+// warning, never a failed run, and is rewritten. A fixed depth keeps no file.
+func TestRunKeepsControllerCosts(t *testing.T) {
+	cacheDir := t.TempDir()
+	t.Setenv("DFLASH_CACHE", cacheDir)
+	bin := shareddata.Path(t, "stories260K/stories260K.bin")
+	target, err := transformer.LoadLlama2C(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	draft := filepath.Join(t.TempDir(), "dflash")
+	if err := dflash.WriteRandom(draft, dflash.ConfigFor(target.Config(), 1, 8), 3, kernel.F32); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"run", "--model", bin, "-p", "Once upon a time", "-n", "30", "--print-ids", "--draft", draft}
+	costs := filepath.Join(cacheDir, "costs")
+	if code, _, errs := runCLI(t, "", append(base, "--depth", "3")...); code != 0 {
+		t.Fatalf("fixed depth: exit %d: %s", code, errs)
+	}
+	if _, err := os.Stat(costs); !os.IsNotExist(err) {
+		t.Fatalf("a fixed-depth run wrote the controller cache (%v)", err)
+	}
+	code, want, errs := runCLI(t, "", base...)
+	if code != 0 || strings.Contains(errs, "warning") {
+		t.Fatalf("first run: exit %d: %s", code, errs)
+	}
+	files, _ := filepath.Glob(filepath.Join(costs, "*.json"))
+	if len(files) != 1 {
+		t.Fatalf("cache files %v, want one", files)
+	}
+	l, err := depthcache.Load(costs, strings.TrimSuffix(filepath.Base(files[0]), ".json"))
+	if err != nil || len(l.Cost) == 0 || l.Cost[0].N == 0 {
+		t.Fatalf("cache holds %+v, %v: want plain decoding's measured cost at least", l, err)
+	}
+	if err := os.WriteFile(files[0], []byte("{not json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, got, errs := runCLI(t, "", append(base, "--depth", "auto")...)
+	if code != 0 || !strings.Contains(errs, "warning: depth controller starts cold") {
+		t.Fatalf("corrupt cache: exit %d, stderr %q; want success with a warning", code, errs)
+	}
+	if got != want {
+		t.Fatalf("output changed with the cache: %s, then %s", want, got)
+	}
+	if _, err := depthcache.Load(costs, strings.TrimSuffix(filepath.Base(files[0]), ".json")); err != nil {
+		t.Fatalf("the corrupt file was not rewritten: %v", err)
+	}
+	if code, _, errs := runCLI(t, "", append(base, "--depth", "-1")...); code != 2 {
+		t.Fatalf("--depth -1: exit %d, %s; want a usage error", code, errs)
 	}
 }

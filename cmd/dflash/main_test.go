@@ -170,3 +170,41 @@ func TestBenchJSON(t *testing.T) {
 func storiesPath(t *testing.T) string { return shareddata.Path(t, "stories260K/stories260K.bin") }
 
 func testdataPath(t *testing.T, rel string) string { return shareddata.Path(t, rel) }
+
+// --trace writes one JSON line per round, and the rounds' emitted ids are the printed output.
+func TestRunTrace(t *testing.T) {
+	bin := shareddata.Path(t, "stories260K/stories260K.bin")
+	file := t.TempDir() + "/trace.jsonl"
+	code, out, errs := runCLI(t, "", "run", "--model", bin, "-p", "Once upon a time", "-n", "40", "--draft", "oracle", "--depth", "3", "--print-ids", "--trace", file)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var emitted []string
+	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+	for i, l := range lines {
+		var r struct {
+			Position, Depth, Accepted int
+			Proposed, Emitted         []int
+			DraftNS                   int64 `json:"draft_ns"`
+		}
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("line %d %q: %v", i, l, err)
+		}
+		if r.Depth > 3 || len(r.Proposed) > r.Depth || r.Accepted > len(r.Proposed) || len(r.Emitted) != r.Accepted+1 {
+			t.Fatalf("line %d is inconsistent: %s", i, l)
+		}
+		for _, id := range r.Emitted {
+			emitted = append(emitted, itoa(id))
+		}
+	}
+	if got := strings.Join(emitted, ","); got != strings.TrimSpace(out) {
+		t.Fatalf("trace emitted %s, the run printed %s", got, strings.TrimSpace(out))
+	}
+	if len(lines) >= 40 {
+		t.Fatalf("%d rounds for 40 tokens: the oracle at depth 3 should accept several a round", len(lines))
+	}
+}

@@ -40,6 +40,7 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	think := fs.String("think", "", "chat templates' enable_thinking: on or off (default: the template's)")
 	stats := fs.Bool("stats", false, "print detailed decoding and speculation statistics")
 	ctxLen := fs.Int("ctx", 0, fmt.Sprintf("context length in tokens (default: the model's, at most %d)", defaultContext))
+	traceFile := fs.String("trace", "", "write one JSON line per decode round to this file: position, depth asked, proposed ids (and their q when sampling), accepted, emitted ids, draft and verify ns")
 	compare := fs.Bool("compare", false, "also decode plainly (same prompt and options) and print both speeds measured in this run")
 	var stops stringsFlag
 	fs.Var(&stops, "stop", "end the output at the first occurrence of this text, which is not printed (repeatable; needs a tokenizer)")
@@ -55,13 +56,10 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		}
 		mf.model = target
 		if df.draft == "" {
+			// The depth is the controller's (auto): warm-started from what earlier runs learned
+			// on this machine, it is within a few percent of the best fixed depth from the first
+			// rounds, at temperature 0 and when sampling (where it settles near plain decoding).
 			df.draft = draft
-			// The draft learned the target's greedy continuations: at temperature 0 a fixed depth
-			// is best from the first round; sampling accepts about 1.3 tokens a round, and the
-			// depth controller then settles on (nearly) plain decoding instead of losing 3x.
-			if !flagSet(fs, "depth") && sf.o.Temperature == 0 {
-				df.depth = defaultmodel.Depth
-			}
 		}
 		if !flagSet(fs, "compare") {
 			*compare = true
@@ -94,8 +92,23 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
+	var trace *runner.TraceWriter
+	if *traceFile != "" {
+		f, err := os.Create(*traceFile)
+		if err != nil {
+			return fmt.Errorf("--trace: %w", err)
+		}
+		w := bufio.NewWriter(f)
+		trace = runner.NewTraceWriter(w)
+		defer func() {
+			if err := errors.Join(trace.Err(), w.Flush(), f.Close()); err != nil {
+				fmt.Fprintf(stderr, "warning: --trace %s: %v\n", *traceFile, err)
+			}
+		}()
+	}
+
 	if *chatMode {
-		return runChat(ctx, e, &df, chatSettings{system: *system, think: *think, n: *n, capacity: capacity, stats: *stats, stops: stops}, opts, stdin, stdout, stderr)
+		return runChat(ctx, e, &df, chatSettings{system: *system, think: *think, n: *n, capacity: capacity, stats: *stats, stops: stops, trace: trace}, opts, stdin, stdout, stderr)
 	}
 
 	var ids []int
@@ -137,6 +150,7 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if drafter != nil {
 		depth = drafter.Depth()
 	}
+	learned := openLearned(e, df.draft, drafter, opts, stderr)
 	out := bufio.NewWriter(stdout)
 	defer out.Flush()
 	if len(stops) > 0 && e.Tok == nil {
@@ -175,7 +189,11 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if stream != nil {
 		req.Text = stream
 	}
+	if trace != nil {
+		req.Trace = trace.Round
+	}
 	st, genErr := generate(ctx, seq, drafter, depth, req, emit)
+	learned.save(depth.Controller(), stderr)
 	if printText {
 		out.WriteString(stream.Flush())
 		out.WriteString("\n")
@@ -188,7 +206,7 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return genErr
 	}
 	if *compare && genErr == nil {
-		line, err := compareRuns(ctx, e, drafter, ids, stops, opts, *n, capacity)
+		line, err := compareRuns(ctx, e, drafter, learned, ids, stops, opts, *n, capacity)
 		if err != nil {
 			return fmt.Errorf("compare: %w", err)
 		}
@@ -201,8 +219,9 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 // request side by side: three alternating silent runs of each (so host noise hits both alike),
 // medians reported. The streamed run above is not used for the figures: writing to a terminal is
 // not decoding. Every speculative run opens its own session and starts an adaptive policy
-// untrained, as a fresh `dflash run` would; the drafter is loaded once.
-func compareRuns(ctx context.Context, e *engine.Engine, dr runner.Drafter, ids []int, stops []string, opts sample.Options, n, capacity int) (string, error) {
+// where the streamed run started (warm from the user cache, or cold), as a fresh `dflash run`
+// would; the drafter is loaded once.
+func compareRuns(ctx context.Context, e *engine.Engine, dr runner.Drafter, learned *learnedCache, ids []int, stops []string, opts sample.Options, n, capacity int) (string, error) {
 	speculative := dr != nil
 	// The same request as the streamed run, stop strings included (each run reads its own text).
 	request := func() runner.Request {
@@ -228,7 +247,7 @@ func compareRuns(ctx context.Context, e *engine.Engine, dr runner.Drafter, ids [
 		if !speculative {
 			continue
 		}
-		st, err = generate(ctx, runner.NewSequence(e.Target, capacity), dr, dr.Depth().Fresh(), request(), func(runner.Token) error { return nil })
+		st, err = generate(ctx, runner.NewSequence(e.Target, capacity), dr, learned.fresh(dr.Depth()), request(), func(runner.Token) error { return nil })
 		if err != nil {
 			return "", fmt.Errorf("speculative decoding: %w", err)
 		}
@@ -311,6 +330,7 @@ type chatSettings struct {
 	n, capacity   int
 	stats         bool
 	stops         []string
+	trace         *runner.TraceWriter // nil: none
 }
 
 // runChat holds a multi-turn conversation. The target's cache is kept between turns: each turn's
@@ -353,7 +373,9 @@ func runChat(ctx context.Context, e *engine.Engine, df *draftFlags, cs chatSetti
 	var depth runner.Depth
 	if drafter != nil {
 		session, depth = drafter.Open(cs.capacity), drafter.Depth()
+		learned := openLearned(e, df.draft, drafter, opts, stderr)
 		defer func() {
+			learned.save(depth.Controller(), stderr)
 			if cerr := session.Close(); cerr != nil && err == nil {
 				err = fmt.Errorf("close drafting session: %w", cerr)
 			}
@@ -419,10 +441,14 @@ func runChat(ctx context.Context, e *engine.Engine, df *draftFlags, cs chatSetti
 		}
 		stream := tokenizer.NewStream(e.Tok)
 		var reply strings.Builder
-		st, err := runner.Generate(ctx, seq, runner.Request{
+		req := runner.Request{
 			Prompt: ids, Options: opts, MaxTokens: cs.n, Stop: e.Stop, StopStrings: cs.stops, Text: stream,
 			Session: session, Depth: depth,
-		}, func(t runner.Token) error {
+		}
+		if cs.trace != nil {
+			req.Trace = cs.trace.Round
+		}
+		st, err := runner.Generate(ctx, seq, req, func(t runner.Token) error {
 			reply.WriteString(t.Text)
 			_, err := io.WriteString(stdout, t.Text)
 			return err
