@@ -33,17 +33,16 @@ const (
 // facts from here instead of reading a config itself. Building one is cheap whatever the size of
 // the model; Load then reads the weights and nothing else of the target.
 //
-// Today a reference is a Hugging Face folder or a llama2.c checkpoint. The other references the
-// engine is to accept resolve to the same Description: a GGUF file (shape, tokenizer, template
-// and stop ids from its metadata), an ollama store name or a Hugging Face hub id (a path, then
-// one of the above), a Qwen3.5 hybrid folder (its decoder config under text_config, read by
-// format/hf).
+// Today a reference is a Hugging Face folder (Qwen3, Llama, or a Qwen3.5 hybrid in either layout:
+// see qwen35.go) or a llama2.c checkpoint. The other references the engine is to accept resolve
+// to the same Description: a GGUF file (shape, tokenizer, template and stop ids from its
+// metadata), an ollama store name or a Hugging Face hub id (a path, then one of the above).
 type Description struct {
 	Ref    string // the reference as given
 	Path   string // the file or folder it resolved to ("" for a synthetic model)
 	Name   string // the file or folder name, a default request name
 	Format string // FormatSafetensors, FormatLlama2C or FormatSynthetic
-	Family string // "qwen3", "llama"
+	Family string // "qwen3", "llama", "qwen35"
 
 	// Config is the target's shape exactly as its loader builds it. DType is the file's for a
 	// checkpoint and unset for a folder, whose tensors decide it when loaded.
@@ -72,10 +71,14 @@ type Description struct {
 	Generation *hf.GenerationConfig
 	// Drafts are the drafts named for this model, each checked to fit it.
 	Drafts []DraftInfo
+	// TextOnly says the folder has a vision tower that is not loaded: say TextOnlyNotice.
+	TextOnly bool
 
 	hf     *hf.Config     // config.json as parsed, for the loader (nil unless a folder)
 	seed   uint64         // synthetic weights' seed
-	hybrid *qwen35.Config // a synthetic Qwen3.5 shape, whose layers model.Config cannot describe
+	hybrid *qwen35.Config // a Qwen3.5 shape, whose layers model.Config cannot describe
+	// conditional: a Qwen3.5 folder in the published layout (tensors under model.language_model.)
+	conditional bool
 }
 
 // DraftInfo describes a draft folder without its weights: what it is and that it fits the target.
@@ -125,7 +128,7 @@ func Describe(o Options) (*Description, error) {
 		return nil, err
 	}
 	d.Family = family(d.Config.Arch, d.Family)
-	d.Parameters = ParamCount(d.Config)
+	d.Parameters = d.paramCount()
 	d.Context = d.Config.MaxSeq
 
 	if o.Tokenizer != "" {
@@ -160,11 +163,15 @@ func Describe(o Options) (*Description, error) {
 func (d *Description) readFolder() (*hf.TokenizerConfig, error) {
 	hc, err := hf.LoadConfig(d.Path)
 	if err != nil {
-		return nil, fmt.Errorf("load %s: %w", d.Path, err)
+		return nil, fmt.Errorf("load %s: %w", d.Path, hybridConfigError(d.Path, err))
 	}
 	// Qwen3 and Llama share one loader; a family with its own (Qwen3.5's hybrid) is chosen here
 	// by architecture, so Load never has to look at config.json again.
-	if d.Config, err = transformer.HFConfig(hc); err != nil {
+	if isHybrid(hc) {
+		if err := d.readHybrid(hc); err != nil {
+			return nil, err
+		}
+	} else if d.Config, err = transformer.HFConfig(hc); err != nil {
 		return nil, fmt.Errorf("load %s: %w", d.Path, err)
 	}
 	d.hf, d.Format, d.Family, d.DType = hc, FormatSafetensors, hc.ModelType, dtypeLabel(hc.TorchDtype)
@@ -201,9 +208,10 @@ func describeSynthetic(o Options) (*Description, error) {
 	// Synthetic models are driven by token ids only: no tokenizer, no template, no stop ids.
 	d := &Description{
 		Ref: o.Synthetic, Name: "synthetic-" + o.Synthetic, Format: FormatSynthetic, Config: cfg,
-		Family: family(cfg.Arch, ""), Parameters: ParamCount(cfg), DType: "BF16", Context: cfg.MaxSeq,
+		Family: family(cfg.Arch, ""), DType: "BF16", Context: cfg.MaxSeq,
 		Generation: &hf.GenerationConfig{BOSTokenID: -1}, seed: o.Seed, hybrid: hybrid,
 	}
+	d.Parameters = d.paramCount()
 	for _, dir := range o.Drafts {
 		di, err := DescribeDraft(dir, d.Config)
 		if err != nil {
@@ -298,6 +306,8 @@ func draftTensors(ts []dflash.TensorShape) []TensorShape {
 // the architecture's.
 func family(arch, modelType string) string {
 	switch {
+	case strings.HasPrefix(arch, "Qwen3_5"):
+		return FamilyQwen35
 	case modelType != "":
 		return modelType
 	case arch == transformer.ArchLlama2C || strings.HasPrefix(arch, "Llama"):

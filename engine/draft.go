@@ -25,8 +25,14 @@ func (e *Engine) LoadDraft(dir string) (*Draft, error) {
 	return e.OpenDraft(di)
 }
 
-// OpenDraft loads the weights of a described draft.
+// OpenDraft loads the weights of a described draft; a target that cannot speculate yet
+// (CheckSpeculation) is refused before any weight is read.
 func (e *Engine) OpenDraft(di DraftInfo) (*Draft, error) {
+	if e.Desc != nil {
+		if err := e.Desc.CheckSpeculation(); err != nil {
+			return nil, err
+		}
+	}
 	if di.Arch == dflash2.Arch {
 		d, err := dflash2.Load(di.Dir, e.Target, dflash2.Options{})
 		if err != nil {

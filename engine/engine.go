@@ -81,6 +81,8 @@ func (d *Description) Load(c transformer.Compute) (*Engine, error) {
 		}
 	case d.Format == FormatGGUF:
 		t, err = transformer.LoadGGUF(d.Path, transformer.Options{DType: c})
+	case d.hybrid != nil && d.hf != nil:
+		t, err = qwen35.LoadHF(d.Path, transformer.Options{DType: c})
 	case d.hf != nil:
 		t, err = transformer.LoadHFConfig(d.Path, d.hf, transformer.Options{DType: c})
 	default:

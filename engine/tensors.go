@@ -62,7 +62,7 @@ func (d *Description) Validate() error {
 		}
 	}
 	if d.hf != nil {
-		if err := checkWeights(d.Path, TargetTensors(d.Config)); err != nil {
+		if err := checkWeights(d.Path, d.targetTensors()); err != nil {
 			return fmt.Errorf("load %s: %w", d.Path, err)
 		}
 	}

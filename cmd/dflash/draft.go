@@ -59,10 +59,15 @@ func (f *depthFlag) Set(s string) error {
 // plainly first (greedy only: an oracle of a sampled run is no oracle). The caller opens and
 // closes the sessions.
 func (d *draftFlags) drafter(e *engine.Engine, prompt []int, opts sample.Options, n, capacity int) (runner.Drafter, error) {
+	if d.draft == "" {
+		return nil, nil
+	}
+	// Any drafter, the oracle too, needs a target whose cache can drop rejected rows.
+	if err := e.Desc.CheckSpeculation(); err != nil {
+		return nil, err
+	}
 	var dr runner.Drafter
 	switch d.draft {
-	case "":
-		return nil, nil
 	case "oracle":
 		if prompt == nil {
 			return nil, usagef("--draft oracle needs a fixed prompt (not --chat)")

@@ -85,6 +85,9 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if e.Desc.TextOnly {
+		fmt.Fprintln(stderr, engine.TextOnlyNotice)
+	}
 	capacity := contextLength(e, *ctxLen)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/dflash/dflash/engine"
 	"io"
 	"log/slog"
 	"net"
@@ -134,6 +135,9 @@ func cmdServe(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 			continue
 		}
 		log.Info("model", "name", m.Name, "family", m.Family, "parameters", m.ParameterSize, "draft", m.Draft)
+		if d, ok := b.Describe(m.Name); ok && d.TextOnly {
+			log.Info(engine.TextOnlyNotice, "name", m.Name)
+		}
 	}
 	fmt.Fprintf(stdout, "dflash %s listening on http://%s\n", version, addr)
 	sigs, stopSignals := serveSignals()

@@ -2,8 +2,9 @@
 // Qwen3ForCausalLM and LlamaForCausalLM (and anything shaped like them, such as a DFlash draft's
 // config, whose extra keys stay reachable through Config.Raw), generation_config.json,
 // tokenizer_config.json's special tokens and chat template source, and the RoPE inverse
-// frequencies a config implies. A folder whose config nests the decoder under text_config
-// (Qwen3.5's hybrid) is to be read here too, so no caller ever walks config.json itself.
+// frequencies a config implies. A config that nests the decoder under text_config (Qwen3.5's
+// published Qwen3_5ForConditionalGeneration layout, next to a vision_config) is read from there,
+// so no caller ever walks config.json itself.
 //
 // It never reads weights and never guesses silently: defaults are exactly those of the
 // transformers library for these architectures, and a value the engine could not honour (an
@@ -48,7 +49,11 @@ type Config struct {
 	BOSTokenID            int   // -1 when absent
 	EOSTokenIDs           []int // eos_token_id as a list (it may be an int or a list in the file)
 	AttentionBias         bool
-	Raw                   map[string]any // the whole JSON object, for keys this struct does not name
+	// TextConfig says the decoder's fields were read from config.json's text_config object: a
+	// multimodal config whose text half is the model served. VisionConfig says the config has a
+	// vision_config (a vision tower the text decoder does not use).
+	TextConfig, VisionConfig bool
+	Raw                      map[string]any // the whole JSON object, for keys this struct does not name
 }
 
 // rawConfig mirrors the JSON; pointers tell absent from zero so defaults apply only when absent.
@@ -98,11 +103,47 @@ func LoadConfig(dir string) (*Config, error) {
 	return c, nil
 }
 
-// ParseConfig parses and validates the contents of a config.json.
+// nesting is what tells a multimodal config.json from a flat one.
+type nesting struct {
+	TextConfig   json.RawMessage `json:"text_config"`
+	VisionConfig json.RawMessage `json:"vision_config"`
+}
+
+// ParseConfig parses and validates the contents of a config.json. When it has a text_config
+// object the decoder's fields are read from there, as transformers does for a multimodal model
+// that serves its text half: architectures, model_type and the vision_config stay the top
+// level's; torch_dtype, tie_word_embeddings and the bos/eos ids are the top level's when it gives
+// them (where the published Qwen3.5 configs write them), else text_config's.
 func ParseConfig(data []byte) (*Config, error) {
-	var r rawConfig
-	if err := json.Unmarshal(data, &r); err != nil {
+	var r, top rawConfig
+	if err := json.Unmarshal(data, &top); err != nil {
 		return nil, fmt.Errorf("config.json: %w", err)
+	}
+	var n nesting
+	if err := json.Unmarshal(data, &n); err != nil {
+		return nil, fmt.Errorf("config.json: %w", err)
+	}
+	r = top
+	nested := !isNull(n.TextConfig)
+	if nested {
+		// A fresh r: decoding into a copy of top would write through top's pointers.
+		r = rawConfig{}
+		if err := json.Unmarshal(n.TextConfig, &r); err != nil {
+			return nil, fmt.Errorf("config.json: text_config: %w", err)
+		}
+		r.Architectures, r.ModelType = top.Architectures, top.ModelType
+		if top.TorchDtype != "" || top.Dtype != "" {
+			r.TorchDtype, r.Dtype = top.TorchDtype, top.Dtype
+		}
+		if top.TieWordEmbeddings != nil {
+			r.TieWordEmbeddings = top.TieWordEmbeddings
+		}
+		if !isNull(top.BOSTokenID) {
+			r.BOSTokenID = top.BOSTokenID
+		}
+		if !isNull(top.EOSTokenID) {
+			r.EOSTokenID = top.EOSTokenID
+		}
 	}
 	c := &Config{
 		Architectures: r.Architectures,
@@ -111,6 +152,8 @@ func ParseConfig(data []byte) (*Config, error) {
 		BOSTokenID:    -1,
 		RMSNormEps:    1e-6,
 		RopeTheta:     10000,
+		TextConfig:    nested,
+		VisionConfig:  !isNull(n.VisionConfig),
 	}
 	if err := json.Unmarshal(data, &c.Raw); err != nil {
 		return nil, fmt.Errorf("config.json: %w", err)
@@ -118,6 +161,17 @@ func ParseConfig(data []byte) (*Config, error) {
 	if c.TorchDtype == "" {
 		c.TorchDtype = r.Dtype
 	}
+	if err := c.fill(&r); err != nil {
+		if nested {
+			return nil, fmt.Errorf("config.json: text_config: %w", err)
+		}
+		return nil, fmt.Errorf("config.json: %w", err)
+	}
+	return c, nil
+}
+
+// fill reads the decoder's fields of r into c, with transformers' defaults, validating each.
+func (c *Config) fill(r *rawConfig) error {
 	required := []struct {
 		name string
 		src  *int
@@ -131,10 +185,10 @@ func ParseConfig(data []byte) (*Config, error) {
 	}
 	for _, f := range required {
 		if f.src == nil {
-			return nil, fmt.Errorf("config.json: %s is missing", f.name)
+			return fmt.Errorf("%s is missing", f.name)
 		}
 		if *f.src <= 0 {
-			return nil, fmt.Errorf("config.json: %s %d must be positive", f.name, *f.src)
+			return fmt.Errorf("%s %d must be positive", f.name, *f.src)
 		}
 		*f.dst = *f.src
 	}
@@ -143,38 +197,38 @@ func ParseConfig(data []byte) (*Config, error) {
 		c.NumKeyValueHeads = *r.NumKeyValueHeads
 	}
 	if c.NumKeyValueHeads <= 0 {
-		return nil, fmt.Errorf("config.json: num_key_value_heads %d must be positive", c.NumKeyValueHeads)
+		return fmt.Errorf("num_key_value_heads %d must be positive", c.NumKeyValueHeads)
 	}
 	if c.NumAttentionHeads%c.NumKeyValueHeads != 0 {
-		return nil, fmt.Errorf("config.json: num_key_value_heads %d does not divide num_attention_heads %d", c.NumKeyValueHeads, c.NumAttentionHeads)
+		return fmt.Errorf("num_key_value_heads %d does not divide num_attention_heads %d", c.NumKeyValueHeads, c.NumAttentionHeads)
 	}
 	if r.HeadDim != nil {
 		c.HeadDim = *r.HeadDim
 		if c.HeadDim <= 0 {
-			return nil, fmt.Errorf("config.json: head_dim %d must be positive", c.HeadDim)
+			return fmt.Errorf("head_dim %d must be positive", c.HeadDim)
 		}
 	} else {
 		if c.HiddenSize%c.NumAttentionHeads != 0 {
-			return nil, fmt.Errorf("config.json: num_attention_heads %d does not divide hidden_size %d", c.NumAttentionHeads, c.HiddenSize)
+			return fmt.Errorf("num_attention_heads %d does not divide hidden_size %d", c.NumAttentionHeads, c.HiddenSize)
 		}
 		c.HeadDim = c.HiddenSize / c.NumAttentionHeads
 	}
 	// RoPE rotates pairs of dimensions; an odd head_dim leaves one unrotated, which no supported
 	// architecture does.
 	if c.HeadDim%2 != 0 {
-		return nil, fmt.Errorf("config.json: head_dim %d must be even for rotary embeddings", c.HeadDim)
+		return fmt.Errorf("head_dim %d must be even for rotary embeddings", c.HeadDim)
 	}
 	if r.MaxPositionEmbeddings != nil {
 		c.MaxPositionEmbeddings = *r.MaxPositionEmbeddings
 		if c.MaxPositionEmbeddings <= 0 {
-			return nil, fmt.Errorf("config.json: max_position_embeddings %d must be positive", c.MaxPositionEmbeddings)
+			return fmt.Errorf("max_position_embeddings %d must be positive", c.MaxPositionEmbeddings)
 		}
 	}
 	if r.RMSNormEps != nil {
 		c.RMSNormEps = *r.RMSNormEps
 	}
 	if !(c.RMSNormEps > 0) || c.RMSNormEps >= 1 {
-		return nil, fmt.Errorf("config.json: rms_norm_eps %g must be in (0, 1)", c.RMSNormEps)
+		return fmt.Errorf("rms_norm_eps %g must be in (0, 1)", c.RMSNormEps)
 	}
 	if r.TieWordEmbeddings != nil {
 		c.TieWordEmbeddings = *r.TieWordEmbeddings
@@ -192,7 +246,7 @@ func ParseConfig(data []byte) (*Config, error) {
 	if !isNull(ropeRaw) {
 		rope = new(rawRope)
 		if err := json.Unmarshal(ropeRaw, rope); err != nil {
-			return nil, fmt.Errorf("config.json: rope_scaling: %w", err)
+			return fmt.Errorf("rope_scaling: %w", err)
 		}
 	}
 	if r.RopeTheta != nil {
@@ -201,24 +255,24 @@ func ParseConfig(data []byte) (*Config, error) {
 		c.RopeTheta = *rope.RopeTheta
 	}
 	if !(c.RopeTheta > 1) || math.IsInf(c.RopeTheta, 0) {
-		return nil, fmt.Errorf("config.json: rope_theta %g must be a finite number above 1", c.RopeTheta)
+		return fmt.Errorf("rope_theta %g must be a finite number above 1", c.RopeTheta)
 	}
 	if rope != nil {
 		rs, err := parseRope(rope, c.MaxPositionEmbeddings)
 		if err != nil {
-			return nil, fmt.Errorf("config.json: rope_scaling: %w", err)
+			return fmt.Errorf("rope_scaling: %w", err)
 		}
 		c.RopeScaling = rs
 	}
 
 	var err error
 	if c.BOSTokenID, err = optionalID(r.BOSTokenID); err != nil {
-		return nil, fmt.Errorf("config.json: bos_token_id: %w", err)
+		return fmt.Errorf("bos_token_id: %w", err)
 	}
 	if c.EOSTokenIDs, err = idList(r.EOSTokenID); err != nil {
-		return nil, fmt.Errorf("config.json: eos_token_id: %w", err)
+		return fmt.Errorf("eos_token_id: %w", err)
 	}
-	return c, nil
+	return nil
 }
 
 func parseRope(r *rawRope, maxPos int) (*RopeScaling, error) {

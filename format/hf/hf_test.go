@@ -234,3 +234,64 @@ func TestGenerationConfig(t *testing.T) {
 		t.Errorf("single eos: %+v, %v", g, err)
 	}
 }
+
+// qwen35Nested is shaped like the published Qwen3.5 config.json (Qwen3_5ForConditionalGeneration):
+// the decoder's fields under text_config, the vision tower's beside them, and the dtype and
+// tie_word_embeddings at the top level.
+const qwen35Nested = `{
+  "architectures": ["Qwen3_5ForConditionalGeneration"],
+  "model_type": "qwen3_5",
+  "image_token_id": 248056,
+  "tie_word_embeddings": true,
+  "torch_dtype": "bfloat16",
+  "text_config": {
+    "model_type": "qwen3_5_text",
+    "hidden_size": 1024, "intermediate_size": 3584, "num_hidden_layers": 24,
+    "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 256, "vocab_size": 248320,
+    "max_position_embeddings": 262144, "rms_norm_eps": 1e-06, "eos_token_id": 248044,
+    "tie_word_embeddings": false, "dtype": "float32",
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25,
+      "mrope_section": [11, 11, 10], "mrope_interleaved": true}
+  },
+  "vision_config": {"depth": 12, "hidden_size": 768}
+}`
+
+// A multimodal config is read from its text_config: the decoder's widths, context and end id,
+// with the top level's dtype and head tying winning over text_config's, and the vision tower
+// noted.
+func TestParseConfigTextConfig(t *testing.T) {
+	c, err := ParseConfig([]byte(qwen35Nested))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.TextConfig || !c.VisionConfig {
+		t.Errorf("TextConfig %v, VisionConfig %v: want both", c.TextConfig, c.VisionConfig)
+	}
+	if c.Architectures[0] != "Qwen3_5ForConditionalGeneration" || c.ModelType != "qwen3_5" {
+		t.Errorf("architectures %v, model_type %q: want the top level's", c.Architectures, c.ModelType)
+	}
+	if c.HiddenSize != 1024 || c.NumHiddenLayers != 24 || c.HeadDim != 256 || c.VocabSize != 248320 || c.MaxPositionEmbeddings != 262144 {
+		t.Errorf("shape %+v: want text_config's", c)
+	}
+	if c.RopeTheta != 1e7 || c.RopeScaling != nil {
+		t.Errorf("rope_theta %g, scaling %+v: want 1e7 from rope_parameters, no scaling", c.RopeTheta, c.RopeScaling)
+	}
+	if c.TorchDtype != "bfloat16" || !c.TieWordEmbeddings {
+		t.Errorf("dtype %q, tied %v: want the top level's bfloat16 and true", c.TorchDtype, c.TieWordEmbeddings)
+	}
+	if !slices.Equal(c.EOSTokenIDs, []int{248044}) {
+		t.Errorf("eos ids %v, want text_config's [248044]", c.EOSTokenIDs)
+	}
+	flat, err := ParseConfig([]byte(qwen3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if flat.TextConfig || flat.VisionConfig {
+		t.Errorf("a flat config reads as nested (%v) or with a vision tower (%v)", flat.TextConfig, flat.VisionConfig)
+	}
+	// A field missing from text_config is named there, not at the top level (where it never was).
+	_, err = ParseConfig([]byte(strings.Replace(qwen35Nested, `"hidden_size": 1024, `, "", 1)))
+	if err == nil || !strings.Contains(err.Error(), "text_config: hidden_size is missing") {
+		t.Errorf("text_config without hidden_size: %v; want it named under text_config", err)
+	}
+}

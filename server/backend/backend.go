@@ -126,6 +126,12 @@ func describe(s Spec, ctxCap int) (*engine.Description, server.ModelInfo, error)
 	if err := d.Validate(); err != nil {
 		return nil, server.ModelInfo{}, err
 	}
+	// Refused at startup, not at the first request that would load the draft.
+	if len(d.Drafts) > 0 {
+		if err := d.CheckSpeculation(); err != nil {
+			return nil, server.ModelInfo{}, err
+		}
+	}
 	digest, err := d.Digest()
 	if err != nil {
 		return nil, server.ModelInfo{}, err

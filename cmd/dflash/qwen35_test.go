@@ -1,0 +1,111 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/dflash/dflash/engine"
+	"github.com/dflash/dflash/internal/testmodel"
+	"github.com/dflash/dflash/kernel"
+	"github.com/dflash/dflash/model"
+	"github.com/dflash/dflash/model/dflash"
+	"github.com/dflash/dflash/model/qwen35"
+	"github.com/dflash/dflash/model/transformer"
+)
+
+// greedyQwen35 decodes n tokens after prompt plainly on qwen35's own load of dir, one forward
+// per token: what `dflash run` must print for the folder.
+func greedyQwen35(t *testing.T, dir string, prompt []int, n int) []int {
+	t.Helper()
+	m, err := qwen35.LoadHF(dir, transformer.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := m.NewCache(len(prompt) + n)
+	feed, out := prompt, []int(nil)
+	for range n {
+		r, err := m.Forward(c, model.Request{Tokens: feed, Logits: model.LogitsLast})
+		if err != nil {
+			t.Fatal(err)
+		}
+		best := 0
+		for i, v := range r.Logits {
+			if v > r.Logits[best] {
+				best = i
+			}
+		}
+		out = append(out, best)
+		feed = []int{best}
+	}
+	return out
+}
+
+// Plain greedy `dflash run` on a random Qwen3.5 folder, in either layout, prints exactly the
+// tokens qwen35's own forward decodes; the published layout, which has a vision tower, says once
+// that it is served text only.
+func TestRunQwen35EqualsItsOwnForward(t *testing.T) {
+	for _, conditional := range []bool{false, true} {
+		dir := testmodel.Qwen35(t, testmodel.Qwen35Folder{Conditional: conditional})
+		want := joinIDs(greedyQwen35(t, dir, []int{5, 17, 3}, 20))
+		code, out, errs := runCLI(t, "", "run", "--model", dir, "--prompt-ids", "5,17,3", "-n", "20", "--print-ids", "--temp", "0")
+		if code != 0 {
+			t.Fatalf("conditional=%v: exit %d: %s", conditional, code, errs)
+		}
+		if got := strings.TrimSpace(out); got != want {
+			t.Errorf("conditional=%v: ids\n got %s\nwant %s", conditional, got, want)
+		}
+		notices := strings.Count(errs, engine.TextOnlyNotice)
+		if wantN := map[bool]int{false: 0, true: 1}[conditional]; notices != wantN {
+			t.Errorf("conditional=%v: %d text-only notices in %q, want %d", conditional, notices, errs, wantN)
+		}
+	}
+}
+
+// `dflash run --draft` on a hybrid target fails before decoding, saying speculation there is not
+// available yet, for a DFlash draft folder that fits and for the oracle alike.
+func TestRunQwen35DraftRefused(t *testing.T) {
+	dir := testmodel.Qwen35(t, testmodel.Qwen35Folder{})
+	d, err := engine.Describe(engine.Options{Model: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	draft := filepath.Join(t.TempDir(), "draft")
+	if err := dflash.WriteRandom(draft, dflash.ConfigFor(d.Config, 1, 8), 3, kernel.F32); err != nil {
+		t.Fatal(err)
+	}
+	for _, dr := range []string{draft, "oracle"} {
+		code, out, errs := runCLI(t, "", "run", "--model", dir, "--prompt-ids", "5,17,3", "-n", "8", "--print-ids", "--draft", dr)
+		if code != 1 || out != "" || !strings.Contains(errs, "speculative decoding on hybrid (Qwen3.5) targets is not available yet") {
+			t.Errorf("--draft %s: exit %d, stdout %q, stderr %q; want exit 1 and the refusal", dr, code, out, errs)
+		}
+	}
+}
+
+// `dflash serve` logs the text-only notice of a model with a vision tower once, at startup, and
+// refuses a draft configured for a hybrid target before listening.
+func TestServeQwen35(t *testing.T) {
+	dir := testmodel.Qwen35(t, testmodel.Qwen35Folder{Conditional: true, Tokenizer: true})
+	_, stop := startServe(t, "--model", dir, "--name", "q35", "--log", "json")
+	exit, logs := stop()
+	if exit != 0 {
+		t.Fatalf("serve exited with %d: %s", exit, logs)
+	}
+	if n := strings.Count(logs, engine.TextOnlyNotice); n != 1 {
+		t.Errorf("%d text-only notices in the logs, want 1: %s", n, logs)
+	}
+	d, err := engine.Describe(engine.Options{Model: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := dflash.ConfigFor(d.Config, 1, 8)
+	cfg.MaskID = 248070
+	draft := filepath.Join(t.TempDir(), "draft")
+	if err := dflash.WriteRandom(draft, cfg, 3, kernel.F32); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs := runCLI(t, "", "serve", "--host", "127.0.0.1:0", "--model", dir, "--draft", draft)
+	if code == 0 || !strings.Contains(errs, "not available yet") {
+		t.Errorf("serve with a draft on a hybrid target: exit %d, %q; want a refusal at startup", code, errs)
+	}
+}
