@@ -17,7 +17,7 @@ type draftFlags struct {
 }
 
 func (d *draftFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&d.draft, "draft", "", "DFlash or DFlash2 draft folder for speculative decoding, 'oracle' (drafts the target's own greedy continuation: the engine's ceiling), or 'none'")
+	fs.StringVar(&d.draft, "draft", "", "DFlash or DFlash2 draft (a folder or a Hugging Face id) for speculative decoding, 'oracle' (drafts the target's own greedy continuation: the engine's ceiling), or 'none'")
 	fs.IntVar(&d.depth, "depth", 0, "draft tokens per round, fixed (default: the drafter's own policy: the depth controller for DFlash, 7 for DFlash2, 15 for the oracle)")
 }
 

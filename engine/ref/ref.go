@@ -124,6 +124,15 @@ func (e Env) Resolve(s string) (*Resolved, error) {
 	return nil, errors.Join(append([]error{fmt.Errorf("%s: no such file or folder", s)}, errs...)...)
 }
 
+// IsName says s has the form of a store name (a Hugging Face id or an ollama name) and not of a
+// path, whether or not any store holds it.
+func IsName(s string) bool {
+	if looksLikePath(s) {
+		return false
+	}
+	return hfID.MatchString(s) || (ollamaName.MatchString(s) && !strings.Contains(s, "@"))
+}
+
 func pathName(p string, dir bool) string {
 	b := filepath.Base(filepath.Clean(p))
 	if !dir {

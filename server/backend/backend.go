@@ -9,7 +9,9 @@
 //
 // Models file format (ParseModelsFile): one model per line, "name path [draft]", fields separated
 // by spaces or tabs; blank lines and lines starting with '#' are ignored; a relative path is
-// relative to the file's folder. A name without a tag gets ":latest".
+// relative to the file's folder. The path and draft may be references instead (an ollama name,
+// a Hugging Face id: engine.Resolve), kept as written unless a file of that name sits beside the
+// models file. A name without a tag gets ":latest".
 package backend
 
 import (
@@ -22,6 +24,7 @@ import (
 	"strings"
 
 	"github.com/dflash/dflash/engine"
+	"github.com/dflash/dflash/engine/ref"
 	"github.com/dflash/dflash/server"
 )
 
@@ -32,8 +35,8 @@ const DefaultContext = 4096
 // Spec names one model to serve.
 type Spec struct {
 	Name  string // request name; default the file or folder name with ":latest"
-	Path  string // a Hugging Face folder or a llama2.c checkpoint file
-	Draft string // a DFlash draft folder, "" for plain decoding
+	Path  string // a model reference: a folder, a checkpoint file, an ollama name, a Hugging Face id
+	Draft string // a DFlash draft folder or Hugging Face id, "" for plain decoding
 }
 
 // Options configure a Backend.
@@ -46,6 +49,8 @@ type Options struct {
 	// instead of refusing the whole configuration; its requests are refused with that error.
 	// New still fails when no model is left.
 	SkipBroken bool
+	// Stores are where model names are looked up (nil: the process's, ref.FromEnv).
+	Stores *ref.Env
 }
 
 // Backend serves the configured models. It is safe for concurrent use: after New it only reads.
@@ -78,7 +83,7 @@ func New(o Options) (*Backend, error) {
 			return nil, fmt.Errorf("backend: model %q has no path", s.Name)
 		}
 		if s.Name == "" {
-			s.Name = defaultName(s.Path)
+			s.Name = defaultName(s.Path, o.Stores)
 		}
 		if !strings.Contains(s.Name, ":") {
 			s.Name += ":latest"
@@ -87,7 +92,7 @@ func New(o Options) (*Backend, error) {
 			return nil, fmt.Errorf("backend: model name %q configured twice", s.Name)
 		}
 		seen[s.Name] = true
-		d, in, err := describe(s, b.ctx)
+		d, in, err := describe(s, b.ctx, o.Stores)
 		if err != nil {
 			err = fmt.Errorf("backend: model %s: %w", s.Name, err)
 			if !o.SkipBroken {
@@ -108,17 +113,28 @@ func New(o Options) (*Backend, error) {
 }
 
 // describe reads and checks one model's files, weights excepted, into its description and listing.
-func describe(s Spec, ctxCap int) (*engine.Description, server.ModelInfo, error) {
+func describe(s Spec, ctxCap int, stores *ref.Env) (*engine.Description, server.ModelInfo, error) {
 	o := engine.Options{Model: s.Path}
 	if s.Draft != "" {
-		if st, err := os.Stat(s.Draft); err != nil || !st.IsDir() {
+		dir, err := engine.ResolveDraft(s.Draft, stores)
+		if err != nil {
+			return nil, server.ModelInfo{}, err
+		}
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 			return nil, server.ModelInfo{}, fmt.Errorf("draft %s is not a folder", s.Draft)
 		}
-		o.Drafts = []string{s.Draft}
+		o.Drafts = []string{dir}
+	}
+	o, src, err := engine.Resolve(o, stores)
+	if err != nil {
+		return nil, server.ModelInfo{}, err
 	}
 	d, err := engine.Describe(o)
 	if err != nil {
 		return nil, server.ModelInfo{}, err
+	}
+	if src.Kind != ref.KindPath {
+		d.Ref, d.Name = s.Path, src.Name
 	}
 	if d.Tok == nil {
 		return nil, server.ModelInfo{}, fmt.Errorf("no tokenizer beside %s: the server needs text", s.Path)
@@ -133,7 +149,16 @@ func describe(s Spec, ctxCap int) (*engine.Description, server.ModelInfo, error)
 	return d, info(s.Name, d, ctxCap, digest), nil
 }
 
-func defaultName(path string) string {
+// defaultName is the request name of a model configured without one: a store's own name for a
+// reference that resolves in a store, else the file or folder name.
+func defaultName(path string, stores *ref.Env) string {
+	env := ref.FromEnv()
+	if stores != nil {
+		env = *stores
+	}
+	if r, err := env.Resolve(path); err == nil && r.Kind != ref.KindPath {
+		return r.Name
+	}
 	base := filepath.Base(strings.TrimSuffix(path, "/"))
 	if ext := filepath.Ext(base); ext == ".bin" {
 		base = strings.TrimSuffix(base, ext)
@@ -194,7 +219,11 @@ func ParseModelsFile(path string) ([]Spec, error) {
 		if p == "" || filepath.IsAbs(p) {
 			return p
 		}
-		return filepath.Join(dir, p)
+		j := filepath.Join(dir, p)
+		if _, err := os.Stat(j); err != nil && ref.IsName(p) {
+			return p // a store name, resolved when the model is described
+		}
+		return j
 	}
 	var specs []Spec
 	sc := bufio.NewScanner(f)
