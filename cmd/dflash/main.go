@@ -67,6 +67,7 @@ func commands() []command {
 		{"serve", "serve models over ollama- and OpenAI-compatible HTTP APIs", cmdServe},
 		{"tokenize", "print the token ids of text, or decode ids back to text", cmdTokenize},
 		{"train", "train a tokenizer or a DFlash draft", cmdTrain},
+		{"pull", "download a Hugging Face model or draft into the hub cache (resumable, verified)", cmdPull},
 		{"convert", "rewrite a model folder's tensors as bf16 (half the bytes of f32)", cmdConvert},
 		{"version", "print the version and the revision it was built from", func(args []string, _ io.Reader, stdout, _ io.Writer) error {
 			if len(args) > 0 {
