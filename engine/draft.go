@@ -15,10 +15,21 @@ type Draft struct {
 	Drafter runner.Drafter
 }
 
-// LoadDraft resolves a draft reference (a folder or a Hugging Face id), describes the DFlash or
-// DFlash2 draft for the engine's target (DescribeDraft: told apart by its config.json, any field
-// that does not fit the target named) and loads it.
+// LoadDraft resolves a draft reference (a folder, a Hugging Face id, or "auto": AutoDraft),
+// describes the DFlash or DFlash2 draft for the engine's target (DescribeDraft: told apart by
+// its config.json, any field that does not fit the target named) and loads it.
 func (e *Engine) LoadDraft(draft string) (*Draft, error) {
+	if draft == "auto" {
+		c, err := AutoDraft(e.Target.Config(), e.RefName(), nil)
+		if err != nil {
+			return nil, err
+		}
+		d, err := e.OpenDraft(c.Info)
+		if d != nil {
+			d.Name = c.Ref
+		}
+		return d, err
+	}
 	dir, err := ResolveDraft(draft, nil)
 	if err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 
 	"github.com/dflash/dflash/engine"
 	"github.com/dflash/dflash/runner"
@@ -12,12 +13,14 @@ import (
 
 // draftFlags say which drafter speculates for the target.
 type draftFlags struct {
-	draft string
-	depth int
+	draft  string
+	depth  int
+	stderr io.Writer // where the choice of --draft auto is told
 }
 
 func (d *draftFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&d.draft, "draft", "", "DFlash or DFlash2 draft (a folder or a Hugging Face id) for speculative decoding, 'oracle' (drafts the target's own greedy continuation: the engine's ceiling), or 'none'")
+	d.stderr = fs.Output()
+	fs.StringVar(&d.draft, "draft", "", "DFlash or DFlash2 draft (a folder or a Hugging Face id) for speculative decoding, 'auto' (a fitting <target>-DFlash* draft in the hub cache), 'oracle' (drafts the target's own greedy continuation: the engine's ceiling), or 'none'")
 	fs.IntVar(&d.depth, "depth", 0, "draft tokens per round, fixed (default: the drafter's own policy: the depth controller for DFlash, 7 for DFlash2, 15 for the oracle)")
 }
 
@@ -53,6 +56,9 @@ func (d *draftFlags) drafter(e *engine.Engine, prompt []int, opts sample.Options
 		loaded, err := e.LoadDraft(d.draft)
 		if err != nil {
 			return nil, err
+		}
+		if d.draft == "auto" {
+			fmt.Fprintf(d.stderr, "draft auto: %s (%s, block %d)\n", loaded.Name, loaded.Arch, loaded.BlockSize)
 		}
 		dr = loaded.Drafter
 	}

@@ -68,6 +68,8 @@ func commands() []command {
 		{"tokenize", "print the token ids of text, or decode ids back to text", cmdTokenize},
 		{"train", "train a tokenizer or a DFlash draft", cmdTrain},
 		{"pull", "download a Hugging Face model or draft into the hub cache (resumable, verified)", cmdPull},
+		{"list", "list the models and drafts in the hub cache and ollama's store", cmdList},
+		{"show", "show what a model is: config, template, stop tokens, fitting drafts", cmdShow},
 		{"convert", "rewrite a model folder's tensors as bf16 (half the bytes of f32)", cmdConvert},
 		{"version", "print the version and the revision it was built from", func(args []string, _ io.Reader, stdout, _ io.Writer) error {
 			if len(args) > 0 {

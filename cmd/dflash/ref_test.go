@@ -74,3 +74,52 @@ func TestRunByHubID(t *testing.T) {
 		t.Errorf("unknown hub id: exit %d, %s", code, errs)
 	}
 }
+
+// With the default pair in the hub cache beside a "draft" that does not fit (the target itself,
+// under a draft's name, sorted first), --draft auto skips the misfit, takes the real draft and
+// says so; list and show report the same facts.
+func TestDraftAutoListShow(t *testing.T) {
+	t.Setenv("DFLASH_CACHE", t.TempDir())
+	target, draft, err := defaultmodel.Dirs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := t.TempDir()
+	t.Setenv("HF_HUB_CACHE", cache)
+	t.Setenv("OLLAMA_MODELS", t.TempDir())
+	hubSnapshot(t, cache, "dflash/tiny", target)
+	hubSnapshot(t, cache, "dflash/tiny-DFlash-b16", draft)
+	hubSnapshot(t, cache, "other/tiny-dflash-a0", target)
+	args := []string{"run", "--model", "dflash/tiny", "-p", "once upon a time", "-n", "24", "--print-ids", "--compare=false"}
+	_, want, _ := runCLI(t, "", append(args, "--draft", draft)...)
+	code, got, errs := runCLI(t, "", append(args, "--draft", "auto")...)
+	if code != 0 || got != want || !strings.Contains(errs, "draft auto: dflash/tiny-DFlash-b16") {
+		t.Fatalf("--draft auto: exit %d, %q want %q, %s", code, got, want, errs)
+	}
+	code, out, errs := runCLI(t, "", "list")
+	if code != 0 {
+		t.Fatal(errs)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 || !strings.Contains(out, "draft") {
+		t.Fatalf("list:\n%s", out)
+	}
+	for _, l := range lines {
+		if strings.HasPrefix(l, "dflash/tiny ") && !strings.HasSuffix(l, "dflash/tiny-DFlash-b16") {
+			t.Errorf("list row %q does not name its one fitting draft", l)
+		}
+	}
+	code, out, errs = runCLI(t, "", "show", "dflash/tiny")
+	if code != 0 || !strings.Contains(out, "draft       dflash/tiny-DFlash-b16 fits") || !strings.Contains(out, "other/tiny-dflash-a0 does not fit") || !strings.Contains(out, "stop ") {
+		t.Errorf("show: exit %d\n%s%s", code, out, errs)
+	}
+	// A target with no draft in the cache under its name: auto says what it looked for.
+	lonely := filepath.Join(t.TempDir(), "lonely")
+	if err := os.CopyFS(lonely, os.DirFS(target)); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs = runCLI(t, "", "run", "--model", lonely, "-p", "x", "--draft", "auto")
+	if code == 0 || !strings.Contains(errs, "lonely-DFlash*") {
+		t.Errorf("auto without drafts: exit %d %s", code, errs)
+	}
+}
