@@ -136,7 +136,9 @@ func cmdShow(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 
 func firstLine(s string) string { l, _, _ := strings.Cut(s, "\n"); return l }
 
-func indent(s string) string { return "  " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n  ") }
+func indent(s string) string {
+	return "  " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n  ")
+}
 
 func paramLabel(n int64) string {
 	switch {
