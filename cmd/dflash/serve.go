@@ -26,7 +26,7 @@ func (m *modelSpecs) register(fs *flag.FlagSet) {
 		m.specs = append(m.specs, backend.Spec{Path: s})
 		return nil
 	})
-	fs.Func("draft", "DFlash draft folder or Hugging Face id for the preceding --model", func(s string) error {
+	fs.Func("draft", "DFlash draft folder, Hugging Face id or 'auto' for the preceding --model", func(s string) error {
 		if len(m.specs) == 0 {
 			return fmt.Errorf("--draft %s comes before any --model", s)
 		}

@@ -22,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/dflash/dflash/engine"
 	"github.com/dflash/dflash/engine/ref"
@@ -36,7 +37,7 @@ const DefaultContext = 4096
 type Spec struct {
 	Name  string // request name; default the file or folder name with ":latest"
 	Path  string // a model reference: a folder, a checkpoint file, an ollama name, a Hugging Face id
-	Draft string // a DFlash draft folder or Hugging Face id, "" for plain decoding
+	Draft string // a DFlash draft folder or Hugging Face id, "auto" (engine.AutoDraft), "" for plain decoding
 }
 
 // Options configure a Backend.
@@ -51,11 +52,25 @@ type Options struct {
 	SkipBroken bool
 	// Stores are where model names are looked up (nil: the process's, ref.FromEnv).
 	Stores *ref.Env
+	// Pull overrides where /api/pull downloads from (zero fields: the environment's).
+	Pull PullOptions
 }
 
-// Backend serves the configured models. It is safe for concurrent use: after New it only reads.
+// PullOptions say where the backend's pulls go: the hub endpoint and token (default HF_ENDPOINT,
+// HF_TOKEN) and offline mode (HF_HUB_OFFLINE); the cache is Stores' hub cache.
+type PullOptions struct {
+	Endpoint, Token string
+	Offline         bool
+}
+
+// Backend serves the configured models. It is safe for concurrent use: after New the lists
+// change only by appending (a pull adds a model), under mu.
 type Backend struct {
-	ctx   int
+	ctx    int
+	stores *ref.Env
+	pull   PullOptions
+
+	mu    sync.RWMutex
 	specs []Spec
 
 	descs []*engine.Description // by spec; nil for a broken one (SkipBroken)
@@ -72,7 +87,7 @@ func New(o Options) (*Backend, error) {
 	if len(o.Models) == 0 {
 		return nil, errors.New("backend: no models configured")
 	}
-	b := &Backend{ctx: o.Context}
+	b := &Backend{ctx: o.Context, stores: o.Stores, pull: o.Pull}
 	if b.ctx <= 0 {
 		b.ctx = DefaultContext
 	}
@@ -115,7 +130,7 @@ func New(o Options) (*Backend, error) {
 // describe reads and checks one model's files, weights excepted, into its description and listing.
 func describe(s Spec, ctxCap int, stores *ref.Env) (*engine.Description, server.ModelInfo, error) {
 	o := engine.Options{Model: s.Path}
-	if s.Draft != "" {
+	if s.Draft != "" && s.Draft != "auto" {
 		dir, err := engine.ResolveDraft(s.Draft, stores)
 		if err != nil {
 			return nil, server.ModelInfo{}, err
@@ -135,6 +150,18 @@ func describe(s Spec, ctxCap int, stores *ref.Env) (*engine.Description, server.
 	}
 	if src.Kind != ref.KindPath {
 		d.Ref, d.Name = s.Path, src.Name
+	}
+	if s.Draft == "auto" {
+		name := src.Name
+		if src.Kind == ref.KindHF {
+			name = src.Repo
+		}
+		c, err := engine.AutoDraft(d.Config, name, stores)
+		if err != nil {
+			return nil, server.ModelInfo{}, err
+		}
+		c.Info.Name = c.Ref
+		d.Drafts = append(d.Drafts, c.Info)
 	}
 	if d.Tok == nil {
 		return nil, server.ModelInfo{}, fmt.Errorf("no tokenizer beside %s: the server needs text", s.Path)
@@ -168,12 +195,16 @@ func defaultName(path string, stores *ref.Env) string {
 
 // Models implements server.Backend.
 func (b *Backend) Models() []server.ModelInfo {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
 	return append([]server.ModelInfo(nil), b.infos...)
 }
 
 // Describe returns the description a configured model's listing and loading come from (false
 // for an unavailable one too).
 func (b *Backend) Describe(name string) (*engine.Description, bool) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
 	for i, s := range b.specs {
 		if s.Name == name && b.descs[i] != nil {
 			return b.descs[i], true
@@ -185,6 +216,7 @@ func (b *Backend) Describe(name string) (*engine.Description, bool) {
 // Load implements server.Backend: it opens the model (and its draft). It is slow; ctx is checked
 // before the work starts, since a load in progress cannot be interrupted.
 func (b *Backend) Load(ctx context.Context, name string) (server.Model, error) {
+	b.mu.RLock()
 	i := -1
 	for j, s := range b.specs {
 		if s.Name == name {
@@ -192,15 +224,18 @@ func (b *Backend) Load(ctx context.Context, name string) (server.Model, error) {
 		}
 	}
 	if i < 0 {
+		b.mu.RUnlock()
 		return nil, fmt.Errorf("backend: %q: %w", name, server.ErrModelNotFound)
 	}
-	if err := b.errs[i]; err != nil {
+	desc, in, err := b.descs[i], b.infos[i], b.errs[i]
+	b.mu.RUnlock()
+	if err != nil {
 		return nil, err // the server refuses a listed-unavailable model before loading; this is the backstop
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	m, err := open(b.descs[i], b.infos[i], b.ctx)
+	m, err := open(desc, in, b.ctx)
 	if err != nil {
 		return nil, fmt.Errorf("backend: load %s: %w", name, err)
 	}

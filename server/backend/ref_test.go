@@ -71,3 +71,36 @@ func TestModelsFileStoreNames(t *testing.T) {
 		t.Errorf("default name %q", n)
 	}
 }
+
+// "auto" as a models-file draft picks the hub cache's <target>-DFlash* draft that fits.
+func TestServeDraftAuto(t *testing.T) {
+	t.Setenv("DFLASH_CACHE", t.TempDir())
+	target, draft, err := defaultmodel.Dirs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := t.TempDir()
+	for repo, dir := range map[string]string{"dflash/tiny": target, "z-lab/tiny-DFlash-b16": draft} {
+		commit := strings.Repeat("a", 40)
+		rd := ref.RepoDir(cache, repo)
+		if err := os.MkdirAll(filepath.Join(rd, "refs"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(rd, "snapshots"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(dir, filepath.Join(rd, "snapshots", commit)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(rd, "refs", "main"), []byte(commit), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := New(Options{Models: []Spec{{Path: "dflash/tiny", Draft: "auto"}}, Stores: &ref.Env{HFCache: cache, OllamaModels: t.TempDir()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := b.Models()[0]; m.Draft != "z-lab/tiny-DFlash-b16" {
+		t.Errorf("auto draft %q", m.Draft)
+	}
+}
