@@ -39,12 +39,19 @@ type Hub struct {
 	shas, gits   map[string]string
 }
 
-// New starts a hub for repo serving files; it stops when the test ends.
-func New(t testing.TB, repo string, files map[string][]byte) *Hub {
+// NewHub is a hub for repo serving files, not yet listening (an http.Handler; fakehub serves
+// one from a process).
+func NewHub(repo string, files map[string][]byte) *Hub {
 	h := &Hub{Repo: repo, Commit: strings.Repeat("f", 40), Files: files, LFS: map[string]bool{}}
 	for n := range files {
 		h.LFS[n] = strings.HasSuffix(n, ".safetensors")
 	}
+	return h
+}
+
+// New starts a hub for repo serving files on loopback; it stops when the test ends.
+func New(t testing.TB, repo string, files map[string][]byte) *Hub {
+	h := NewHub(repo, files)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	h.URL = srv.URL
@@ -53,19 +60,28 @@ func New(t testing.TB, repo string, files map[string][]byte) *Hub {
 
 // FromDir reads the files of a model folder (one level).
 func FromDir(t testing.TB, dir string) map[string][]byte {
-	ents, err := os.ReadDir(dir)
+	files, err := ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return files
+}
+
+// ReadDir reads the files of a model folder (one level).
+func ReadDir(dir string) (map[string][]byte, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
 	}
 	files := map[string][]byte{}
 	for _, e := range ents {
 		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		files[e.Name()] = b
 	}
-	return files
+	return files, nil
 }
 
 // GitBlobID is git's id of a blob: the hub's etag for a file kept in git.
