@@ -15,6 +15,13 @@ type Puller interface {
 	Pull(ctx context.Context, name string, progress func(PullProgress)) (string, error)
 }
 
+// Finder is a Backend that can serve models it was not configured with: a request naming a
+// model in its stores (a pulled Hugging Face id, an ollama name) finds it there. Find is called
+// only for a name Models does not list; a model it finds is listed from then on.
+type Finder interface {
+	Find(name string) (ModelInfo, bool)
+}
+
 // PullProgress is one of ollama's /api/pull progress objects.
 type PullProgress struct {
 	Status    string `json:"status"`

@@ -77,3 +77,40 @@ func TestOllamaClientPull(t *testing.T) {
 		t.Errorf("pull of an ollama name: %v", err)
 	}
 }
+
+// A request may name a model that sits in the hub cache without being configured: it is found,
+// listed from then on, and served. A path is never looked up that way.
+func TestRequestFindsCachedModel(t *testing.T) {
+	t.Setenv("DFLASH_CACHE", t.TempDir())
+	target, _, err := defaultmodel.Dirs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hub := hubtest.New(t, "dflash/tiny", hubtest.FromDir(t, target))
+	stores := &ref.Env{HFCache: t.TempDir(), OllamaModels: t.TempDir()}
+	if _, err := ref.Pull(context.Background(), ref.PullOptions{Repo: "dflash/tiny", Cache: stores.HFCache, Endpoint: hub.URL}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := backend.New(backend.Options{Models: []backend.Spec{{Name: "local", Path: target}}, Stores: stores})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := ollamaClient(t, b)
+	ctx := context.Background()
+	stream := false
+	var resp ollama.GenerateResponse
+	err = c.Generate(ctx, &ollama.GenerateRequest{Model: "dflash/tiny:latest", Prompt: "once upon a time", Stream: &stream,
+		Options: map[string]any{"num_predict": 4, "temperature": 0}}, func(r ollama.GenerateResponse) error { resp = r; return nil })
+	if err != nil || resp.EvalCount != 4 {
+		t.Fatalf("generate on a cached, unconfigured model: %+v %v", resp, err)
+	}
+	if len(b.Models()) != 2 {
+		t.Errorf("listing after the find: %v", b.Models())
+	}
+	for _, name := range []string{target, "../" + target, "Qwen/Qwen3-0.6B"} {
+		err = c.Generate(ctx, &ollama.GenerateRequest{Model: name, Prompt: "x", Stream: &stream}, func(ollama.GenerateResponse) error { return nil })
+		if err == nil || !strings.Contains(err.Error(), "not found") {
+			t.Errorf("request for %q: %v", name, err)
+		}
+	}
+}
