@@ -15,9 +15,25 @@ type Draft struct {
 	Drafter runner.Drafter
 }
 
-// LoadDraft describes a DFlash or DFlash2 draft folder for the engine's target (DescribeDraft:
-// told apart by its config.json, any field that does not fit the target named) and loads it.
-func (e *Engine) LoadDraft(dir string) (*Draft, error) {
+// LoadDraft resolves a draft reference (a folder, a Hugging Face id, or "auto": AutoDraft),
+// describes the DFlash or DFlash2 draft for the engine's target (DescribeDraft: told apart by
+// its config.json, any field that does not fit the target named) and loads it.
+func (e *Engine) LoadDraft(draft string) (*Draft, error) {
+	if draft == "auto" {
+		c, err := AutoDraft(e.Target.Config(), e.RefName(), nil)
+		if err != nil {
+			return nil, err
+		}
+		d, err := e.OpenDraft(c.Info)
+		if d != nil {
+			d.Name = c.Ref
+		}
+		return d, err
+	}
+	dir, err := ResolveDraft(draft, nil)
+	if err != nil {
+		return nil, err
+	}
 	di, err := DescribeDraft(dir, e.Target.Config())
 	if err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/dflash/dflash/engine/ref"
 	"github.com/dflash/dflash/model"
 	"github.com/dflash/dflash/model/qwen35"
 	"github.com/dflash/dflash/model/transformer"
@@ -22,14 +23,18 @@ import (
 
 // Options name what to open.
 type Options struct {
-	// Model is a Hugging Face folder or a llama2.c checkpoint file. Synthetic, when set instead,
+	// Model is a reference (ref.Env.Resolve): a Hugging Face folder, a llama2.c checkpoint
+	// file, an ollama name or a Hugging Face id. Synthetic, when set instead,
 	// names a random-weight model of a real shape ("qwen3-0.6b"): no tokenizer, no files.
 	Model     string
 	Synthetic string
 	// Tokenizer overrides where the tokenizer is read from.
 	Tokenizer string
-	// Drafts name draft folders to describe with the model (each checked to fit it).
+	// Drafts name drafts (folders or Hugging Face ids) to describe with the model (each
+	// checked to fit it).
 	Drafts []string
+	// Stores are where names are looked up (nil: the process's, ref.FromEnv).
+	Stores *ref.Env
 	// Compute selects the weight dtype the kernels use (default: the file's).
 	Compute transformer.Compute
 	// Seed seeds synthetic weights.
@@ -49,19 +54,37 @@ type Engine struct {
 	Chat *chat.Template
 	// Stop lists the ids that end generation (Description.Stop).
 	Stop []int
+	// Source is how the reference resolved (nil for a synthetic model): for an ollama name it
+	// carries the store's template, system prompt and default options.
+	Source *ref.Resolved
 }
 
-// Open describes a model, validates its weights' headers and loads it. Errors name the path and
-// the part that failed.
+// Open resolves a model reference, describes the model, validates its weights' headers and
+// loads it. Errors name the path and the part that failed.
 func Open(o Options) (*Engine, error) {
+	given := o.Model
+	o, src, err := Resolve(o, o.Stores)
+	if err != nil {
+		return nil, err
+	}
 	d, err := Describe(o)
 	if err != nil {
 		return nil, err
 	}
+	if src != nil && src.Kind != ref.KindPath {
+		// A store's file names are digests and commit hashes: the name the user typed is the
+		// one to show.
+		d.Ref, d.Name = given, src.Name
+	}
 	if err := d.Validate(); err != nil {
 		return nil, err
 	}
-	return d.Load(o.Compute)
+	e, err := d.Load(o.Compute)
+	if err != nil {
+		return nil, err
+	}
+	e.Source = src
+	return e, nil
 }
 
 // Load reads the target's weights; everything else comes from the description.

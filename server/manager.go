@@ -69,6 +69,9 @@ func lookup(b Backend, name string) (ModelInfo, bool) {
 			return m, true
 		}
 	}
+	if f, ok := b.(Finder); ok {
+		return f.Find(name)
+	}
 	return ModelInfo{}, false
 }
 

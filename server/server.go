@@ -314,6 +314,7 @@ func (s *Server) routes() http.Handler {
 	handle("GET /api/tags", s.handleTags)
 	handle("POST /api/show", s.handleShow)
 	handle("GET /api/ps", s.handlePS)
+	handle("POST /api/pull", s.handlePull)
 	handle("GET /api/version", s.handleVersion)
 	handle("HEAD /api/version", s.handleVersion)
 
@@ -412,7 +413,7 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 
 var knownPaths = map[string]string{
 	"/api/generate": "POST", "/api/chat": "POST", "/api/tags": "GET", "/api/show": "POST",
-	"/api/ps": "GET", "/api/version": "GET, HEAD", "/v1/chat/completions": "POST",
+	"/api/ps": "GET", "/api/pull": "POST", "/api/version": "GET, HEAD", "/v1/chat/completions": "POST",
 	"/v1/completions": "POST", "/v1/models": "GET", "/health": "GET", "/ready": "GET",
 	"/metrics": "GET", "/": "GET, HEAD",
 }

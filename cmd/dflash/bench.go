@@ -67,7 +67,7 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	mf.register(fs)
 	var sf sampleFlags
 	sf.register(fs)
-	draft := fs.String("draft", "", "DFlash draft folder, or 'oracle' (drafts the target's greedy continuation; ceiling of the engine)")
+	draft := fs.String("draft", "", "DFlash draft (a folder or a Hugging Face id), or 'oracle' (drafts the target's greedy continuation; ceiling of the engine)")
 	depthsFlag := fs.String("depths", "", "draft depths to measure, e.g. 1-15 or 2,4,8; 0 is the draft's own policy (DFlash: adaptive, one depth controller kept across all prompts after one unmeasured pass, as a server keeps one; DFlash2: fixed 7; the oracle: adaptive up to 15, without the unmeasured pass) (default: oracle 1-15, a draft: 0)")
 	promptsFile := fs.String("prompts", "", "file of prompts, one per line (default: random token ids)")
 	maxPrompts := fs.Int("max-prompts", 8, "prompts to use from --prompts")

@@ -19,12 +19,14 @@ import (
 
 // draftFlags say which drafter speculates for the target.
 type draftFlags struct {
-	draft string
-	depth depthFlag
+	draft  string
+	depth  depthFlag
+	stderr io.Writer // where the choice of --draft auto is told
 }
 
 func (d *draftFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&d.draft, "draft", "", "DFlash or DFlash2 draft folder for speculative decoding, 'oracle' (drafts the target's own greedy continuation: the engine's ceiling), or 'none'")
+	d.stderr = fs.Output()
+	fs.StringVar(&d.draft, "draft", "", "DFlash or DFlash2 draft (a folder or a Hugging Face id) for speculative decoding, 'auto' (a fitting <target>-DFlash* draft in the hub cache), 'oracle' (drafts the target's own greedy continuation: the engine's ceiling), or 'none'")
 	fs.Var(&d.depth, "depth", "draft tokens per round: N fixed, or auto (the depth controller, warm-started from what earlier runs of this pair learned on this machine) (default: the drafter's own policy: auto for DFlash, 7 for DFlash2, 15 for the oracle; 0 also means the drafter's own)")
 }
 
@@ -88,6 +90,9 @@ func (d *draftFlags) drafter(e *engine.Engine, prompt []int, opts sample.Options
 		loaded, err := e.LoadDraft(d.draft)
 		if err != nil {
 			return nil, err
+		}
+		if d.draft == "auto" {
+			fmt.Fprintf(d.stderr, "draft auto: %s (%s, block %d)\n", loaded.Name, loaded.Arch, loaded.BlockSize)
 		}
 		dr = loaded.Drafter
 	}

@@ -122,7 +122,7 @@ type modelFlags struct {
 
 func (m *modelFlags) register(fs *flag.FlagSet) {
 	m.stderr = fs.Output()
-	fs.StringVar(&m.model, "model", "", "model: a Hugging Face folder or a llama2.c checkpoint file")
+	fs.StringVar(&m.model, "model", "", "model: a Hugging Face folder, a llama2.c checkpoint file, an ollama name (qwen3:0.6b) or a Hugging Face id (Qwen/Qwen3-0.6B[@revision], see dflash pull)")
 	fs.StringVar(&m.synthetic, "synthetic", "", "random bf16 weights of a real shape: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3.5-0.8b or qwen3.5-4b")
 	fs.StringVar(&m.tokenizer, "tokenizer", "", "tokenizer file or folder (default: found with the model)")
 	fs.StringVar(&m.dtype, "dtype", "", "weight dtype for the kernels: f32 or bf16 (default: as stored)")

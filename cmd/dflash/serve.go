@@ -23,11 +23,11 @@ import (
 type modelSpecs struct{ specs []backend.Spec }
 
 func (m *modelSpecs) register(fs *flag.FlagSet) {
-	fs.Func("model", "model to serve: a Hugging Face folder or a llama2.c checkpoint (repeatable)", func(s string) error {
+	fs.Func("model", "model to serve: a Hugging Face folder, a llama2.c checkpoint, an ollama name or a Hugging Face id (repeatable)", func(s string) error {
 		m.specs = append(m.specs, backend.Spec{Path: s})
 		return nil
 	})
-	fs.Func("draft", "DFlash draft folder for the preceding --model", func(s string) error {
+	fs.Func("draft", "DFlash draft folder, Hugging Face id or 'auto' for the preceding --model", func(s string) error {
 		if len(m.specs) == 0 {
 			return fmt.Errorf("--draft %s comes before any --model", s)
 		}

@@ -9,7 +9,9 @@
 //
 // Models file format (ParseModelsFile): one model per line, "name path [draft]", fields separated
 // by spaces or tabs; blank lines and lines starting with '#' are ignored; a relative path is
-// relative to the file's folder. A name without a tag gets ":latest".
+// relative to the file's folder. The path and draft may be references instead (an ollama name,
+// a Hugging Face id: engine.Resolve), kept as written unless a file of that name sits beside the
+// models file. A name without a tag gets ":latest".
 package backend
 
 import (
@@ -20,8 +22,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/dflash/dflash/engine"
+	"github.com/dflash/dflash/engine/ref"
 	"github.com/dflash/dflash/server"
 )
 
@@ -32,8 +36,8 @@ const DefaultContext = 4096
 // Spec names one model to serve.
 type Spec struct {
 	Name  string // request name; default the file or folder name with ":latest"
-	Path  string // a Hugging Face folder or a llama2.c checkpoint file
-	Draft string // a DFlash draft folder, "" for plain decoding
+	Path  string // a model reference: a folder, a checkpoint file, an ollama name, a Hugging Face id
+	Draft string // a DFlash draft folder or Hugging Face id, "auto" (engine.AutoDraft), "" for plain decoding
 }
 
 // Options configure a Backend.
@@ -46,11 +50,27 @@ type Options struct {
 	// instead of refusing the whole configuration; its requests are refused with that error.
 	// New still fails when no model is left.
 	SkipBroken bool
+	// Stores are where model names are looked up (nil: the process's, ref.FromEnv).
+	Stores *ref.Env
+	// Pull overrides where /api/pull downloads from (zero fields: the environment's).
+	Pull PullOptions
 }
 
-// Backend serves the configured models. It is safe for concurrent use: after New it only reads.
+// PullOptions say where the backend's pulls go: the hub endpoint and token (default HF_ENDPOINT,
+// HF_TOKEN) and offline mode (HF_HUB_OFFLINE); the cache is Stores' hub cache.
+type PullOptions struct {
+	Endpoint, Token string
+	Offline         bool
+}
+
+// Backend serves the configured models. It is safe for concurrent use: after New the lists
+// change only by appending (a pull adds a model), under mu.
 type Backend struct {
-	ctx   int
+	ctx    int
+	stores *ref.Env
+	pull   PullOptions
+
+	mu    sync.RWMutex
 	specs []Spec
 
 	descs []*engine.Description // by spec; nil for a broken one (SkipBroken)
@@ -67,7 +87,7 @@ func New(o Options) (*Backend, error) {
 	if len(o.Models) == 0 {
 		return nil, errors.New("backend: no models configured")
 	}
-	b := &Backend{ctx: o.Context}
+	b := &Backend{ctx: o.Context, stores: o.Stores, pull: o.Pull}
 	if b.ctx <= 0 {
 		b.ctx = DefaultContext
 	}
@@ -78,7 +98,7 @@ func New(o Options) (*Backend, error) {
 			return nil, fmt.Errorf("backend: model %q has no path", s.Name)
 		}
 		if s.Name == "" {
-			s.Name = defaultName(s.Path)
+			s.Name = defaultName(s.Path, o.Stores)
 		}
 		if !strings.Contains(s.Name, ":") {
 			s.Name += ":latest"
@@ -87,7 +107,7 @@ func New(o Options) (*Backend, error) {
 			return nil, fmt.Errorf("backend: model name %q configured twice", s.Name)
 		}
 		seen[s.Name] = true
-		d, in, err := describe(s, b.ctx)
+		d, in, err := describe(s, b.ctx, o.Stores)
 		if err != nil {
 			err = fmt.Errorf("backend: model %s: %w", s.Name, err)
 			if !o.SkipBroken {
@@ -108,17 +128,40 @@ func New(o Options) (*Backend, error) {
 }
 
 // describe reads and checks one model's files, weights excepted, into its description and listing.
-func describe(s Spec, ctxCap int) (*engine.Description, server.ModelInfo, error) {
+func describe(s Spec, ctxCap int, stores *ref.Env) (*engine.Description, server.ModelInfo, error) {
 	o := engine.Options{Model: s.Path}
-	if s.Draft != "" {
-		if st, err := os.Stat(s.Draft); err != nil || !st.IsDir() {
+	if s.Draft != "" && s.Draft != "auto" {
+		dir, err := engine.ResolveDraft(s.Draft, stores)
+		if err != nil {
+			return nil, server.ModelInfo{}, err
+		}
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 			return nil, server.ModelInfo{}, fmt.Errorf("draft %s is not a folder", s.Draft)
 		}
-		o.Drafts = []string{s.Draft}
+		o.Drafts = []string{dir}
+	}
+	o, src, err := engine.Resolve(o, stores)
+	if err != nil {
+		return nil, server.ModelInfo{}, err
 	}
 	d, err := engine.Describe(o)
 	if err != nil {
 		return nil, server.ModelInfo{}, err
+	}
+	if src.Kind != ref.KindPath {
+		d.Ref, d.Name = s.Path, src.Name
+	}
+	if s.Draft == "auto" {
+		name := src.Name
+		if src.Kind == ref.KindHF {
+			name = src.Repo
+		}
+		c, err := engine.AutoDraft(d.Config, name, stores)
+		if err != nil {
+			return nil, server.ModelInfo{}, err
+		}
+		c.Info.Name = c.Ref
+		d.Drafts = append(d.Drafts, c.Info)
 	}
 	if d.Tok == nil {
 		return nil, server.ModelInfo{}, fmt.Errorf("no tokenizer beside %s: the server needs text", s.Path)
@@ -139,7 +182,16 @@ func describe(s Spec, ctxCap int) (*engine.Description, server.ModelInfo, error)
 	return d, info(s.Name, d, ctxCap, digest), nil
 }
 
-func defaultName(path string) string {
+// defaultName is the request name of a model configured without one: a store's own name for a
+// reference that resolves in a store, else the file or folder name.
+func defaultName(path string, stores *ref.Env) string {
+	env := ref.FromEnv()
+	if stores != nil {
+		env = *stores
+	}
+	if r, err := env.Resolve(path); err == nil && r.Kind != ref.KindPath {
+		return r.Name
+	}
 	base := filepath.Base(strings.TrimSuffix(path, "/"))
 	if ext := filepath.Ext(base); ext == ".bin" {
 		base = strings.TrimSuffix(base, ext)
@@ -149,12 +201,16 @@ func defaultName(path string) string {
 
 // Models implements server.Backend.
 func (b *Backend) Models() []server.ModelInfo {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
 	return append([]server.ModelInfo(nil), b.infos...)
 }
 
 // Describe returns the description a configured model's listing and loading come from (false
 // for an unavailable one too).
 func (b *Backend) Describe(name string) (*engine.Description, bool) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
 	for i, s := range b.specs {
 		if s.Name == name && b.descs[i] != nil {
 			return b.descs[i], true
@@ -166,6 +222,7 @@ func (b *Backend) Describe(name string) (*engine.Description, bool) {
 // Load implements server.Backend: it opens the model (and its draft). It is slow; ctx is checked
 // before the work starts, since a load in progress cannot be interrupted.
 func (b *Backend) Load(ctx context.Context, name string) (server.Model, error) {
+	b.mu.RLock()
 	i := -1
 	for j, s := range b.specs {
 		if s.Name == name {
@@ -173,15 +230,18 @@ func (b *Backend) Load(ctx context.Context, name string) (server.Model, error) {
 		}
 	}
 	if i < 0 {
+		b.mu.RUnlock()
 		return nil, fmt.Errorf("backend: %q: %w", name, server.ErrModelNotFound)
 	}
-	if err := b.errs[i]; err != nil {
+	desc, in, err := b.descs[i], b.infos[i], b.errs[i]
+	b.mu.RUnlock()
+	if err != nil {
 		return nil, err // the server refuses a listed-unavailable model before loading; this is the backstop
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	m, err := open(b.descs[i], b.infos[i], b.ctx)
+	m, err := open(desc, in, b.ctx)
 	if err != nil {
 		return nil, fmt.Errorf("backend: load %s: %w", name, err)
 	}
@@ -200,7 +260,11 @@ func ParseModelsFile(path string) ([]Spec, error) {
 		if p == "" || filepath.IsAbs(p) {
 			return p
 		}
-		return filepath.Join(dir, p)
+		j := filepath.Join(dir, p)
+		if _, err := os.Stat(j); err != nil && ref.IsName(p) {
+			return p // a store name, resolved when the model is described
+		}
+		return j
 	}
 	var specs []Spec
 	sc := bufio.NewScanner(f)

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/dflash/dflash/defaultmodel"
 	"github.com/dflash/dflash/internal/shareddata"
 )
 
@@ -41,6 +42,15 @@ func TestJSClients(t *testing.T) {
 			model := c.model(t)
 			cmd := exec.Command("bash", filepath.Join(root, "test/js/run.sh"))
 			cmd.Env = append(os.Environ(), "DFLASH_URL=", "DFLASH_REAL_MODEL="+model)
+			if model != "" {
+				// The default target, served by a fake hub, is what the server pulls.
+				t.Setenv("DFLASH_CACHE", t.TempDir())
+				target, _, err := defaultmodel.Dirs()
+				if err != nil {
+					t.Fatal(err)
+				}
+				cmd.Env = append(cmd.Env, "DFLASH_PULL_DIR="+target, "DFLASH_CACHE="+os.Getenv("DFLASH_CACHE"))
+			}
 			out, err := cmd.CombinedOutput()
 			if err != nil {
 				t.Fatalf("test/js/run.sh (DFLASH_REAL_MODEL=%q): %v\n%s", model, err, out)

@@ -3,6 +3,8 @@
 //   DFLASH_MODEL        model to use (default "fake:latest", the fake backend's)
 //   DFLASH_EXPECT_TEXT  the exact unconstrained answer when known (the fake's); unset for real
 //                       models, where the tests only require some text
+//   DFLASH_PULL_MODEL   a Hugging Face id the server can pull (from a fake hub); the pull test
+//                       is skipped without it
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Ollama } from 'ollama';
@@ -148,4 +150,24 @@ test('openai: errors', async () => {
     (e) => e instanceof OpenAI.BadRequestError && e.param === 'temperature' && e.type === 'invalid_request_error');
   await assert.rejects(openai.completions.create({ model, prompt: 'x', max_tokens: 0 }),
     (e) => e instanceof OpenAI.BadRequestError && e.param === 'max_tokens');
+});
+
+const pullModel = process.env.DFLASH_PULL_MODEL;
+
+test('ollama: pull with progress, then use the model', { skip: !pullModel && 'DFLASH_PULL_MODEL unset' }, async () => {
+  const statuses = [];
+  const completed = new Set();
+  for await (const p of await ollama.pull({ model: pullModel, stream: true })) {
+    statuses.push(p.status);
+    if (p.total > 0 && p.completed === p.total) completed.add(p.digest);
+  }
+  assert.equal(statuses[0], 'pulling manifest');
+  assert.equal(statuses.at(-1), 'success');
+  assert.ok(completed.has('config.json') && completed.has('model.safetensors'), `completed ${[...completed]}`);
+  const { models } = await ollama.list();
+  assert.ok(models.some((m) => m.name === `${pullModel}:latest`), JSON.stringify(models.map((m) => m.name)));
+  const r = await ollama.generate({ model: pullModel, prompt: 'once upon a time', stream: false, options: { num_predict: 8 } });
+  assert.equal(r.done, true);
+  const once = await ollama.pull({ model: pullModel, stream: false });
+  assert.equal(once.status, 'success');
 });

@@ -11,9 +11,11 @@ cd "$here"
 npm ci --no-audit --no-fund --loglevel=error
 
 pid=""
+hubpid=""
 tmp="$(mktemp -d)"
 cleanup() {
   if [[ -n "$pid" ]]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+  if [[ -n "$hubpid" ]]; then kill "$hubpid" 2>/dev/null || true; wait "$hubpid" 2>/dev/null || true; fi
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -22,6 +24,17 @@ if [[ -z "${DFLASH_URL:-}" ]]; then
   # Port 0: the kernel picks a free port; the server writes the bound address to a file.
   if [[ -n "${DFLASH_REAL_MODEL:-}" ]]; then
     (cd "$root" && go build -o "$tmp/dflash" ./cmd/dflash)
+    if [[ -n "${DFLASH_PULL_DIR:-}" ]]; then
+      # A fake hub on loopback serves DFLASH_PULL_DIR as dflash/pulled, for /api/pull; the
+      # server pulls into an empty cache of its own.
+      (cd "$root" && go build -o "$tmp/fakehub" ./engine/ref/hubtest/fakehub)
+      "$tmp/fakehub" -repo dflash/pulled -dir "$DFLASH_PULL_DIR" -addr-file "$tmp/hubaddr" 2>"$tmp/hublog" &
+      hubpid=$!
+      for _ in $(seq 1 100); do [[ -s "$tmp/hubaddr" ]] && break; sleep 0.05; done
+      [[ -s "$tmp/hubaddr" ]] || { echo "the fake hub did not start" >&2; cat "$tmp/hublog" >&2; exit 1; }
+      export HF_ENDPOINT="http://$(cat "$tmp/hubaddr")" HF_HUB_CACHE="$tmp/hub" HF_HUB_OFFLINE= HF_TOKEN=
+      export DFLASH_PULL_MODEL=dflash/pulled
+    fi
     "$tmp/dflash" serve --host 127.0.0.1:0 --addr-file "$tmp/addr" --model "$DFLASH_REAL_MODEL" --name real >"$tmp/out" 2>"$tmp/log" &
   else
     (cd "$root" && go build -o "$tmp/fakeserve" ./server/cmd/fakeserve)
