@@ -63,6 +63,10 @@ type specFigures struct {
 	// Simulation, when set, says the figure is a simulation and of what: proposals replaced by
 	// the target's continuation cut at lengths drawn from a histogram (--acceptance).
 	Simulation string `json:"simulation,omitempty"`
+	// Where a round's time goes, over every measured speculative run at this depth: what makes
+	// the speedup fall short of tau. A plain step costs 1000/PlainTokS ms.
+	DraftMsPerRound  float64 `json:"draft_ms_per_round"`
+	VerifyMsPerRound float64 `json:"verify_ms_per_round"`
 }
 
 func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
@@ -400,6 +404,7 @@ func benchSpeculation(e *engine.Engine, rep *benchReport, draft, depthsFlag stri
 	var measured runner.Stats
 	for _, d := range depths {
 		var tauSum, plainSum, specSum float64
+		var atDepth runner.Stats
 		// One policy for every prompt and repetition, as `dflash serve` keeps one per model pair
 		// (a fixed one has no state). An adaptive one first learns over one unmeasured pass: the
 		// figure is the steady state a server reaches, not the first request of a cold process
@@ -469,6 +474,7 @@ func benchSpeculation(e *engine.Engine, rep *benchReport, draft, depthsFlag stri
 				rates = append(rates, st.DecodeRate())
 				tau = st.Tau()
 				measured.Add(st)
+				atDepth.Add(st)
 			}
 			tauSum += tau
 			plainSum += pr
@@ -477,13 +483,18 @@ func benchSpeculation(e *engine.Engine, rep *benchReport, draft, depthsFlag stri
 		k := float64(len(prompts))
 		f := specFigures{Draft: draft, Depth: d, Temperature: opts.Temperature, Tau: tauSum / k, PlainTokS: plainSum / k, SpecTokS: specSum / k, Prompts: len(prompts)}
 		f.Speedup = f.SpecTokS / f.PlainTokS
+		if atDepth.Rounds > 0 {
+			f.DraftMsPerRound = atDepth.DraftTime.Seconds() * 1000 / float64(atDepth.Rounds)
+			f.VerifyMsPerRound = atDepth.VerifyTime.Seconds() * 1000 / float64(atDepth.Rounds)
+		}
 		what := ""
 		if sim.accept != nil {
 			f.Simulation = fmt.Sprintf("acceptance drawn from %s (histogram tau %.2f)", sim.file, sim.accept.Tau())
 			what = " (SIMULATION)"
 		}
 		rep.Speculation = append(rep.Speculation, f)
-		logf("depth %2d: tau %.2f, plain %.1f tok/s, speculative %.1f tok/s, speedup %.2fx%s", d, f.Tau, f.PlainTokS, f.SpecTokS, f.Speedup, what)
+		logf("depth %2d: tau %.2f, plain %.1f tok/s, speculative %.1f tok/s, speedup %.2fx%s; per round: draft %.1f ms, verify %.1f ms (a plain step: %.1f ms)",
+			d, f.Tau, f.PlainTokS, f.SpecTokS, f.Speedup, what, f.DraftMsPerRound, f.VerifyMsPerRound, 1000/f.PlainTokS)
 	}
 	if sim.out != "" {
 		if err := writeAcceptance(sim.out, draft, depths[0], opts.Temperature, measured); err != nil {
