@@ -21,6 +21,7 @@ import (
 	"github.com/dflash/dflash/engine"
 	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/model"
+	"github.com/dflash/dflash/model/dflash"
 	"github.com/dflash/dflash/runner"
 	"github.com/dflash/dflash/sample"
 )
@@ -59,6 +60,13 @@ type specFigures struct {
 	SpecTokS    float64 `json:"spec_tok_s"`
 	Speedup     float64 `json:"speedup"`
 	Prompts     int     `json:"prompts"`
+	// Simulation, when set, says the figure is a simulation and of what: proposals replaced by
+	// the target's continuation cut at lengths drawn from a histogram (--acceptance).
+	Simulation string `json:"simulation,omitempty"`
+	// Where a round's time goes, over every measured speculative run at this depth: what makes
+	// the speedup fall short of tau. A plain step costs 1000/PlainTokS ms.
+	DraftMsPerRound  float64 `json:"draft_ms_per_round"`
+	VerifyMsPerRound float64 `json:"verify_ms_per_round"`
 }
 
 func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
@@ -67,7 +75,9 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	mf.register(fs)
 	var sf sampleFlags
 	sf.register(fs)
-	draft := fs.String("draft", "", "DFlash draft (a folder or a Hugging Face id), or 'oracle' (drafts the target's greedy continuation; ceiling of the engine)")
+	draft := fs.String("draft", "", "DFlash draft (a folder or a Hugging Face id), 'oracle' (drafts the target's greedy continuation; ceiling of the engine), or synthetic:NAME (random weights of a published draft's shape: "+strings.Join(dflash.SyntheticNames(), ", ")+"; synthetic: alone fits a --synthetic target)")
+	acceptance := fs.String("acceptance", "", "simulate a trained draft: every round runs the draft at full cost, then proposes the target's greedy continuation cut at an acceptance drawn from this histogram (JSON or text: counts of rounds accepting 0, 1, ... drafts); temperature 0 only")
+	acceptanceOut := fs.String("acceptance-out", "", "write the measured acceptance histogram of the speculative runs (one depth) to this file, in the form --acceptance reads")
 	depthsFlag := fs.String("depths", "", "draft depths to measure, e.g. 1-15 or 2,4,8; 0 is the draft's own policy (DFlash: adaptive, one depth controller kept across all prompts after one unmeasured pass, as a server keeps one; DFlash2: fixed 7; the oracle: adaptive up to 15, without the unmeasured pass) (default: oracle 1-15, a draft: 0)")
 	promptsFile := fs.String("prompts", "", "file of prompts, one per line (default: random token ids)")
 	maxPrompts := fs.Int("max-prompts", 8, "prompts to use from --prompts")
@@ -271,6 +281,9 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		}
 	}
 
+	if (*acceptance != "" || *acceptanceOut != "") && *draft == "" {
+		return usagef("--acceptance and --acceptance-out need --draft")
+	}
 	if *draft != "" {
 		var trace *runner.TraceWriter
 		if *traceFile != "" {
@@ -286,7 +299,18 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 				}
 			}()
 		}
-		if err := benchSpeculation(e, &rep, *draft, *depthsFlag, prompts, opts, *n, *reps, capacity, plain, logf, trace); err != nil {
+		sim := simulation{out: *acceptanceOut, synthetic: mf.synthetic}
+		if *acceptance != "" {
+			data, err := os.ReadFile(*acceptance)
+			if err != nil {
+				return fmt.Errorf("--acceptance: %w", err)
+			}
+			if sim.accept, err = runner.ParseAcceptance(data); err != nil {
+				return fmt.Errorf("--acceptance %s: %w", *acceptance, err)
+			}
+			sim.file = *acceptance
+		}
+		if err := benchSpeculation(e, &rep, *draft, *depthsFlag, prompts, opts, *n, *reps, capacity, plain, logf, trace, sim); err != nil {
 			return err
 		}
 	}
@@ -299,8 +323,43 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// simulation is what --acceptance and --acceptance-out ask of the speculative measurement.
+type simulation struct {
+	accept    *runner.Acceptance // nil: real proposals
+	file      string             // where accept came from
+	out       string             // --acceptance-out
+	synthetic string             // the --synthetic target's name, which "synthetic:" alone means
+}
+
+// loadBenchDraft opens a draft folder or builds a synthetic one ("synthetic:NAME").
+func loadBenchDraft(e *engine.Engine, draft, targetName string, logf func(string, ...any)) (runner.Drafter, error) {
+	name, ok := strings.CutPrefix(draft, "synthetic:")
+	if !ok {
+		dr, err := e.LoadDraft(draft)
+		if err != nil {
+			return nil, err
+		}
+		return dr.Drafter, nil
+	}
+	if name == "" {
+		if targetName == "" {
+			return nil, usagef("--draft synthetic: needs a name (%s) unless the target is --synthetic", strings.Join(dflash.SyntheticNames(), ", "))
+		}
+		name = targetName
+	}
+	t0 := time.Now()
+	d, err := dflash.Synthetic(name, e.Target, 2)
+	if err != nil {
+		return nil, err
+	}
+	c := d.Config()
+	logf("synthetic draft %s (random bf16 weights): %d layers, hidden %d, %d heads / %d KV heads of %d, intermediate %d, block %d, taps %v, %.2f GB; built in %v",
+		name, c.Layers, c.Hidden, c.Heads, c.KVHeads, c.HeadDim, c.Intermediate, c.BlockSize, c.TargetLayers, float64(d.WeightBytes())/1e9, time.Since(t0).Round(time.Millisecond))
+	return runner.NewBlockDrafter(d), nil
+}
+
 func benchSpeculation(e *engine.Engine, rep *benchReport, draft, depthsFlag string, prompts [][]int, opts sample.Options, n, reps, capacity int,
-	plain func([]int, sample.Options) (float64, []int, error), logf func(string, ...any), trace *runner.TraceWriter) error {
+	plain func([]int, sample.Options) (float64, []int, error), logf func(string, ...any), trace *runner.TraceWriter, sim simulation) error {
 	var depths []int
 	var err error
 	switch {
@@ -310,36 +369,60 @@ func benchSpeculation(e *engine.Engine, rep *benchReport, draft, depthsFlag stri
 		}
 	case draft == "oracle":
 		depths, _ = parseDepths("1-15")
-	default:
+	case sim.accept == nil:
 		depths = []int{0}
 	}
 	if draft == "oracle" && !opts.Greedy() {
 		return usagef("--draft oracle drafts the greedy continuation: use --temp 0")
 	}
-	var dr *engine.Draft
+	if sim.accept != nil && (draft == "oracle" || !opts.Greedy()) {
+		return usagef("--acceptance simulates a draft at temperature 0: give a draft (not oracle) and --temp 0")
+	}
+	var base runner.Drafter
 	if draft != "oracle" {
-		if dr, err = e.LoadDraft(draft); err != nil {
+		if base, err = loadBenchDraft(e, draft, sim.synthetic, logf); err != nil {
 			return err
 		}
 	}
+	if name, ok := strings.CutPrefix(draft, "synthetic:"); ok && name == "" {
+		draft += sim.synthetic // the figures name the draft that was built
+	}
+	if sim.accept != nil {
+		logf("SIMULATION: every round runs the draft at full cost, then proposes the target's own continuation cut at an acceptance drawn from %s (histogram tau %.2f)", sim.file, sim.accept.Tau())
+		if depths == nil {
+			// The histogram was measured on full blocks: draft B-1 by default.
+			s := base.Open(capacity)
+			depths = []int{s.Limit()}
+			if err := s.Close(); err != nil {
+				return err
+			}
+		}
+	}
+	if sim.out != "" && len(depths) != 1 {
+		return usagef("--acceptance-out records one depth's histogram: give one --depths")
+	}
+	var measured runner.Stats
 	for _, d := range depths {
 		var tauSum, plainSum, specSum float64
+		var atDepth runner.Stats
 		// One policy for every prompt and repetition, as `dflash serve` keeps one per model pair
 		// (a fixed one has no state). An adaptive one first learns over one unmeasured pass: the
 		// figure is the steady state a server reaches, not the first request of a cold process
 		// (`dflash run`). The draft is loaded once; every run opens and closes its own session.
 		var drafter runner.Drafter
 		oracleAuto := runner.Adaptive(nil)
-		if dr != nil {
-			drafter = runner.WithDepth(dr.Drafter, runner.Fixed(d))
+		if base != nil {
+			drafter = runner.WithDepth(base, runner.Fixed(d))
 			if d == 0 {
-				drafter = runner.WithDepth(dr.Drafter, dr.Drafter.Depth().Fresh())
+				drafter = runner.WithDepth(base, base.Depth().Fresh())
 			}
 		}
 		speculate := func(p, cont []int) (runner.Stats, error) {
 			dr := drafter
-			if draft == "oracle" {
-				o := &runner.OracleDrafter{Tokens: append(append([]int(nil), p...), cont...), Limit: d, Vocab: e.Target.Config().Vocab}
+			known := append(append([]int(nil), p...), cont...)
+			switch {
+			case draft == "oracle":
+				o := &runner.OracleDrafter{Tokens: known, Limit: d, Vocab: e.Target.Config().Vocab}
 				dr = o
 				if d == 0 {
 					// Depth 0 is the depth controller up to 15 (one kept across prompts, like a
@@ -347,6 +430,8 @@ func benchSpeculation(e *engine.Engine, rep *benchReport, draft, depthsFlag stri
 					o.Limit = 15
 					dr = runner.WithDepth(o, oracleAuto)
 				}
+			case sim.accept != nil:
+				dr = &runner.SimulatedDrafter{Inner: drafter, Tokens: known, Accept: sim.accept, Vocab: e.Target.Config().Vocab, Seed: 5}
 			}
 			req := runner.Request{Prompt: p, Options: opts, MaxTokens: n, Stop: e.Stop}
 			if trace != nil {
@@ -359,7 +444,14 @@ func benchSpeculation(e *engine.Engine, rep *benchReport, draft, depthsFlag stri
 				if trace != nil {
 					trace.Run = fmt.Sprintf("depth %d prompt %d warm-up", d, i)
 				}
-				if _, err := speculate(p, nil); err != nil {
+				var cont []int
+				if sim.accept != nil {
+					// The warm-up pass needs the continuation the simulation proposes from.
+					if _, cont, err = plainOnce(e, p, n, capacity); err != nil {
+						return err
+					}
+				}
+				if _, err := speculate(p, cont); err != nil {
 					return err
 				}
 			}
@@ -381,6 +473,8 @@ func benchSpeculation(e *engine.Engine, rep *benchReport, draft, depthsFlag stri
 				}
 				rates = append(rates, st.DecodeRate())
 				tau = st.Tau()
+				measured.Add(st)
+				atDepth.Add(st)
 			}
 			tauSum += tau
 			plainSum += pr
@@ -389,8 +483,46 @@ func benchSpeculation(e *engine.Engine, rep *benchReport, draft, depthsFlag stri
 		k := float64(len(prompts))
 		f := specFigures{Draft: draft, Depth: d, Temperature: opts.Temperature, Tau: tauSum / k, PlainTokS: plainSum / k, SpecTokS: specSum / k, Prompts: len(prompts)}
 		f.Speedup = f.SpecTokS / f.PlainTokS
+		if atDepth.Rounds > 0 {
+			f.DraftMsPerRound = atDepth.DraftTime.Seconds() * 1000 / float64(atDepth.Rounds)
+			f.VerifyMsPerRound = atDepth.VerifyTime.Seconds() * 1000 / float64(atDepth.Rounds)
+		}
+		what := ""
+		if sim.accept != nil {
+			f.Simulation = fmt.Sprintf("acceptance drawn from %s (histogram tau %.2f)", sim.file, sim.accept.Tau())
+			what = " (SIMULATION)"
+		}
 		rep.Speculation = append(rep.Speculation, f)
-		logf("depth %2d: tau %.2f, plain %.1f tok/s, speculative %.1f tok/s, speedup %.2fx", d, f.Tau, f.PlainTokS, f.SpecTokS, f.Speedup)
+		logf("depth %2d: tau %.2f, plain %.1f tok/s, speculative %.1f tok/s, speedup %.2fx%s; per round: draft %.1f ms, verify %.1f ms (a plain step: %.1f ms)",
+			d, f.Tau, f.PlainTokS, f.SpecTokS, f.Speedup, what, f.DraftMsPerRound, f.VerifyMsPerRound, 1000/f.PlainTokS)
+	}
+	if sim.out != "" {
+		if err := writeAcceptance(sim.out, draft, depths[0], opts.Temperature, measured); err != nil {
+			return err
+		}
+		logf("acceptance histogram of %d rounds written to %s", measured.Rounds, sim.out)
+	}
+	return nil
+}
+
+// writeAcceptance writes a run's histogram of accepted drafts per round in the JSON form that
+// --acceptance reads, with where it came from.
+func writeAcceptance(path, draft string, depth int, temp float32, st runner.Stats) error {
+	obj := struct {
+		Note   string  `json:"note"`
+		Tau    float64 `json:"tau"`
+		Counts []int   `json:"counts"`
+	}{
+		Note:   fmt.Sprintf("measured by dflash bench: draft %s, depth %d, temperature %g; counts[k] = rounds that accepted exactly k drafts", draft, depth, temp),
+		Tau:    st.Tau(),
+		Counts: runner.AcceptanceOf(st),
+	}
+	data, err := json.MarshalIndent(obj, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
+		return fmt.Errorf("--acceptance-out: %w", err)
 	}
 	return nil
 }
@@ -421,6 +553,12 @@ func printBenchTable(w io.Writer, r benchReport) {
 	fmt.Fprintln(w)
 	for _, v := range r.VerifyCost {
 		fmt.Fprintf(w, "verify cost c(%d)/c(1)       %8.2f\n", v.Rows, v.Ratio)
+	}
+	for _, s := range r.Speculation {
+		if s.Simulation != "" {
+			fmt.Fprintf(w, "\nSIMULATION: the draft runs at full cost every round; its proposals are replaced by the\ntarget's continuation, %s\n", s.Simulation)
+			break
+		}
 	}
 	if len(r.Speculation) > 0 {
 		fmt.Fprintf(w, "\n%-8s %6s %6s %12s %12s %8s\n", "draft", "depth", "tau", "plain tok/s", "spec tok/s", "speedup")
