@@ -89,6 +89,16 @@ func maxF32x512(x []float32) float32
 //go:noescape
 func siluMulF32x512(g []float32, u []float32)
 
+// dotsRowsF32x512 sets y[i*ldy+t] = Dot(q[i*ldq:], k[t*ldk:]) * scale over d elements for nq queries and n keys.
+//
+//go:noescape
+func dotsRowsF32x512(y *float32, ldy int, q *float32, ldq int, nq int, k *float32, ldk int, d int, n int, scale float32)
+
+// axpyRowsF32x512 adds p[i*ldp+t]*v[t*ldv:][:d] into out[i*ldo:][:d] for t < n in order, for nq queries; n > 0.
+//
+//go:noescape
+func axpyRowsF32x512(out *float32, ldo int, p *float32, ldp int, nq int, v *float32, ldv int, d int, n int)
+
 // panelsBF16R1x256 computes 1 activation rows against np whole BF16 panels.
 //
 //go:noescape
@@ -173,6 +183,16 @@ func maxF32x256(x []float32) float32
 //
 //go:noescape
 func siluMulF32x256(g []float32, u []float32)
+
+// dotsRowsF32x256 sets y[i*ldy+t] = Dot(q[i*ldq:], k[t*ldk:]) * scale over d elements for nq queries and n keys.
+//
+//go:noescape
+func dotsRowsF32x256(y *float32, ldy int, q *float32, ldq int, nq int, k *float32, ldk int, d int, n int, scale float32)
+
+// axpyRowsF32x256 adds p[i*ldp+t]*v[t*ldv:][:d] into out[i*ldo:][:d] for t < n in order, for nq queries; n > 0.
+//
+//go:noescape
+func axpyRowsF32x256(out *float32, ldo int, p *float32, ldp int, nq int, v *float32, ldv int, d int, n int)
 
 // sumF32x256 reads a (len a multiple of 64) and returns a sum of its elements.
 //

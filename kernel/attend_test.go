@@ -101,3 +101,67 @@ func TestWeightedRows8(t *testing.T) {
 		}
 	})
 }
+
+func TestDotsRowsMatchesDot(t *testing.T) {
+	// Every score must be Dot(q_i, k_t)*scale on the same path, whatever the number of queries
+	// (pairs and the single remainder) and keys in the call, for heads with every kind of tail
+	// (blocks of four vectors, single vectors, scalars); nothing outside the scores is written.
+	forEachPath(t, func(t *testing.T) {
+		const scale = 0.088388346
+		for _, d := range []int{1, 3, 8, 9, 16, 31, 32, 33, 63, 64, 65, 100, 128, 130} {
+			for _, nq := range []int{1, 2, 3, 4, 5} {
+				for _, n := range []int{1, 2, 7, 33} {
+					ldq, ldk, ldy := d+5, d+3, n+2
+					q := randVec(nq*ldq, uint64(d*31+nq))
+					k := randVec(n*ldk, uint64(d*17+n))
+					y := make([]float32, nq*ldy)
+					for i := range y {
+						y[i] = 42
+					}
+					DotsRows(y, ldy, q, ldq, nq, k, ldk, d, n, scale)
+					for i := 0; i < nq; i++ {
+						for tt := 0; tt < ldy; tt++ {
+							got := y[i*ldy+tt]
+							want := float32(42)
+							if tt < n {
+								want = Dot(q[i*ldq:i*ldq+d], k[tt*ldk:tt*ldk+d]) * scale
+							}
+							if math.Float32bits(got) != math.Float32bits(want) {
+								t.Fatalf("d=%d nq=%d n=%d: y[%d][%d] = %g, want %g", d, nq, n, i, tt, got, want)
+							}
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
+func TestAxpyRowsMatchesAxpy(t *testing.T) {
+	// Every output element must carry the bits of Axpy applied for t = 0, 1, ... onto its
+	// initial value, whatever the number of queries in the call; nothing past d is written.
+	forEachPath(t, func(t *testing.T) {
+		for _, d := range []int{1, 3, 8, 9, 16, 31, 32, 33, 63, 64, 65, 100, 128, 130} {
+			for _, nq := range []int{1, 2, 3, 4, 5} {
+				for _, n := range []int{1, 2, 7, 33} {
+					ldo, ldp, ldv := d+4, n+3, d+7
+					out := randVec(nq*ldo, uint64(d*13+nq))
+					want := slices.Clone(out)
+					p := randVec(nq*ldp, uint64(n*7+nq))
+					v := randVec(n*ldv, uint64(d*19+n))
+					AxpyRows(out, ldo, p, ldp, nq, v, ldv, d, n)
+					for i := 0; i < nq; i++ {
+						for tt := 0; tt < n; tt++ {
+							Axpy(want[i*ldo:i*ldo+d], p[i*ldp+tt], v[tt*ldv:tt*ldv+d])
+						}
+					}
+					for i := range out {
+						if math.Float32bits(out[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("d=%d nq=%d n=%d: out[%d] = %g, want %g", d, nq, n, i, out[i], want[i])
+						}
+					}
+				}
+			}
+		}
+	})
+}

@@ -29,11 +29,15 @@ type impl struct {
 	weightedRows8 func(out, p *float32, ldp, nq int, v *float32, ldv, n int)
 	maxF32        func(x []float32) float32
 	siluMul       func(g, u []float32) // SiluMul with len(u) == len(g)
+	// dotsRows and axpyRows are DotsRows and AxpyRows past the wrappers' checks.
+	dotsRows func(y *float32, ldy int, q *float32, ldq, nq int, k *float32, ldk, d, n int, scale float32)
+	axpyRows func(out *float32, ldo int, p *float32, ldp, nq int, v *float32, ldv, d, n int)
 }
 
 var (
 	portable = &impl{name: "go", panels: panelsGo, dot: dotGo, axpy: axpyGo, expShift: expShiftGo,
-		axpyRowsMax: axpyRowsMaxGo, dotRows: dotRowsGo, scoresRows: scoresRowsGo, weightedRows8: weightedRows8Go, maxF32: maxGo, siluMul: siluMulGo}
+		axpyRowsMax: axpyRowsMaxGo, dotRows: dotRowsGo, scoresRows: scoresRowsGo, weightedRows8: weightedRows8Go, maxF32: maxGo, siluMul: siluMulGo,
+		dotsRows: dotsRowsGo, axpyRows: axpyRowsGo}
 	// registry lists paths in preference order; architecture files prepend theirs in init.
 	registry = []*impl{portable}
 	active   = portable

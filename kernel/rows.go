@@ -152,3 +152,58 @@ func maxGo(x []float32) float32 {
 	}
 	return m
 }
+
+// DotsRows sets y[i*ldy+t] = Dot(q[i*ldq:i*ldq+d], k[t*ldk:t*ldk+d]) * scale for i < nq and
+// t < n, bitwise as Dot and one float32 multiply compute each on the same path: attention's
+// scores of nq queries over n row-major keys (ldk the cache row width) in one call that loads
+// each key once for all of them. A score depends only on its query and key, never on nq or n.
+func DotsRows(y []float32, ldy int, q []float32, ldq, nq int, k []float32, ldk, d, n int, scale float32) {
+	if nq <= 0 || n <= 0 {
+		return
+	}
+	if d <= 0 {
+		panic("kernel: DotsRows with no elements")
+	}
+	_ = y[(nq-1)*ldy+n-1]
+	_ = q[(nq-1)*ldq+d-1]
+	_ = k[(n-1)*ldk+d-1]
+	active.dotsRows(unsafe.SliceData(y), ldy, unsafe.SliceData(q), ldq, nq, unsafe.SliceData(k), ldk, d, n, scale)
+}
+
+// AxpyRows does Axpy(out[i*ldo:i*ldo+d], p[i*ldp+t], v[t*ldv:t*ldv+d]) for t = 0, 1, ..., n-1
+// and each i < nq, with the bits of those calls on the same path: attention's weighted sum of n
+// row-major values for nq queries, each value vector loaded once for a pair of queries. A
+// query's sum depends only on its weights, the values and out's initial contents.
+func AxpyRows(out []float32, ldo int, p []float32, ldp, nq int, v []float32, ldv, d, n int) {
+	if nq <= 0 || n <= 0 || d <= 0 {
+		return
+	}
+	_ = out[(nq-1)*ldo+d-1]
+	_ = p[(nq-1)*ldp+n-1]
+	_ = v[(n-1)*ldv+d-1]
+	active.axpyRows(unsafe.SliceData(out), ldo, unsafe.SliceData(p), ldp, nq, unsafe.SliceData(v), ldv, d, n)
+}
+
+func dotsRowsGo(y *float32, ldy int, q *float32, ldq, nq int, k *float32, ldk, d, n int, scale float32) {
+	ys := unsafe.Slice(y, (nq-1)*ldy+n)
+	qs := unsafe.Slice(q, (nq-1)*ldq+d)
+	ks := unsafe.Slice(k, (n-1)*ldk+d)
+	for t := 0; t < n; t++ {
+		kt := ks[t*ldk : t*ldk+d]
+		for i := 0; i < nq; i++ {
+			ys[i*ldy+t] = dotGo(qs[i*ldq:i*ldq+d], kt) * scale
+		}
+	}
+}
+
+func axpyRowsGo(out *float32, ldo int, p *float32, ldp, nq int, v *float32, ldv, d, n int) {
+	os := unsafe.Slice(out, (nq-1)*ldo+d)
+	ps := unsafe.Slice(p, (nq-1)*ldp+n)
+	vs := unsafe.Slice(v, (n-1)*ldv+d)
+	for t := 0; t < n; t++ {
+		vt := vs[t*ldv : t*ldv+d]
+		for i := 0; i < nq; i++ {
+			axpyGo(os[i*ldo:i*ldo+d], ps[i*ldp+t], vt)
+		}
+	}
+}

@@ -43,6 +43,15 @@ type BlockSelector interface {
 	Forward(c cache.Cache, ctx []float32, ctxRows int, block []int) (Walk, error)
 }
 
+// CausalBlock is implemented by a block draft that can say whether its block forward is causal:
+// every block row's output depends only on the block rows up to it (and the context). When
+// CausalBlock() is true, a forward of [anchor, MASK x n] gives slots 1..n exactly the bits of a
+// forward of the whole block, so a session drafting n tokens may forward only those n+1 rows.
+// A draft that does not implement it is assumed to need its whole block.
+type CausalBlock interface {
+	CausalBlock() bool
+}
+
 // Walk scores the candidates of one block's slots.
 type Walk interface {
 	// Candidates appends slot's candidate ids and their edge scores given the token prev chosen

@@ -88,6 +88,7 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	verifyFlag := fs.String("verify", "2,4,8,16", "row counts n at which to measure the verify cost c(n)/c(1) (empty: skip)")
 	traceFile := fs.String("trace", "", "write one JSON line per speculative decode round to this file (see dflash run --trace), each labelled with its depth, prompt and repetition")
+	verifyAt := fs.Int("verify-at", 256, "committed rows before the verify-cost forwards (at most what the cache holds; --prefill sizes it)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (read it with go tool pprof)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -230,9 +231,9 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		if slices.Contains(counts, 0) {
 			return usagef("--verify: row counts start at 1")
 		}
-		// Verify at a realistic offset: 256 committed rows (or what the context allows).
+		// Verify at a realistic offset: 256 committed rows by default (or what the cache allows).
 		most := slices.Max(counts)
-		base := max(0, min(256, capacity-most))
+		base := max(0, min(*verifyAt, capacity-most))
 		toks := make([]int, base+most)
 		for i := range toks {
 			toks[i] = rng.IntN(cfg.Vocab)

@@ -84,6 +84,8 @@ func main() {
 		weightedRows8(is)
 		maxF32(is)
 		siluMul(is)
+		dotsRows(is)
+		axpyRows(is)
 	}
 	sum256()
 	cpuid()

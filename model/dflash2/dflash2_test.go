@@ -4,6 +4,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/dflash/dflash/internal/splitmix"
 	"github.com/dflash/dflash/internal/testmodel"
 	"github.com/dflash/dflash/kernel"
+	"github.com/dflash/dflash/kernel/kerneltest"
 	"github.com/dflash/dflash/model"
 	"github.com/dflash/dflash/model/dflash"
 )
@@ -404,4 +406,62 @@ func TestWriteRejects(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCausalBlockRows: with causal attention in the block (the convolutions always are), a
+// forward of [anchor, MASK x n] proposes for slots 1..n exactly what the whole block does, bit
+// for bit, for every n, and moves the cache by the rows it was given; with the reference's
+// bidirectional attention CausalBlock is false, and truncating the block does change a slot.
+func TestCausalBlockRows(t *testing.T) {
+	target := testmodel.TinyQwen3(t)
+	kerneltest.ForEachPath(t, func(t *testing.T) {
+		for _, causal := range []bool{true, false} {
+			cfg := tinyConfig()
+			if causal {
+				cfg.Causal = &causal
+			}
+			d := writeAndLoad(t, target, cfg, RandomWeights(cfg, 21))
+			if d.CausalBlock() != causal {
+				t.Fatalf("causal %v: CausalBlock() = %v", causal, d.CausalBlock())
+			}
+			width := len(cfg.TargetLayers) * cfg.Hidden
+			ctx := randomFloats(9*width, 22)
+			block := []int{7, 96, 96, 96, 96, 96}
+			type slot struct {
+				ids    []int32
+				scores []float32
+			}
+			propose := func(rows int) []slot {
+				c := d.NewCache(32)
+				wk, err := d.Forward(c, ctx, 9, block[:rows])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.Offset() != 9+rows {
+					t.Fatalf("a block of %d rows moved the cache to %d, want %d", rows, c.Offset(), 9+rows)
+				}
+				var out []slot
+				for s := 1; s < rows; s++ {
+					ids, scores := wk.Candidates(s, 11*s, nil, nil)
+					out = append(out, slot{ids, scores})
+				}
+				return out
+			}
+			full := propose(len(block))
+			changed := false
+			for n := 1; n < len(block); n++ {
+				got := propose(n + 1)
+				for s := range got {
+					same := slices.Equal(got[s].ids, full[s].ids) && slices.Equal(got[s].scores, full[s].scores)
+					if causal && !same {
+						t.Fatalf("causal block of %d rows: slot %d proposes %v %v, the whole block %v %v", n+1, s+1, got[s].ids, got[s].scores, full[s].ids, full[s].scores)
+					}
+					changed = changed || !same
+				}
+			}
+			if !causal && !changed {
+				t.Fatal("bidirectional block: no truncation changed any slot, so the check above could not fail")
+			}
+		}
+	})
 }

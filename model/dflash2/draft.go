@@ -92,12 +92,29 @@ type workspace struct {
 	logits              []float32 // (block-1) x vocab, grown on first use
 }
 
-var _ model.BlockSelector = (*Draft)(nil)
+var (
+	_ model.BlockSelector = (*Draft)(nil)
+	_ model.CausalBlock   = (*Draft)(nil)
+)
 
 // Config is the draft's configuration.
 func (d *Draft) Config() Config { return d.cfg }
 
-func (d *Draft) BlockSize() int      { return d.cfg.BlockSize }
+func (d *Draft) BlockSize() int { return d.cfg.BlockSize }
+
+// CausalBlock reports whether every layer's attention is causal inside the block (the
+// convolutions always are): then a forward of [anchor, MASK x n] gives slots 1..n the bits a
+// full block gives them, and the runner may forward only the rows it drafts. The reference's
+// full-attention layers are bidirectional, so a draft is causal only when its config says so
+// (dflash_config.causal) or every layer is a sliding one.
+func (d *Draft) CausalBlock() bool {
+	for l := range d.cfg.Layers {
+		if d.cfg.Visibility(l).Bidirectional {
+			return false
+		}
+	}
+	return true
+}
 func (d *Draft) MaskID() int         { return d.cfg.MaskID }
 func (d *Draft) TargetLayers() []int { return d.cfg.TargetLayers }
 
@@ -318,7 +335,8 @@ func (d *Draft) context(kv nn.KV, taps []float32, rows, pos int) {
 }
 
 // block runs the block rows at positions [pos, pos+n) through every layer, with the grouped
-// convolutions around each sublayer, then scores the selector's inputs for slots 1..n-1. The
+// convolutions around each sublayer, then scores the selector's inputs for slots 1..n-1 (the
+// anchor row's output feeds no slot, so it gets no final norm and no logits). The
 // convolutions on both sides of attention read each row's taps-1 predecessors, so a row split
 // (nn.Phases) would need more than one join per layer: the block runs on the caller, layer after
 // layer.
@@ -363,11 +381,14 @@ func (d *Draft) block(kv nn.KV, block []int, pos int) {
 		GroupedConv(xc, tmp, delta[side1:], l.mlpConv.base[taps*h:], n, n, h, taps, group, stride)
 		nn.Add(x, xc)
 	}
-	nn.RMSNormRows(xn, x, d.norm, n, h, d.eps)
+	if n > 1 {
+		nn.RMSNormRows(xn[h:], x[h:], d.norm, n-1, h, d.eps)
+	}
 	d.candidates(xn, n)
 }
 
-// candidates fills the walk for slots 1..n-1 from the final-normed hidden rows hs: the unary top-K
+// candidates fills the walk for slots 1..n-1 from the final-normed hidden rows hs[h:n*h] (row 0,
+// the anchor's, is not read): the unary top-K
 // of the target head (after output_multiplier and soft-capping) and W_h h per slot.
 func (d *Draft) candidates(hs []float32, n int) {
 	cfg := &d.cfg

@@ -60,33 +60,139 @@ func (a Attention) Rows(out, q []float32, n int, k, v []float32, pos int, vis Vi
 // RowsPart is Rows for rows [first, end) of an n-row forward at positions [pos, pos+n) (a part of
 // the forward that runs on its own core): out and q start at row first. A row's bits are those
 // Rows gives it, whatever part it falls in.
+//
+// The rows are batched per key/value head (rowsBatched) when scores holds their scores and
+// queries: a verification of n rows then reads each cached key and value once, not once per
+// row and query head. Batching changes no bit (rowEach is the reference it is tested against).
 func (a Attention) RowsPart(out, q []float32, first, end, n int, k, v []float32, pos int, vis Visibility, scores []float32) {
+	if a.HeadDim == 8 || a.KVHeads <= 0 || a.Heads%a.KVHeads != 0 {
+		for i := first; i < end; i++ {
+			a.rowEach(out, q, i, first, n, k, v, pos, vis, scores)
+		}
+		return
+	}
+	a.rowsBatched(out, q, first, end, n, k, v, pos, vis, scores)
+}
+
+// rowEach is attention for row i of RowsPart's rows, one query head at a time: each head's scores
+// are Dot(q, k_t) * Scale over the row's span, its softmax runs over them, and its output takes
+// Axpy(out, p_t, v_t) for t in order onto zeros. The batched path keeps exactly these operations
+// per query, so this is the definition of a row's bits.
+func (a Attention) rowEach(out, q []float32, i, first, n int, k, v []float32, pos int, vis Visibility, scores []float32) {
 	d := a.HeadDim
 	w := a.KVHeads * d
 	group := a.Heads / a.KVHeads
 	qw := a.Heads * d
-	for i := first; i < end; i++ {
-		lo, hi := vis.Span(pos+i, pos, pos+n)
-		sc := scores[:hi-lo]
-		r := i - first
-		for h := 0; h < a.Heads; h++ {
-			qh := q[r*qw+h*d : r*qw+h*d+d]
-			oh := out[r*qw+h*d : r*qw+h*d+d]
-			koff := (h / group) * d
-			kh := k[lo*w+koff:]
-			vh := v[lo*w+koff:]
-			if d == 8 {
-				attendHead8((*[8]float32)(qh), (*[8]float32)(oh), kh, vh, w, sc, a.Scale)
+	lo, hi := vis.Span(pos+i, pos, pos+n)
+	sc := scores[:hi-lo]
+	r := i - first
+	for h := 0; h < a.Heads; h++ {
+		qh := q[r*qw+h*d : r*qw+h*d+d]
+		oh := out[r*qw+h*d : r*qw+h*d+d]
+		koff := (h / group) * d
+		kh := k[lo*w+koff:]
+		vh := v[lo*w+koff:]
+		if d == 8 {
+			attendHead8((*[8]float32)(qh), (*[8]float32)(oh), kh, vh, w, sc, a.Scale)
+			continue
+		}
+		for t := range sc {
+			sc[t] = kernel.Dot(qh, kh[t*w:t*w+d]) * a.Scale
+		}
+		Softmax(sc)
+		clear(oh)
+		for t, p := range sc {
+			kernel.Axpy(oh, p, vh[t*w:t*w+d])
+		}
+	}
+}
+
+// batchQueries is the most queries (rows times the query heads of one key/value head) one pass
+// of rowsBatched computes together, and batchMaxHead the largest head size for which ScratchLen
+// holds that many queries' staging: a row split across two cores gives each part 8 rows of a
+// 16-row verification, which for two query heads per key/value head is one pass per head.
+const (
+	batchQueries = fusedQueries
+	batchMaxHead = 256
+)
+
+// valueTile is the floats of values (keys times head size) one weighted-sum call covers: small
+// enough that a tile read from memory for the first pair of queries is still in L1 for the next.
+const valueTile = 4096
+
+// rowsBatched is RowsPart over passes: for each key/value head, the queries of consecutive rows
+// that share their first key go together, up to batchQueries and what scores holds. A pass
+// stages its queries, computes their scores with kernel.DotsRows (each key loaded once for all),
+// runs each query's softmax over its own span, and sums values with kernel.AxpyRows in tiles.
+// Later rows see more keys (causal rows of one forward), so keys are taken in segments: the keys
+// every query of the pass sees, then those that all but the first row's see, and so on. A query
+// is thus given exactly the keys of its span, in increasing order, with the operations rowEach
+// gives it: its bits depend neither on n nor on the rows in its pass.
+func (a Attention) rowsBatched(out, q []float32, first, end, n int, k, v []float32, pos int, vis Visibility, scores []float32) {
+	d := a.HeadDim
+	w := a.KVHeads * d
+	group := a.Heads / a.KVHeads
+	qw := a.Heads * d
+	tile := max(1, valueTile/d)
+	for g := 0; g < a.KVHeads; g++ {
+		for r0 := first; r0 < end; {
+			lo, hi := vis.Span(pos+r0, pos, pos+n)
+			if group*(hi-lo+2*d) > len(scores) {
+				a.rowEach(out, q, r0, first, n, k, v, pos, vis, scores) // too little scratch to batch
+				r0++
 				continue
 			}
-			for t := range sc {
-				sc[t] = kernel.Dot(qh, kh[t*w:t*w+d]) * a.Scale
+			r1 := r0 + 1
+			for r1 < end && (r1-r0+1)*group <= batchQueries {
+				l2, h2 := vis.Span(pos+r1, pos, pos+n)
+				if l2 != lo || (r1-r0+1)*group*(h2-lo+2*d) > len(scores) {
+					break // a pass shares its first key (sliding windows move it) and fits scores
+				}
+				r1++
 			}
-			Softmax(sc)
-			clear(oh)
-			for t, p := range sc {
-				kernel.Axpy(oh, p, vh[t*w:t*w+d])
+			_, last := vis.Span(pos+r1-1, pos, pos+n) // spans end no earlier for later rows
+			ldy := last - lo
+			nq := (r1 - r0) * group
+			sc := scores[:nq*ldy]
+			qs := scores[nq*ldy : nq*ldy+nq*d]
+			ob := scores[nq*ldy+nq*d : nq*ldy+2*nq*d]
+			for r := r0; r < r1; r++ {
+				src := (r-first)*qw + g*group*d
+				copy(qs[(r-r0)*group*d:(r-r0+1)*group*d], q[src:src+group*d])
 			}
+			kh, vh := k[lo*w+g*d:], v[lo*w+g*d:]
+			// Scores by segments of keys, each for the queries of the rows that see all of it.
+			a0 := 0
+			for r := r0; r < r1; r++ {
+				_, rhi := vis.Span(pos+r, pos, pos+n)
+				if own := rhi - lo; own > a0 {
+					qi := (r - r0) * group
+					kernel.DotsRows(sc[qi*ldy+a0:], ldy, qs[qi*d:], d, nq-qi, kh[a0*w:], w, d, own-a0, a.Scale)
+					a0 = own
+				}
+			}
+			for r := r0; r < r1; r++ {
+				_, rhi := vis.Span(pos+r, pos, pos+n)
+				for qi := (r - r0) * group; qi < (r-r0+1)*group; qi++ {
+					Softmax(sc[qi*ldy : qi*ldy+rhi-lo])
+				}
+			}
+			clear(ob)
+			a0 = 0
+			for r := r0; r < r1; r++ {
+				_, rhi := vis.Span(pos+r, pos, pos+n)
+				qi := (r - r0) * group
+				for own := rhi - lo; a0 < own; {
+					b := min(own, a0+tile)
+					kernel.AxpyRows(ob[qi*d:], d, sc[qi*ldy+a0:], ldy, nq-qi, vh[a0*w:], w, d, b-a0)
+					a0 = b
+				}
+			}
+			for r := r0; r < r1; r++ {
+				dst := (r-first)*qw + g*group*d
+				copy(out[dst:dst+group*d], ob[(r-r0)*group*d:(r-r0+1)*group*d])
+			}
+			r0 = r1
 		}
 	}
 }
@@ -175,7 +281,8 @@ const FusedMaxHead = 64
 
 // ScratchLen is the scratch RowsHeadMajor and Rows need for spans of up to maxSpan keys.
 func ScratchLen(maxSpan int) int {
-	return fusedQueries*(kernel.Pad16(maxSpan)+16) + fusedQueries*FusedMaxHead + fusedQueries*8 + fusedQueries
+	fused := fusedQueries*(kernel.Pad16(maxSpan)+16) + fusedQueries*FusedMaxHead + fusedQueries*8 + fusedQueries
+	return max(fused, batchQueries*(maxSpan+2*batchMaxHead))
 }
 
 // FusedHeadMajor reports whether RowsHeadMajor takes its fused path for this shape (given a

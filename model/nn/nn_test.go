@@ -212,6 +212,60 @@ func TestAttentionRows(t *testing.T) {
 	})
 }
 
+func TestAttentionRowsBatchedBitwise(t *testing.T) {
+	// The batch-width property of row-major attention: a forward of n rows after committed
+	// cached ones gives every row the bits rowEach (one row, one head at a time) gives it, for
+	// n = 1..16, causal rows seeing one more key each, windows and bidirectional blocks, heads
+	// with vector and scalar tails, and passes cut by the scratch's size; and each row computed
+	// as a part of its own, or as a one-row forward at its position (causal), agrees too.
+	kerneltest.ForEachPath(t, func(t *testing.T) {
+		type shape struct{ heads, kvHeads, d int }
+		for _, sh := range []shape{{16, 8, 128}, {4, 1, 100}, {3, 3, 24}} {
+			for _, committed := range []int{0, 1, 37, 256, 1024} {
+				for _, vis := range []Visibility{Causal, {Bidirectional: true}, {Window: 20}} {
+					if committed >= 256 && vis != Causal || committed == 1024 && sh.d != 128 {
+						continue // long contexts for verification only, 1024 for Qwen3-0.6B's shape
+					}
+					a := NewAttention(sh.heads, sh.kvHeads, sh.d)
+					qw, w := sh.heads*sh.d, sh.kvHeads*sh.d
+					capacity := committed + 16
+					r := rand.New(rand.NewPCG(uint64(sh.d*7+committed), 11))
+					k, v := randVec(r, capacity*w), randVec(r, capacity*w)
+					q := randVec(r, 16*qw)
+					full := make([]float32, ScratchLen(capacity))
+					small := make([]float32, sh.heads/sh.kvHeads*(capacity+2*sh.d)+5) // passes of one row at the longest span
+					for n := 1; n <= 16; n++ {
+						want := make([]float32, n*qw)
+						for i := 0; i < n; i++ {
+							a.rowEach(want, q, i, 0, n, k, v, committed, vis, make([]float32, capacity))
+						}
+						for _, sc := range [][]float32{full, small} {
+							out := make([]float32, n*qw)
+							a.Rows(out, q, n, k, v, committed, vis, sc)
+							if !slices.Equal(out, want) {
+								t.Fatalf("%+v committed %d vis %+v n=%d scratch %d: batched rows differ from one row at a time", sh, committed, vis, n, len(sc))
+							}
+						}
+						mid := n / 2
+						part := make([]float32, (n-mid)*qw)
+						a.RowsPart(part, q[mid*qw:], mid, n, n, k, v, committed, vis, full)
+						if !slices.Equal(part, want[mid*qw:]) {
+							t.Fatalf("%+v committed %d vis %+v n=%d: rows [%d, %d) as a part differ", sh, committed, vis, n, mid, n)
+						}
+						if vis == Causal {
+							one := make([]float32, qw)
+							a.Rows(one, q[(n-1)*qw:], 1, k, v, committed+n-1, vis, full)
+							if !slices.Equal(one, want[(n-1)*qw:]) {
+								t.Fatalf("%+v committed %d n=%d: the last row as a decode step differs", sh, committed, n)
+							}
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
 func TestAttentionHeadMajor(t *testing.T) {
 	// The same keys and values scattered into the head-major layout give the textbook result
 	// too, on the general path and (heads of a multiple of 8, a row-major v, a padded layer) the

@@ -1,0 +1,282 @@
+package main
+
+import (
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	"github.com/mmcloughlin/avo/reg"
+)
+
+// dotsRows emits dotsRowsF32x<ISA>(y *float32, ldy int, q *float32, ldq, nq int, k *float32,
+// ldk, d, n int, scale float32): y[i*ldy+t] = dot(q[i*ldq:], k[t*ldk:]) * scale over d elements,
+// for i < nq and t < n. It is attention's scores of several queries over a row-major key head:
+// keys are the outer loop, so each key row comes from memory once and is reused from L1 for every
+// pair of queries. Each dot is dotF32x<ISA>'s (the same four accumulators over blocks of four
+// vectors, single vectors into the first, the same reduction and scalar tail), then one scalar
+// multiply: the bits of Dot(q_i, k_t) * scale, whatever nq or n is.
+func dotsRows(is isa) {
+	name := "dotsRowsF32x" + is.name
+	TEXT(name, NOSPLIT, "func(y *float32, ldy int, q *float32, ldq, nq int, k *float32, ldk, d, n int, scale float32)")
+	Pragma("noescape")
+	Doc(name + " sets y[i*ldy+t] = Dot(q[i*ldq:], k[t*ldk:]) * scale over d elements for nq queries and n keys.")
+	yc := Load(Param("y"), GP64())
+	ldy := Load(Param("ldy"), GP64())
+	ldq := Load(Param("ldq"), GP64())
+	kp := Load(Param("k"), GP64())
+	left := Load(Param("n"), GP64())
+	scale := Load(Param("scale"), XMM())
+	SHLQ(U8(2), ldy)
+	SHLQ(U8(2), ldq)
+	lanes := 16 / is.halves
+	vb := lanes * 4
+
+	// group computes g queries (at qp, ldq apart) against the key at kp into yr (ldy apart).
+	group := func(tag string, g int, qp, yr reg.GPVirtual) {
+		qm := func(i, disp int) Mem {
+			if i == 0 {
+				return Mem{Base: qp, Disp: disp}
+			}
+			return Mem{Base: qp, Index: ldq, Scale: 1, Disp: disp}
+		}
+		acc := make([][]reg.VecVirtual, g)
+		for i := range acc {
+			acc[i] = make([]reg.VecVirtual, 4)
+			for j := range acc[i] {
+				acc[i][j] = is.vec()
+				zero(is, acc[i][j])
+			}
+		}
+		a, cnt := GP64(), GP64()
+		MOVQ(kp, a)
+		Load(Param("d"), cnt)
+		// qp walks with the key; it is restored from the pass's start below.
+		q0 := GP64()
+		MOVQ(qp, q0)
+		Label(name + tag + "block")
+		CMPQ(cnt, U32(4*lanes))
+		JL(LabelRef(name + tag + "vec"))
+		for j := 0; j < 4; j++ {
+			v := is.vec()
+			VMOVUPS(Mem{Base: a, Disp: j * vb}, v)
+			for i := 0; i < g; i++ {
+				VFMADD231PS(qm(i, j*vb), v, acc[i][j])
+			}
+		}
+		ADDQ(U32(4*vb), a)
+		ADDQ(U32(4*vb), qp)
+		SUBQ(U32(4*lanes), cnt)
+		JMP(LabelRef(name + tag + "block"))
+		Label(name + tag + "vec")
+		CMPQ(cnt, U32(lanes))
+		JL(LabelRef(name + tag + "reduce"))
+		v := is.vec()
+		VMOVUPS(Mem{Base: a}, v)
+		for i := 0; i < g; i++ {
+			VFMADD231PS(qm(i, 0), v, acc[i][0])
+		}
+		ADDQ(U32(vb), a)
+		ADDQ(U32(vb), qp)
+		SUBQ(U32(lanes), cnt)
+		JMP(LabelRef(name + tag + "vec"))
+		Label(name + tag + "reduce")
+		s := make([]reg.VecVirtual, g)
+		for i := 0; i < g; i++ {
+			VADDPS(acc[i][1], acc[i][0], acc[i][0])
+			VADDPS(acc[i][3], acc[i][2], acc[i][2])
+			VADDPS(acc[i][2], acc[i][0], acc[i][0])
+			s[i] = hsum(is, acc[i][0])
+		}
+		Label(name + tag + "tail")
+		TESTQ(cnt, cnt)
+		JE(LabelRef(name + tag + "store"))
+		t := XMM()
+		VMOVSS(Mem{Base: a}, t)
+		for i := 0; i < g; i++ {
+			VFMADD231SS(qm(i, 0), t, s[i])
+		}
+		ADDQ(Imm(4), a)
+		ADDQ(Imm(4), qp)
+		DECQ(cnt)
+		JMP(LabelRef(name + tag + "tail"))
+		Label(name + tag + "store")
+		MOVQ(q0, qp)
+		for i := 0; i < g; i++ {
+			VMULSS(scale, s[i], s[i])
+		}
+		VMOVSS(s[0], Mem{Base: yr})
+		if g == 2 {
+			VMOVSS(s[1], Mem{Base: yr, Index: ldy, Scale: 1})
+		}
+	}
+
+	Label(name + "key")
+	TESTQ(left, left)
+	JE(LabelRef(name + "done"))
+	qp, yr, qn := GP64(), GP64(), GP64()
+	Load(Param("q"), qp)
+	MOVQ(yc, yr)
+	Load(Param("nq"), qn)
+	Label(name + "two")
+	CMPQ(qn, U8(2))
+	JL(LabelRef(name + "one"))
+	group("G2", 2, qp, yr)
+	LEAQ(Mem{Base: qp, Index: ldq, Scale: 2}, qp)
+	LEAQ(Mem{Base: yr, Index: ldy, Scale: 2}, yr)
+	SUBQ(U8(2), qn)
+	JMP(LabelRef(name + "two"))
+	Label(name + "one")
+	TESTQ(qn, qn)
+	JE(LabelRef(name + "next"))
+	group("G1", 1, qp, yr)
+	Label(name + "next")
+	Load(Param("ldk"), qn)
+	LEAQ(Mem{Base: kp, Index: qn, Scale: 4}, kp)
+	ADDQ(U8(4), yc)
+	DECQ(left)
+	JMP(LabelRef(name + "key"))
+	Label(name + "done")
+	VZEROUPPER()
+	RET()
+}
+
+// axpyRows emits axpyRowsF32x<ISA>(out *float32, ldo int, p *float32, ldp, nq int, v *float32,
+// ldv, d, n int): out[i*ldo+e] += p[i*ldp+t]*v[t*ldv+e] for t = 0, 1, ..., n-1 in order, e < d,
+// i < nq. It is attention's weighted sum of values over a row-major value head for several
+// queries: a pair of queries shares each value vector load, and each output element keeps one
+// accumulator taking one fused multiply-add per t, which is what axpyF32x<ISA> does to it (its
+// vector blocks, single vectors and scalar tail are all one FMA per element): the bits of
+// Axpy(out_i, p_i[t], v_t) called for t = 0, 1, ..., whatever nq is. n must be positive.
+func axpyRows(is isa) {
+	name := "axpyRowsF32x" + is.name
+	TEXT(name, NOSPLIT, "func(out *float32, ldo int, p *float32, ldp, nq int, v *float32, ldv, d, n int)")
+	Pragma("noescape")
+	Doc(name + " adds p[i*ldp+t]*v[t*ldv:][:d] into out[i*ldo:][:d] for t < n in order, for nq queries; n > 0.")
+	out := Load(Param("out"), GP64())
+	ldo := Load(Param("ldo"), GP64())
+	p := Load(Param("p"), GP64())
+	ldp := Load(Param("ldp"), GP64())
+	qn := Load(Param("nq"), GP64())
+	ldv := Load(Param("ldv"), GP64())
+	SHLQ(U8(2), ldo)
+	SHLQ(U8(2), ldp)
+	SHLQ(U8(2), ldv)
+	lanes := 16 / is.halves
+	vb := lanes * 4
+
+	// chunk accumulates u vectors (or, scalar, one element) of g queries at element offset
+	// ob/ve over all n positions.
+	chunk := func(tag string, g, u int, scalar bool, ob, ve reg.GPVirtual) {
+		om := func(i, disp int) Mem {
+			if i == 0 {
+				return Mem{Base: ob, Disp: disp}
+			}
+			return Mem{Base: ob, Index: ldo, Scale: 1, Disp: disp}
+		}
+		acc := make([][]reg.VecVirtual, g)
+		for i := range acc {
+			acc[i] = make([]reg.VecVirtual, u)
+			for j := range acc[i] {
+				if scalar {
+					acc[i][j] = XMM()
+					VMOVSS(om(i, 0), acc[i][j])
+				} else {
+					acc[i][j] = is.vec()
+					VMOVUPS(om(i, j*vb), acc[i][j])
+				}
+			}
+		}
+		pp, vp, cnt := GP64(), GP64(), GP64()
+		MOVQ(p, pp)
+		MOVQ(ve, vp)
+		Load(Param("n"), cnt)
+		Label(name + tag + "t")
+		w := make([]reg.VecVirtual, u)
+		for j := range w {
+			if scalar {
+				w[j] = XMM()
+				VMOVSS(Mem{Base: vp}, w[j])
+			} else {
+				w[j] = is.vec()
+				VMOVUPS(Mem{Base: vp, Disp: j * vb}, w[j])
+			}
+		}
+		for i := 0; i < g; i++ {
+			pm := Mem{Base: pp}
+			if i == 1 {
+				pm = Mem{Base: pp, Index: ldp, Scale: 1}
+			}
+			if scalar {
+				VFMADD231SS(pm, w[0], acc[i][0])
+				continue
+			}
+			b := is.vec()
+			VBROADCASTSS(pm, b)
+			for j := range w {
+				VFMADD231PS(w[j], b, acc[i][j])
+			}
+		}
+		ADDQ(ldv, vp)
+		ADDQ(U8(4), pp)
+		DECQ(cnt)
+		JNZ(LabelRef(name + tag + "t"))
+		for i := range acc {
+			for j := range acc[i] {
+				if scalar {
+					VMOVSS(acc[i][j], om(i, 0))
+				} else {
+					VMOVUPS(acc[i][j], om(i, j*vb))
+				}
+			}
+		}
+	}
+
+	// group runs g queries over all d elements, then advances out and p past them.
+	group := func(tag string, g int) {
+		ob, ve, rem := GP64(), GP64(), GP64()
+		MOVQ(out, ob)
+		Load(Param("v"), ve)
+		Load(Param("d"), rem)
+		Label(name + tag + "four")
+		CMPQ(rem, U32(4*lanes))
+		JL(LabelRef(name + tag + "vec"))
+		chunk(tag+"F", g, 4, false, ob, ve)
+		ADDQ(U32(4*vb), ob)
+		ADDQ(U32(4*vb), ve)
+		SUBQ(U32(4*lanes), rem)
+		JMP(LabelRef(name + tag + "four"))
+		Label(name + tag + "vec")
+		CMPQ(rem, U32(lanes))
+		JL(LabelRef(name + tag + "scalar"))
+		chunk(tag+"V", g, 1, false, ob, ve)
+		ADDQ(U32(vb), ob)
+		ADDQ(U32(vb), ve)
+		SUBQ(U32(lanes), rem)
+		JMP(LabelRef(name + tag + "vec"))
+		Label(name + tag + "scalar")
+		TESTQ(rem, rem)
+		JE(LabelRef(name + tag + "next"))
+		chunk(tag+"S", g, 1, true, ob, ve)
+		ADDQ(Imm(4), ob)
+		ADDQ(Imm(4), ve)
+		DECQ(rem)
+		JMP(LabelRef(name + tag + "scalar"))
+		Label(name + tag + "next")
+		for i := 0; i < g; i++ {
+			ADDQ(ldo, out)
+			ADDQ(ldp, p)
+		}
+		SUBQ(U8(g), qn)
+	}
+
+	Label(name + "two")
+	CMPQ(qn, U8(2))
+	JL(LabelRef(name + "one"))
+	group("G2", 2)
+	JMP(LabelRef(name + "two"))
+	Label(name + "one")
+	TESTQ(qn, qn)
+	JE(LabelRef(name + "done"))
+	group("G1", 1)
+	Label(name + "done")
+	VZEROUPPER()
+	RET()
+}
