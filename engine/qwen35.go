@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/dflash/dflash/cache"
 	"github.com/dflash/dflash/format/hf"
 	"github.com/dflash/dflash/model/qwen35"
 )
@@ -17,10 +18,14 @@ const FamilyQwen35 = "qwen35"
 // has a vision tower (Description.TextOnly): its tensors are not loaded and images are not read.
 const TextOnlyNotice = "model has a vision tower; serving text only"
 
-// ErrHybridSpeculation refuses a draft on a target whose cache cannot rewind (Qwen3.5): the
-// runner verifies a block by rewinding the rejected rows, and the snapshot verify path that
-// hybrid caches need instead (model.Target's doc) is not in the runner yet. Plain decoding works.
-var ErrHybridSpeculation = errors.New("speculative decoding on hybrid (Qwen3.5) targets is not available yet: their recurrent cache cannot rewind rejected drafts; run without a draft")
+// ErrHybridSpeculation refuses a draft on a hybrid target whose cache can neither rewind nor
+// snapshot rows (cache.RowSnapshots), since the runner could not drop the rejected rows of a
+// verify. cache.Hybrid, which Qwen3.5 targets make, snapshots rows, so today it is never returned.
+var ErrHybridSpeculation = errors.New("speculative decoding on this hybrid target is not available: its recurrent cache can neither rewind nor snapshot rows; run without a draft")
+
+// hybridSnapshots says the hybrid cache offers the snapshot verify path the runner uses where a
+// cache cannot rewind.
+var _, hybridSnapshots = any((*cache.Hybrid)(nil)).(cache.RowSnapshots)
 
 // isHybrid tells a Qwen3.5 config (dense or MoE, either layout) by its architecture.
 func isHybrid(hc *hf.Config) bool {
@@ -129,10 +134,11 @@ func HybridParamCount(c qwen35.Config) int64 {
 	return n
 }
 
-// CheckSpeculation reports whether drafts can speculate for this model: ErrHybridSpeculation for
-// a Qwen3.5 target, nil otherwise. Describing and fit-checking a draft works either way.
+// CheckSpeculation reports whether drafts can speculate for this model: nil for a dense target,
+// and for a Qwen3.5 target whose cache snapshots rows (the runner's snapshot verify path);
+// ErrHybridSpeculation otherwise. Describing and fit-checking a draft works either way.
 func (d *Description) CheckSpeculation() error {
-	if d.hybrid != nil {
+	if d.hybrid != nil && !hybridSnapshots {
 		return fmt.Errorf("model %s: %w", d.Name, ErrHybridSpeculation)
 	}
 	return nil

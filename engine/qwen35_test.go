@@ -1,7 +1,7 @@
 package engine
 
 import (
-	"errors"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,6 +16,7 @@ import (
 	"github.com/dflash/dflash/model/dflash"
 	"github.com/dflash/dflash/model/qwen35"
 	"github.com/dflash/dflash/model/transformer"
+	"github.com/dflash/dflash/runner"
 	"github.com/dflash/dflash/tokenizer/chat"
 )
 
@@ -312,14 +313,26 @@ func TestQwen35Drafts(t *testing.T) {
 			t.Errorf("%s: %v; want an error naming %q", name, err, c.want)
 		}
 	}
-	if !errors.Is(d2.CheckSpeculation(), ErrHybridSpeculation) {
-		t.Errorf("CheckSpeculation of a hybrid target: %v", d2.CheckSpeculation())
-	}
+	// The hybrid cache snapshots rows, so drafts attach and speculation is exact.
+	must(t, d2.CheckSpeculation())
 	e, err := d2.Load(transformer.KeepDType)
 	must(t, err)
-	if _, err := e.OpenDraft(d2.Drafts[0]); !errors.Is(err, ErrHybridSpeculation) {
-		t.Errorf("OpenDraft on a hybrid target: %v; want ErrHybridSpeculation", err)
+	draft, err := e.OpenDraft(d2.Drafts[0])
+	must(t, err)
+	prompt := []int{5, 17, 3, 60, 2}
+	decode := func(s runner.Session, depth runner.Depth) []int {
+		var out []int
+		_, err := runner.Generate(context.Background(), runner.NewSequence(e.Target, 128), runner.Request{Prompt: prompt, MaxTokens: 24, Session: s, Depth: depth},
+			func(tok runner.Token) error { out = append(out, tok.ID); return nil })
+		must(t, err)
+		return out
 	}
+	want := decode(nil, runner.Depth{})
+	s := draft.Drafter.Open(128)
+	if got := decode(s, runner.Fixed(7)); !slices.Equal(got, want) {
+		t.Errorf("speculative on a hybrid target:\n got %v\nwant %v", got, want)
+	}
+	must(t, s.Close())
 	dense, err := Describe(Options{Model: testmodel.Qwen3(t, "")})
 	must(t, err)
 	must(t, dense.CheckSpeculation())

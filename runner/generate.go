@@ -186,6 +186,13 @@ func (g *generation) prefill(ctx context.Context) error {
 	for keep < len(seq.tokens) && keep < len(prompt)-1 && seq.tokens[keep] == prompt[keep] {
 		keep++
 	}
+	// A cache that cannot rewind (a recurrent state, cache.Hybrid) keeps no checkpoints yet, so
+	// its rows are reused only when all of them are a prefix of the new prompt: then no rewind is
+	// needed. Otherwise the sequence starts over (Rewind(0)), for the drafter too.
+	rewinds := cache.CanRewind(seq.cache)
+	if !rewinds && keep != len(seq.tokens) {
+		keep = 0
+	}
 	if d := g.req.Session; d != nil {
 		held, err := d.Restore(keep)
 		if err != nil {
@@ -193,6 +200,11 @@ func (g *generation) prefill(ctx context.Context) error {
 		}
 		if held > keep || held < 0 {
 			return fmt.Errorf("generate: drafting session restored %d rows of %d", held, keep)
+		}
+		if !rewinds && held != keep {
+			if held, err = d.Restore(0); err != nil || held != 0 {
+				return fmt.Errorf("generate: restore drafting session to 0 rows: %d held, %v", held, err)
+			}
 		}
 		keep = held
 	}
@@ -262,8 +274,8 @@ func (g *generation) keep(tokens []int, kept int) error {
 		return fmt.Errorf("target cache at %d after %d rows, expected %d", seq.cache.Offset(), len(tokens), len(seq.tokens)+len(tokens))
 	}
 	if kept < len(tokens) {
-		if err := seq.cache.Rewind(position + kept); err != nil {
-			return fmt.Errorf("rewind to %d: %w", position+kept, err)
+		if err := dropRows(seq.cache, position, kept); err != nil {
+			return err
 		}
 	}
 	seq.tokens = append(seq.tokens, tokens[:kept]...)
@@ -280,6 +292,48 @@ func (g *generation) keep(tokens []int, kept int) error {
 		if err != nil {
 			return fmt.Errorf("drafter: %w", err)
 		}
+	}
+	return nil
+}
+
+// snapshots makes sure a verify of rows rows on a cache that cannot rewind records the state
+// after each row (cache.RowSnapshots), so that keep can go back to the last accepted one. The
+// slots are allocated once per sequence, sized for the session's deepest round (Limit()+1); a
+// prefill chunk no longer than that records too, which costs copies but changes nothing kept.
+func (g *generation) snapshots(rows int) error {
+	c := g.seq.cache
+	if cache.CanRewind(c) {
+		return nil
+	}
+	rs, ok := c.(cache.RowSnapshots)
+	if !ok {
+		return fmt.Errorf("target cache %T can neither rewind nor snapshot rows: it cannot verify drafts", c)
+	}
+	if rs.SnapshotRows() < rows {
+		rs.EnableSnapshots(max(rows, g.req.Session.Limit()+1))
+	}
+	return nil
+}
+
+// dropRows cuts the cache back to the first kept rows of a forward that began at position:
+// Rewind where the cache can, RestoreRow(kept-1) of the recorded forward where it cannot. Either
+// way the cache is then bitwise what forwarding those kept rows alone leaves.
+func dropRows(c cache.Cache, position, kept int) error {
+	if cache.CanRewind(c) {
+		if err := c.Rewind(position + kept); err != nil {
+			return fmt.Errorf("rewind to %d: %w", position+kept, err)
+		}
+		return nil
+	}
+	rs, ok := c.(cache.RowSnapshots)
+	if !ok {
+		return fmt.Errorf("keep %d rows at %d: cache %T can neither rewind nor restore a row", kept, position, c)
+	}
+	if kept < 1 {
+		return fmt.Errorf("keep %d rows at %d: a cache that cannot rewind keeps at least one row of a forward", kept, position)
+	}
+	if err := rs.RestoreRow(kept - 1); err != nil {
+		return fmt.Errorf("restore row %d at %d: %w", kept-1, position, err)
 	}
 	return nil
 }
@@ -344,6 +398,11 @@ func (g *generation) decode(ctx context.Context) error {
 		}
 		t1 := g.now()
 		g.block = append(append(g.block[:0], current), drafts...)
+		if len(drafts) > 0 {
+			if err := g.snapshots(len(g.block)); err != nil {
+				return fmt.Errorf("generate: verify at %d: %w", seq.cache.Offset(), err)
+			}
+		}
 		rows := model.LogitsLast
 		if len(drafts) > 0 {
 			rows = model.LogitsAll
@@ -355,7 +414,10 @@ func (g *generation) decode(ctx context.Context) error {
 		out, accepted := g.v.decide(g.res.Logits, g.vocab, drafts, q, g.all)
 
 		// A stop token ends the output where it stands, even among accepted drafts; the rows
-		// after it are dropped with the rejected ones.
+		// after it are dropped with the rejected ones. The stop token's own row is never kept
+		// (it is the round's last token, like any other): on a recurrent cache the state keeps
+		// the rows up to the token before it, restored from that row's snapshot, so an accepted
+		// EOS never folds into the state.
 		end := slices.IndexFunc(out, g.stops.Token)
 		kept := len(out)
 		if end >= 0 {

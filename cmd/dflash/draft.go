@@ -64,7 +64,8 @@ func (d *draftFlags) drafter(e *engine.Engine, prompt []int, opts sample.Options
 	if d.draft == "" {
 		return nil, nil
 	}
-	// Any drafter, the oracle too, needs a target whose cache can drop rejected rows.
+	// Any drafter, the oracle too, needs a target whose cache can drop rejected rows (by
+	// rewinding, or by restoring a row snapshot on a hybrid target).
 	if err := e.Desc.CheckSpeculation(); err != nil {
 		return nil, err
 	}
