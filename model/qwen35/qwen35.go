@@ -75,16 +75,14 @@ type Model struct {
 // workspace is every buffer a forward writes beyond nn.Workspace's, ChunkRows rows each.
 type workspace struct {
 	*nn.Workspace
-	qg     []float32 // rows x 2*Heads*HeadDim: q_proj output, queries and gates per head
-	mix    []float32 // rows x C: in_proj_qkv output, the conv's input
-	conv   []float32 // rows x C: silu(conv), q and k l2-normed (q scaled by dk^-1/2)
-	z      []float32 // rows x Hv*dv
-	b, a   []float32 // rows x Hv
-	y      []float32 // rows x Hv*dv: gated norm of the recurrence output, out_proj's input
-	scr    [nn.MaxParts][]float32
-	logits []float32
-	taps   [][]float32
-	tapIdx []int
+	qg   []float32 // rows x 2*Heads*HeadDim: q_proj output, queries and gates per head
+	mix  []float32 // rows x C: in_proj_qkv output, the conv's input
+	conv []float32 // rows x C: silu(conv), q and k l2-normed (q scaled by dk^-1/2)
+	z    []float32 // rows x Hv*dv
+	b, a []float32 // rows x Hv
+	y    []float32 // rows x Hv*dv: gated norm of the recurrence output, out_proj's input
+	scr  [nn.MaxParts][]float32
+	model.Outputs
 }
 
 // newModel checks the shape and sizes the workspace; the weights are set.
@@ -112,7 +110,7 @@ func newModel(cfg Config, emb, head *kernel.Matrix, layers []Layer, norm []float
 		mix:       make([]float32, r*c), conv: make([]float32, r*c),
 		z: make([]float32, r*vw), y: make([]float32, r*vw),
 		b: make([]float32, r*cfg.ValueHeads), a: make([]float32, r*cfg.ValueHeads),
-		logits: make([]float32, cfg.Vocab), tapIdx: make([]int, cfg.Layers),
+		Outputs: model.NewOutputs(cfg.Vocab, cfg.Layers),
 	}
 	for i := range m.ws.scr {
 		m.ws.scr[i] = make([]float32, 3*cfg.ValueDim)
@@ -211,56 +209,14 @@ func (m *Model) Forward(c cache.Cache, r model.Request) (model.Result, error) {
 			return model.Result{}, fmt.Errorf("qwen35: recurrent layer %d of the cache has another shape than the model's", i)
 		}
 	}
-	if n == 0 {
-		return model.Result{}, fmt.Errorf("qwen35: forward with no tokens")
-	}
 	if !kv.Room(n) {
 		return model.Result{}, fmt.Errorf("qwen35: %d rows at offset %d exceed cache capacity %d", n, pos, kv.Capacity)
 	}
-	for _, t := range r.Tokens {
-		if t < 0 || t >= cfg.Vocab {
-			return model.Result{}, fmt.Errorf("qwen35: token %d outside vocabulary of %d", t, cfg.Vocab)
-		}
-	}
-	for i := range m.ws.tapIdx {
-		m.ws.tapIdx[i] = -1
-	}
-	for i, l := range r.Taps {
-		if l < 0 || l >= cfg.Layers {
-			return model.Result{}, fmt.Errorf("qwen35: tap of layer %d outside [0, %d)", l, cfg.Layers)
-		}
-		if m.ws.tapIdx[l] >= 0 {
-			return model.Result{}, fmt.Errorf("qwen35: layer %d tapped twice", l)
-		}
-		m.ws.tapIdx[l] = i
-	}
-	logitRows := 0
-	switch r.Logits {
-	case model.LogitsLast:
-		logitRows = 1
-	case model.LogitsAll:
-		logitRows = n
-	case model.LogitsNone:
-	default:
-		return model.Result{}, fmt.Errorf("qwen35: unknown logit rows %d", r.Logits)
+	res, err := m.ws.Prepare(r, cfg.Vocab, cfg.Hidden)
+	if err != nil {
+		return model.Result{}, fmt.Errorf("qwen35: %w", err)
 	}
 	m.grow(pos + n)
-	if need := logitRows * cfg.Vocab; len(m.ws.logits) < need {
-		m.ws.logits = make([]float32, need)
-	}
-	res := model.Result{Logits: m.ws.logits[:logitRows*cfg.Vocab]}
-	if len(r.Taps) > 0 {
-		for len(m.ws.taps) < len(r.Taps) {
-			m.ws.taps = append(m.ws.taps, nil)
-		}
-		for i := range r.Taps {
-			if cap(m.ws.taps[i]) < n*cfg.Hidden {
-				m.ws.taps[i] = make([]float32, n*cfg.Hidden)
-			}
-			m.ws.taps[i] = m.ws.taps[i][:n*cfg.Hidden]
-		}
-		res.Taps = m.ws.taps[:len(r.Taps)]
-	}
 	record := h.Records(n)
 	for start := 0; start < n; start += nn.ChunkRows {
 		rows := min(nn.ChunkRows, n-start)
@@ -575,7 +531,7 @@ func (f *forward) Close(p *nn.Part, li int) {
 		nn.Add(p.X, p.Tmp)
 	}
 	p.MLPResidual(p.X, p.Rows, cfg.Hidden, l.MLPNorm, cfg.RMSEps, l.Gate, l.Up, l.Down)
-	if ti := m.ws.tapIdx[li]; ti >= 0 {
+	if ti := m.ws.TapIdx[li]; ti >= 0 {
 		copy(f.taps[ti][(f.tapRow+p.Lo)*cfg.Hidden:], p.X)
 	}
 }

@@ -43,12 +43,10 @@ type Model struct {
 }
 
 // workspace holds every buffer a forward writes: the per-chunk scratch of nn.Workspace, plus
-// logits and taps, which grow when a request needs more than any before it.
+// the logits and taps of model.Outputs.
 type workspace struct {
 	*nn.Workspace
-	logits []float32
-	taps   [][]float32
-	tapIdx []int // per layer: index into Request.Taps, or -1
+	model.Outputs
 }
 
 // spec is what differs between the families this package covers.
@@ -71,8 +69,7 @@ func newModel(cfg model.Config, sp spec, emb, head *kernel.Matrix, layers []Laye
 		Rope: nn.NewRoPE(sp.style, cfg.HeadDim, sp.inv, min(cfg.MaxSeq, 256))}
 	m.ws = workspace{
 		Workspace: nn.NewWorkspace(nn.ChunkRows, cfg.Hidden, cfg.Heads*cfg.HeadDim, cfg.Intermediate),
-		logits:    make([]float32, cfg.Vocab),
-		tapIdx:    make([]int, cfg.Layers),
+		Outputs:   model.NewOutputs(cfg.Vocab, cfg.Layers),
 	}
 	m.partScores = nn.NewPartScratch(m.heads.Rope.MaxPos())
 	m.fwd.m = m
@@ -152,56 +149,14 @@ func (m *Model) Forward(c cache.Cache, r model.Request) (model.Result, error) {
 	if kv.Layers != cfg.Layers || kv.Width != cfg.KVHeads*cfg.HeadDim {
 		return model.Result{}, fmt.Errorf("transformer: cache of %d layers x width %d does not fit a model of %d layers x width %d", kv.Layers, kv.Width, cfg.Layers, cfg.KVHeads*cfg.HeadDim)
 	}
-	if n == 0 {
-		return model.Result{}, fmt.Errorf("transformer: forward with no tokens")
-	}
 	if !kv.Room(n) {
 		return model.Result{}, fmt.Errorf("transformer: %d rows at offset %d exceed cache capacity %d", n, pos, kv.Capacity)
 	}
-	for _, t := range r.Tokens {
-		if t < 0 || t >= cfg.Vocab {
-			return model.Result{}, fmt.Errorf("transformer: token %d outside vocabulary of %d", t, cfg.Vocab)
-		}
-	}
-	for i := range m.ws.tapIdx {
-		m.ws.tapIdx[i] = -1
-	}
-	for i, l := range r.Taps {
-		if l < 0 || l >= cfg.Layers {
-			return model.Result{}, fmt.Errorf("transformer: tap of layer %d outside [0, %d)", l, cfg.Layers)
-		}
-		if m.ws.tapIdx[l] >= 0 {
-			return model.Result{}, fmt.Errorf("transformer: layer %d tapped twice", l)
-		}
-		m.ws.tapIdx[l] = i
-	}
-	logitRows := 0
-	switch r.Logits {
-	case model.LogitsLast:
-		logitRows = 1
-	case model.LogitsAll:
-		logitRows = n
-	case model.LogitsNone:
-	default:
-		return model.Result{}, fmt.Errorf("transformer: unknown logit rows %d", r.Logits)
+	res, err := m.ws.Prepare(r, cfg.Vocab, cfg.Hidden)
+	if err != nil {
+		return model.Result{}, fmt.Errorf("transformer: %w", err)
 	}
 	m.grow(pos + n)
-	if need := logitRows * cfg.Vocab; len(m.ws.logits) < need {
-		m.ws.logits = make([]float32, need)
-	}
-	res := model.Result{Logits: m.ws.logits[:logitRows*cfg.Vocab]}
-	if len(r.Taps) > 0 {
-		for len(m.ws.taps) < len(r.Taps) {
-			m.ws.taps = append(m.ws.taps, nil)
-		}
-		for i := range r.Taps {
-			if cap(m.ws.taps[i]) < n*cfg.Hidden {
-				m.ws.taps[i] = make([]float32, n*cfg.Hidden)
-			}
-			m.ws.taps[i] = m.ws.taps[i][:n*cfg.Hidden]
-		}
-		res.Taps = m.ws.taps[:len(r.Taps)]
-	}
 	for start := 0; start < n; start += nn.ChunkRows {
 		rows := min(nn.ChunkRows, n-start)
 		lo, hi := 0, 0 // chunk rows whose logits are asked for
@@ -268,7 +223,7 @@ func (f *forward) Close(p *nn.Part, li int) {
 	l := &m.layers[li]
 	p.AttentionResidual(&m.heads, f.kv, li, l.O, len(f.tokens), f.pos, nn.Causal)
 	p.MLPResidual(p.X, p.Rows, cfg.Hidden, l.MLPNorm, cfg.RMSEps, l.Gate, l.Up, l.Down)
-	if ti := m.ws.tapIdx[li]; ti >= 0 {
+	if ti := m.ws.TapIdx[li]; ti >= 0 {
 		copy(f.taps[ti][(f.tapRow+p.Lo)*cfg.Hidden:], p.X)
 	}
 }
