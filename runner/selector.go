@@ -40,10 +40,14 @@ func (s *SelectorDrafter) Depth() Depth {
 // it the token is drawn from q = softmax(score / T) over the slot's K candidates, with the
 // request's temperature only (top-k, top-p, min-p and penalties shape the target's p, not q).
 // q is returned as a sparse distribution, so verification's accept test and residual are exact.
-// The draft always runs its full block: its attention is bidirectional and its convolutions
-// expect whole blocks, so fewer rows would change every slot's scores.
+// A draft whose block attention is bidirectional (the reference's) always runs its full block:
+// every row sees every other, so fewer rows would change every slot's scores. A draft that says
+// its block is causal (model.CausalBlock: causal attention, convolutions causal inside the block)
+// runs only the anchor and the n rows it drafts, whose scores cannot depend on later rows:
+// bitwise the full block's for slots 1..n (dflash2's TestCausalBlockRows).
 type SelectorSession struct {
 	draftContext[model.Walk]
+	causal bool // the draft's block is causal: forward n+1 rows, not B
 
 	ids    []int32
 	scores []float32
@@ -60,11 +64,13 @@ func NewSelectorSession(d model.BlockSelector, capacity int) *SelectorSession {
 // NewSelectorSessionCache starts a selector session on an existing draft cache whose rows
 // [0, c.Offset()) are context rows of the target positions they are at (a restored prefix).
 func NewSelectorSessionCache(d model.BlockSelector, c cache.Cache) *SelectorSession {
-	return &SelectorSession{draftContext: newDraftContext(d.Forward, d.BlockSize(), d.MaskID(), d.TargetLayers(), c)}
+	cb, ok := d.(model.CausalBlock)
+	return &SelectorSession{draftContext: newDraftContext(d.Forward, d.BlockSize(), d.MaskID(), d.TargetLayers(), c),
+		causal: ok && cb.CausalBlock()}
 }
 
 // Propose drafts min(n, B-1) tokens after current by walking the selector's slots over one
-// full-block draft forward (which also writes every pending context row). q[i] is the sparse
+// draft forward (the full block, or n+1 rows for a causal block) (which also writes every pending context row). q[i] is the sparse
 // proposal d[i] was drawn from (one-hot at temperature 0); history serves only for d[i]'s
 // position, len(history)+i, which keys its draw.
 func (s *SelectorSession) Propose(current, n int, history []int, smp Sampler) ([]int, []sample.Distribution, error) {
@@ -75,7 +81,11 @@ func (s *SelectorSession) Propose(current, n int, history []int, smp Sampler) ([
 		return nil, nil, nil
 	}
 	n = min(n, s.blockSize-1)
-	walk, err := s.forwardBlock(current, s.blockSize-1)
+	rows := s.blockSize - 1
+	if s.causal {
+		rows = n
+	}
+	walk, err := s.forwardBlock(current, rows)
 	if err != nil {
 		return nil, nil, fmt.Errorf("selector session: %w", err)
 	}

@@ -362,3 +362,78 @@ func TestSelectorSampledMatchesPlainDistribution(t *testing.T) {
 		}
 	}
 }
+
+// blockRows records the block length of every forward of a selector draft; causal says whether it
+// passes on the draft's CausalBlock (a wrapper without the method hides it from the session).
+type blockRows struct {
+	model.BlockSelector
+	rows []int
+}
+
+func (b *blockRows) Forward(c cache.Cache, ctx []float32, ctxRows int, block []int) (model.Walk, error) {
+	if len(block) > 0 {
+		b.rows = append(b.rows, len(block))
+	}
+	return b.BlockSelector.Forward(c, ctx, ctxRows, block)
+}
+
+type causalBlockRows struct{ *blockRows }
+
+func (c causalBlockRows) CausalBlock() bool { return c.BlockSelector.(model.CausalBlock).CausalBlock() }
+
+// TestSelectorCausalBlockForwardsDraftedRows: a DFlash2 draft whose block is causal is forwarded
+// with the anchor and the n rows it drafts (4 rows at depth 3, not B = 8), and emits exactly what
+// the full-block forwards of the same draft emit, which is plain greedy decoding.
+func TestSelectorCausalBlockForwardsDraftedRows(t *testing.T) {
+	tc := model.Config{
+		Arch: transformer.ArchQwen3, Layers: 6, Hidden: 32, Intermediate: 64, Heads: 4, KVHeads: 2,
+		HeadDim: 8, Vocab: 61, MaxSeq: 512, RMSEps: 1e-6, RopeTheta: 10000, BOS: -1,
+	}
+	target, err := transformer.Synthetic(tc, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := dflash2.ConfigFor(tc, 2, 8)
+	cfg.SelectorRank, cfg.SelectorTopK = 8, 6
+	causal := true
+	cfg.Causal = &causal
+	dir := t.TempDir()
+	if err := dflash2.WriteRandom(dir, tc, cfg, 5, kernel.BF16); err != nil {
+		t.Fatal(err)
+	}
+	draft, err := dflash2.Load(dir, target, dflash2.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !draft.CausalBlock() {
+		t.Fatal("a draft written with dflash_config.causal does not report a causal block")
+	}
+	prompt := []int{3, 14, 15, 9, 26, 5, 35}
+	gen := func(d model.BlockSelector) []int {
+		var out []int
+		var s Session
+		if d != nil {
+			s = NewSelectorSession(d, 256)
+		}
+		_, err := Generate(context.Background(), NewSequence(target, 256), Request{Prompt: prompt, MaxTokens: 40, Session: s, Depth: Fixed(3), Clock: fakeClock()},
+			func(tok Token) error { out = append(out, tok.ID); return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	full := &blockRows{BlockSelector: draft}
+	short := &blockRows{BlockSelector: draft}
+	want, gotFull, gotShort := gen(nil), gen(full), gen(causalBlockRows{short})
+	if !slices.Equal(gotFull, want) || !slices.Equal(gotShort, want) {
+		t.Fatalf("plain %v\nfull blocks %v\ncausal blocks %v", want, gotFull, gotShort)
+	}
+	if len(short.rows) == 0 || len(full.rows) != len(short.rows) {
+		t.Fatalf("%d full-block and %d causal-block proposals", len(full.rows), len(short.rows))
+	}
+	for i := range short.rows {
+		if short.rows[i] > 4 || full.rows[i] != 8 {
+			t.Fatalf("round %d: causal block of %d rows (want <= 4), full block of %d (want 8)", i, short.rows[i], full.rows[i])
+		}
+	}
+}
