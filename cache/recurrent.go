@@ -183,3 +183,63 @@ func (h *Hybrid) RestoreRow(k int) error {
 	h.last.rows = k + 1
 	return nil
 }
+
+// Checkpoint is a Hybrid's whole recurrent state (every conv window and state) at one offset.
+// The keys and values below that offset are not copied: they stay in the rewindable KV, so a
+// checkpoint is valid only while the cache's rows below its offset are unchanged since it was
+// saved (the caller's bookkeeping; the runner drops checkpoints past any offset it goes below).
+// Its memory is one full recurrent state, allocated on the first save and reused after.
+type Checkpoint struct {
+	offset      int
+	conv, state [][]float32
+}
+
+// Offset is the number of rows the checkpoint's state has folded in.
+func (cp *Checkpoint) Offset() int { return cp.offset }
+
+// Checkpointer is a cache that cannot rewind but can save its state at the current offset and
+// later go back to it.
+type Checkpointer interface {
+	// SaveCheckpoint makes cp the cache's state at its current offset.
+	SaveCheckpoint(cp *Checkpoint)
+	// RestoreCheckpoint makes the cache exactly the state after cp.Offset() rows, given that its
+	// rows below that offset are the ones cp was saved with. It fails, changing nothing, when
+	// cp is past the current offset or shaped for another cache.
+	RestoreCheckpoint(cp *Checkpoint) error
+}
+
+func (h *Hybrid) SaveCheckpoint(cp *Checkpoint) {
+	if len(cp.conv) != len(h.Layers) {
+		cp.conv = make([][]float32, len(h.Layers))
+		cp.state = make([][]float32, len(h.Layers))
+	}
+	for l := range h.Layers {
+		cp.conv[l] = append(cp.conv[l][:0], h.Conv[l]...)
+		cp.state[l] = append(cp.state[l][:0], h.State[l]...)
+	}
+	cp.offset = h.Offset()
+}
+
+func (h *Hybrid) RestoreCheckpoint(cp *Checkpoint) error {
+	if cp.offset > h.Offset() {
+		return fmt.Errorf("cache: restore a checkpoint at %d past the offset %d", cp.offset, h.Offset())
+	}
+	if len(cp.conv) != len(h.Layers) {
+		return fmt.Errorf("cache: restore a checkpoint of %d recurrent layers into %d", len(cp.conv), len(h.Layers))
+	}
+	for l, s := range h.Layers {
+		if len(cp.conv[l]) != s.ConvLen || len(cp.state[l]) != s.StateLen {
+			return fmt.Errorf("cache: restore a checkpoint whose layer %d holds %d+%d floats, want %d+%d", l, len(cp.conv[l]), len(cp.state[l]), s.ConvLen, s.StateLen)
+		}
+	}
+	if err := h.KV.Rewind(cp.offset); err != nil {
+		return err
+	}
+	for l := range h.Layers {
+		copy(h.Conv[l], cp.conv[l])
+		copy(h.State[l], cp.state[l])
+	}
+	// The last forward's rows are gone: nothing is left for RestoreRow.
+	h.last = lastForward{base: cp.offset}
+	return nil
+}

@@ -85,3 +85,34 @@ func TestHybridUnrecorded(t *testing.T) {
 		t.Errorf("failed restores changed the cache: offset %d, state %v", h.Offset(), h.State)
 	}
 }
+
+// TestHybridCheckpoint: a checkpoint saved after 2 rows survives later forwards and brings the
+// cache back to exactly those 2 rows; one past the offset, or of another shape, is refused.
+func TestHybridCheckpoint(t *testing.T) {
+	kv := NewKV(1, 16, 2)
+	h := NewHybrid(kv, []RecurrentShape{{ConvLen: 1, StateLen: 3}, {ConvLen: 1, StateLen: 2}})
+	fakeForward(t, h, kv, 1, 2)
+	var cp Checkpoint
+	h.SaveCheckpoint(&cp)
+	fakeForward(t, h, kv, 10, 20, 30)
+	if err := h.RestoreCheckpoint(&cp); err != nil {
+		t.Fatal(err)
+	}
+	if h.Offset() != 2 || kv.Offset() != 2 || !slices.Equal(h.State[0], []float32{3, 3, 3}) || h.Conv[1][0] != 2 {
+		t.Fatalf("after restore: offset %d, state %v, conv %v", h.Offset(), h.State, h.Conv)
+	}
+	if err := h.RestoreRow(0); err == nil {
+		t.Error("RestoreRow after a checkpoint restore succeeded")
+	}
+	if err := h.Rewind(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.RestoreCheckpoint(&cp); err == nil || h.Offset() != 0 {
+		t.Errorf("restore of a checkpoint past the offset: err %v, offset %d", err, h.Offset())
+	}
+	other := NewHybrid(NewKV(1, 16, 2), []RecurrentShape{{ConvLen: 1, StateLen: 3}})
+	fakeForward(t, other, other.KV.(*KV), 1, 2, 3)
+	if err := other.RestoreCheckpoint(&cp); err == nil || other.Offset() != 3 {
+		t.Errorf("restore of another shape's checkpoint: err %v, offset %d", err, other.Offset())
+	}
+}

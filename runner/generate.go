@@ -26,7 +26,17 @@ type Sequence struct {
 	cache    cache.Cache
 	capacity int
 	tokens   []int
+	// checkpoints, on a cache that cannot rewind (cache.Checkpointer), are its states at the
+	// ends of recent prompts' prefills, so a new prompt that diverges from the rows held can
+	// resume from the longest one within its shared prefix. Each is one full recurrent state,
+	// so there are at most maxCheckpoints, replaced oldest first. Invariant: every one is at an
+	// offset <= len(tokens), and the rows below it have not changed since it was saved.
+	checkpoints []*cache.Checkpoint // oldest first
 }
+
+// maxCheckpoints bounds Sequence.checkpoints: two covers a regenerated answer (back to the end
+// of the last prompt) and one edited turn further back, at two states' memory per sequence.
+const maxCheckpoints = 2
 
 // NewSequence allocates a target cache for capacity positions.
 func NewSequence(t model.Target, capacity int) *Sequence {
@@ -186,12 +196,19 @@ func (g *generation) prefill(ctx context.Context) error {
 	for keep < len(seq.tokens) && keep < len(prompt)-1 && seq.tokens[keep] == prompt[keep] {
 		keep++
 	}
-	// A cache that cannot rewind (a recurrent state, cache.Hybrid) keeps no checkpoints yet, so
-	// its rows are reused only when all of them are a prefix of the new prompt: then no rewind is
-	// needed. Otherwise the sequence starts over (Rewind(0)), for the drafter too.
+	// A cache that cannot rewind (a recurrent state, cache.Hybrid) reuses all its rows when they
+	// are a prefix of the new prompt (no rewind needed), else resumes from its longest checkpoint
+	// within the shared prefix, else starts over (Rewind(0)); the drafter must hold exactly as
+	// many rows, or both start over.
 	rewinds := cache.CanRewind(seq.cache)
+	var resume *cache.Checkpoint
 	if !rewinds && keep != len(seq.tokens) {
-		keep = 0
+		keep, resume = 0, nil
+		for _, cp := range seq.checkpoints {
+			if o := cp.Offset(); o > keep && o <= len(seq.tokens) && o <= len(prompt)-1 && slices.Equal(seq.tokens[:o], prompt[:o]) {
+				keep, resume = o, cp
+			}
+		}
 	}
 	if d := g.req.Session; d != nil {
 		held, err := d.Restore(keep)
@@ -205,12 +222,18 @@ func (g *generation) prefill(ctx context.Context) error {
 			if held, err = d.Restore(0); err != nil || held != 0 {
 				return fmt.Errorf("generate: restore drafting session to 0 rows: %d held, %v", held, err)
 			}
+			resume = nil
 		}
 		keep = held
 	}
-	if err := seq.cache.Rewind(keep); err != nil {
+	if resume != nil && keep == resume.Offset() {
+		if err := seq.cache.(cache.Checkpointer).RestoreCheckpoint(resume); err != nil {
+			return fmt.Errorf("generate: resume from the checkpoint at %d: %w", keep, err)
+		}
+	} else if err := seq.cache.Rewind(keep); err != nil {
 		return fmt.Errorf("generate: reuse %d prompt rows: %w", keep, err)
 	}
+	seq.checkpoints = slices.DeleteFunc(seq.checkpoints, func(cp *cache.Checkpoint) bool { return cp.Offset() > keep })
 	seq.tokens = seq.tokens[:keep]
 	g.st.Reused = keep
 
@@ -234,7 +257,30 @@ func (g *generation) prefill(ctx context.Context) error {
 	}
 	g.st.PromptTime = g.now().Sub(start)
 	g.all = append(g.all[:0], prompt...)
+	seq.checkpoint()
 	return nil
+}
+
+// checkpoint saves the state at the cache's offset, when the cache cannot rewind but keeps
+// checkpoints and none is saved there yet.
+func (s *Sequence) checkpoint() {
+	c, ok := s.cache.(cache.Checkpointer)
+	off := s.cache.Offset()
+	if !ok || cache.CanRewind(s.cache) || off == 0 {
+		return
+	}
+	for _, cp := range s.checkpoints {
+		if cp.Offset() == off {
+			return
+		}
+	}
+	cp := new(cache.Checkpoint)
+	if len(s.checkpoints) == maxCheckpoints {
+		cp = s.checkpoints[0] // its memory is reused
+		s.checkpoints = slices.Delete(s.checkpoints, 0, 1)
+	}
+	c.SaveCheckpoint(cp)
+	s.checkpoints = append(s.checkpoints, cp)
 }
 
 // forward runs the target over tokens at the cache's offset, keeps the first kept rows (rewinding

@@ -167,6 +167,58 @@ func TestHybridRequestsInARow(t *testing.T) {
 	}
 }
 
+// A prompt that diverges from a hybrid sequence's rows after the end of an earlier prompt
+// resumes from the checkpoint saved there: it reuses exactly those rows, prefills only the rest,
+// and leaves output and recurrent state bitwise equal to a fresh sequence's, with a drafter
+// attached (restored to the same rows) and without one.
+func TestHybridResumesFromCheckpoint(t *testing.T) {
+	target := testmodel.TinyQwen35(t)
+	vocab := target.Config().Vocab
+	d, err := dflash.Random(target, dflash.ConfigFor(target.Config(), 2, 6), 4, kernel.F32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := runner.NewSequence(target, 256)
+	s := runner.NewBlockSession(d, 256)
+	defer s.Close()
+	check := func(name string, prompt []int, session runner.Session, reused int) []int {
+		t.Helper()
+		req := runner.Request{Prompt: prompt, MaxTokens: 12}
+		if session != nil {
+			req.Session, req.Depth = session, runner.Fixed(4)
+		}
+		out, st := gen(t, seq, req)
+		if st.Reused != reused || st.PromptTokens != len(prompt)-1-reused {
+			t.Fatalf("%s: reused %d and prefilled %d rows, want %d and %d", name, st.Reused, st.PromptTokens, reused, len(prompt)-1-reused)
+		}
+		fresh := runner.NewSequence(target, 256)
+		want, _ := gen(t, fresh, runner.Request{Prompt: prompt, MaxTokens: 12})
+		if !slices.Equal(out, want) {
+			t.Fatalf("%s: got %v, a fresh sequence %v", name, out, want)
+		}
+		h, f := seq.Cache().(*cache.Hybrid), fresh.Cache().(*cache.Hybrid)
+		for l := range h.State {
+			if !slices.Equal(h.State[l], f.State[l]) || !slices.Equal(h.Conv[l], f.Conv[l]) {
+				t.Fatalf("%s: recurrent layer %d differs from a fresh sequence's", name, l)
+			}
+		}
+		return out
+	}
+	first := []int{5, 17, 3, 3, 42, 8, 11, 29}
+	out1 := check("first", first, s, 0)
+	// Diverge right after the first prompt: the cache holds first+out1[:11], the checkpoint is
+	// at len(first)-1.
+	second := append(slices.Clone(first), (out1[0]+1)%vocab, 7, 13)
+	out2 := check("second", second, s, len(first)-1)
+	third := append(slices.Clone(second), (out2[0]+1)%vocab, 2)
+	check("third", third, nil, len(second)-1)
+	// The checkpoints are now at len(second)-1 and len(third)-1 (two at most: first's was
+	// replaced); a prompt sharing only 5 rows, short of both, starts over.
+	check("fourth", append(slices.Clone(first[:5]), 60, 2), s, 0)
+	// Everything past the fourth prompt's rows is gone: the checkpoints with it.
+	check("fifth", third, nil, 0)
+}
+
 // A cache that neither rewinds nor snapshots rows cannot verify drafts: Generate says so.
 func TestNoRewindNoSnapshotsRefusesDrafts(t *testing.T) {
 	target := testmodel.TinyQwen35(t)
