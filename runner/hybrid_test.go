@@ -160,8 +160,13 @@ func TestHybridRequestsInARow(t *testing.T) {
 	if want := fresh(third, 12); !slices.Equal(out3, want) {
 		t.Fatalf("third: got %v, want %v", out3, want)
 	}
-	// The same prompt again shares all but the cache's rows past it: it starts over too.
-	out4, _ := gen(t, seq, runner.Request{Prompt: third, MaxTokens: 12})
+	// The same prompt again shares all but the cache's rows past it: it resumes from the
+	// checkpoint saved at the end of its own prefill (len(third)-1 rows, so its last token is
+	// processed again) and gives the same output.
+	out4, st4 := gen(t, seq, runner.Request{Prompt: third, MaxTokens: 12})
+	if st4.Reused != len(third)-1 {
+		t.Errorf("repeat reused %d rows, want the %d of its own prompt's checkpoint", st4.Reused, len(third)-1)
+	}
 	if !slices.Equal(out4, out3) {
 		t.Fatalf("repeat: got %v, want %v", out4, out3)
 	}
