@@ -181,6 +181,7 @@ func details(mi ModelInfo) OllamaDetails {
 }
 
 func (s *Server) handleTags(w http.ResponseWriter, r *http.Request) {
+	s.scanStores()
 	models := []OllamaModel{}
 	for _, mi := range s.b.Models() {
 		models = append(models, OllamaModel{Name: mi.Name, Model: mi.Name, ModifiedAt: mi.ModifiedAt,

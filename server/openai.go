@@ -293,6 +293,7 @@ func openAIModel(mi ModelInfo) OpenAIModel {
 }
 
 func (s *Server) handleOpenAIModels(w http.ResponseWriter, r *http.Request) {
+	s.scanStores()
 	data := []OpenAIModel{}
 	for _, mi := range s.b.Models() {
 		data = append(data, openAIModel(mi))

@@ -106,3 +106,18 @@ func (s *Server) handlePull(w http.ResponseWriter, r *http.Request) {
 		_ = out.line(map[string]string{"status": "success", "model": listed})
 	}
 }
+
+// Scanner is a Finder that can look through its stores for every model they hold (dflash
+// list), so /api/tags and /v1/models list them, not only the configured and requested ones.
+// ScanStores must be cheap to call on every listing: it reads no weights and may answer from a
+// recent scan.
+type Scanner interface {
+	ScanStores()
+}
+
+// scanStores lets a Scanner backend add what its stores hold before a listing.
+func (s *Server) scanStores() {
+	if sc, ok := s.b.(Scanner); ok {
+		sc.ScanStores()
+	}
+}

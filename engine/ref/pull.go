@@ -200,11 +200,31 @@ func Pull(ctx context.Context, o PullOptions) (*Resolved, error) {
 		return nil, fmt.Errorf("pull %s@%s: %w", o.Repo, o.Revision, err)
 	}
 	if o.Revision != info.SHA {
-		if err := os.WriteFile(filepath.Join(rd, "refs", o.Revision), []byte(info.SHA), 0o644); err != nil {
+		if err := writeRef(filepath.Join(rd, "refs", o.Revision), info.SHA); err != nil {
 			return nil, fmt.Errorf("pull %s: %w", o.Repo, err)
 		}
 	}
 	return env.resolveHF(ref, o.Repo, o.Revision)
+}
+
+// writeRef replaces a ref by a rename, so a pull or a resolve running at the same time reads
+// the old commit or the new one, never an empty or half-written file.
+func writeRef(name, commit string) error {
+	f, err := os.CreateTemp(filepath.Dir(name), ".ref-*")
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(commit)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), name)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return err
 }
 
 func (o PullOptions) get(ctx context.Context, u string, header http.Header) (*http.Response, error) {
@@ -262,6 +282,13 @@ func (o PullOptions) pullFile(ctx context.Context, rd, commit string, f sibling,
 		return fmt.Errorf("unsafe file name")
 	}
 	blob := filepath.Join(rd, "blobs", tag)
+	// Everything from the check for the blob to its snapshot link happens under the blob's
+	// lock: a pull that waited finds the blob whole and fetches nothing.
+	release, err := lockBlob(ctx, o.Cache, o.Repo, tag)
+	if err != nil {
+		return err
+	}
+	defer release()
 	report := func(p Progress) {
 		if o.Progress != nil {
 			p.File, p.Size, p.TotalFiles, p.TotalSize = f.Name, size, nfiles, total

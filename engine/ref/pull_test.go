@@ -3,12 +3,14 @@ package ref
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/dflash/dflash/engine/ref/hubtest"
 )
@@ -259,5 +261,66 @@ func benchPull(b *testing.B, par int, half bool) {
 		if _, err := Pull(context.Background(), o); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// Two pulls of one repository into one cache at once take turns on each blob: the first is held
+// mid-transfer until the second has had time to reach the same file; the second then waits for
+// the lock, finds the blob whole and fetches nothing, and both end byte-identical. Without the
+// lock the second appends to the first's .incomplete file and one of them fails or corrupts it.
+func TestPullConcurrentPullsTakeTurns(t *testing.T) {
+	h := hubtest.New(t, "z-lab/Tiny-DFlash", tinyRepo(4<<20))
+	cache := t.TempDir()
+	weights := "/storage/" + h.Etag("model.safetensors")
+
+	second := make(chan error, 1)
+	var secondR *Resolved
+	var once sync.Once
+	a := pullOpts(h, cache)
+	a.Progress = func(p Progress) {
+		if p.File != "model.safetensors" || p.Done == 0 || p.Finished {
+			return
+		}
+		once.Do(func() {
+			go func() {
+				r, err := Pull(context.Background(), pullOpts(h, cache))
+				secondR = r
+				second <- err
+			}()
+			// Long enough for the second pull to list the files and reach this blob.
+			time.Sleep(300 * time.Millisecond)
+			if n := h.Count(weights); n != 1 {
+				t.Errorf("the second pull fetched the weights while the first held them (%d requests)", n)
+			}
+		})
+	}
+	r, err := Pull(context.Background(), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-second; err != nil {
+		t.Fatalf("second pull: %v", err)
+	}
+	checkPulled(t, h, cache, r)
+	checkPulled(t, h, cache, secondR)
+	if n := h.Count(weights); n != 1 {
+		t.Errorf("the weights were fetched %d times", n)
+	}
+	if _, err := os.Stat(filepath.Join(cache, ".locks", "models--z-lab--Tiny-DFlash", h.Etag("model.safetensors")+".lock")); err != nil {
+		t.Errorf("no lock file where huggingface_hub keeps them: %v", err)
+	}
+
+	// A pull whose context ends while it waits for the lock stops waiting.
+	release, err := lockBlob(context.Background(), cache, h.Repo, h.Etag("config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	os.RemoveAll(RepoDir(cache, h.Repo))
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := Pull(ctx, pullOpts(h, cache)); !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 5*time.Second {
+		t.Errorf("pull behind a held lock: %v after %v", err, time.Since(start))
 	}
 }

@@ -70,6 +70,8 @@ type Backend struct {
 	stores *ref.Env
 	pull   PullOptions
 
+	scan scanState
+
 	mu    sync.RWMutex
 	specs []Spec
 
