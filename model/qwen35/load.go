@@ -181,19 +181,13 @@ func (tl *tensorLoader) matrix(name string, n, k int) *kernel.Matrix {
 		tl.errs = append(tl.errs, fmt.Errorf("%s: tensor %s: %w %s (want F32, BF16 or F16)", t.File, name, safetensors.ErrUnsupportedDType, t.DType))
 		return nil
 	}
-	if tl.dtype == transformer.ForceBF16 || (tl.dtype == transformer.KeepDType && t.DType == safetensors.BF16) {
-		w, err := t.BF16()
-		if err != nil {
-			tl.errs = append(tl.errs, err)
-			return nil
-		}
-		tl.seen = kernel.BF16
-		return kernel.NewBF16(w, n, k)
-	}
-	w, err := t.F32()
+	m, err := transformer.MatrixOf(t, n, k, tl.dtype == transformer.ForceBF16 || (tl.dtype == transformer.KeepDType && t.DType == safetensors.BF16))
 	if err != nil {
 		tl.errs = append(tl.errs, err)
 		return nil
 	}
-	return kernel.NewF32(w, n, k)
+	if m.DType == kernel.BF16 {
+		tl.seen = kernel.BF16
+	}
+	return m
 }

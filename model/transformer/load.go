@@ -103,21 +103,33 @@ func (tl *tensorLoader) matrix(name string, n, k int) *kernel.Matrix {
 		tl.errs = append(tl.errs, fmt.Errorf("%s: tensor %s: %w %s (want F32, BF16 or F16)", t.File, name, safetensors.ErrUnsupportedDType, t.DType))
 		return nil
 	}
-	if wantBF16 {
-		w, err := t.BF16()
-		if err != nil {
-			tl.errs = append(tl.errs, err)
-			return nil
-		}
-		tl.seen = kernel.BF16
-		return kernel.NewBF16(w, n, k)
-	}
-	w, err := t.F32()
+	m, err := MatrixOf(t, n, k, wantBF16)
 	if err != nil {
 		tl.errs = append(tl.errs, err)
 		return nil
 	}
-	return kernel.NewF32(w, n, k)
+	if m.DType == kernel.BF16 {
+		tl.seen = kernel.BF16
+	}
+	return m
+}
+
+// MatrixOf converts a shape-checked [n][k] tensor into kernel panels: bf16 when asked (bf16
+// stored, or any dtype forced to bf16), f32 otherwise (f16 widens exactly). Every Hugging Face
+// loader of a target family converts its matrices through it.
+func MatrixOf(t *safetensors.Tensor, n, k int, bf16 bool) (*kernel.Matrix, error) {
+	if bf16 {
+		w, err := t.BF16()
+		if err != nil {
+			return nil, err
+		}
+		return kernel.NewBF16(w, n, k), nil
+	}
+	w, err := t.F32()
+	if err != nil {
+		return nil, err
+	}
+	return kernel.NewF32(w, n, k), nil
 }
 
 // LoadHF loads a Qwen3ForCausalLM or LlamaForCausalLM folder (config.json and safetensors). Every
