@@ -3,6 +3,7 @@ package backend
 import (
 	"encoding/json"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/dflash/dflash/internal/shareddata"
 	"github.com/dflash/dflash/server"
 	"github.com/dflash/dflash/server/reply"
+	"github.com/dflash/dflash/tokenizer"
 	"github.com/dflash/dflash/tokenizer/chat"
 )
 
@@ -62,5 +64,47 @@ func TestQwen3TemplateToolsAndThinking(t *testing.T) {
 	if len(parts) != 2 || parts[0].Text != "Need the weather." || parts[1].Kind != reply.ToolCall ||
 		parts[1].Call.Name != "get_weather" || string(parts[1].Call.Arguments) != `{"city":"Paris"}` {
 		t.Errorf("parsed %+v from %q, want the thinking and the call", parts, turn)
+	}
+}
+
+// What Qwen3 writes, token by token through the real tokenizer's stream decoder: <think>,
+// </think>, <tool_call> and </tool_call> are single added tokens whose text is the tag, so the
+// split sees them as text; here the decoded pieces go through the parser one token at a time.
+func TestQwen3TokensSplit(t *testing.T) {
+	tok, err := tokenizer.Load(shareddata.Path(t, "tokenizers/qwen3/tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := "<think>\nThe user wants the weather.\n</think>\n\nLet me check.\n<tool_call>\n" +
+		`{"name": "get_weather", "arguments": {"city": "Paris", "days": [1, 2]}}` + "\n</tool_call>"
+	ids := tok.Encode(text)
+	for _, tag := range []string{"<think>", "</think>", "<tool_call>", "</tool_call>"} {
+		if id, ok := tok.TokenID(tag); !ok || !slices.Contains(ids, id) {
+			t.Fatalf("%s is not one token of the encoded reply (id %d, %v)", tag, id, ok)
+		}
+	}
+	s := tokenizer.NewStream(tok)
+	p := reply.New(reply.Config{Thinking: true, Tools: true})
+	var parts []reply.Part
+	for _, id := range ids {
+		parts = append(parts, p.Add(s.Add(id))...)
+	}
+	parts = append(parts, p.Add(s.Flush())...)
+	parts = append(parts, p.Flush()...)
+	var thinking, content strings.Builder
+	var calls []string
+	for _, part := range parts {
+		switch part.Kind {
+		case reply.Thinking:
+			thinking.WriteString(part.Text)
+		case reply.Content:
+			content.WriteString(part.Text)
+		case reply.ToolCall:
+			calls = append(calls, part.Call.Name+string(part.Call.Arguments))
+		}
+	}
+	if thinking.String() != "The user wants the weather." || content.String() != "Let me check." ||
+		!slices.Equal(calls, []string{`get_weather{"city":"Paris","days":[1,2]}`}) {
+		t.Errorf("thinking %q, content %q, calls %q", thinking.String(), content.String(), calls)
 	}
 }
