@@ -90,6 +90,9 @@ type Parser struct {
 	buf   string // text received and not yet emitted: a possible tag start or held whitespace
 	lead  bool   // drop whitespace before the next non-space text (after a tag)
 	calls int    // tool calls emitted so far
+	// searched is how much of buf is known not to hold the end of a call: a long call arriving
+	// token by token is then searched once, not once per token.
+	searched int
 }
 
 // New starts a parse.
@@ -196,18 +199,23 @@ func (p *Parser) step(final bool) ([]Part, bool) {
 		return part(Content, p.text(emit)), false
 
 	case stCall:
-		i := strings.Index(p.buf, CallClose)
+		from := max(0, p.searched-len(CallClose)+1)
+		i := strings.Index(p.buf[from:], CallClose)
+		if i >= 0 {
+			i += from
+		}
 		if i < 0 {
 			if !final {
+				p.searched = len(p.buf)
 				return nil, false
 			}
 			// Cut off before its end (length, stop): not a call, so the text it is.
 			text := CallOpen + p.buf
-			p.buf, p.st = "", stContent
+			p.buf, p.st, p.searched = "", stContent, 0
 			return part(Content, text), false
 		}
 		body := p.buf[:i]
-		p.buf = p.buf[i+len(CallClose):]
+		p.buf, p.searched = p.buf[i+len(CallClose):], 0
 		p.st, p.lead = stContent, true
 		c, err := ParseCall(body)
 		if err != nil {

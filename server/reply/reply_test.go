@@ -160,15 +160,23 @@ func TestHoldsBackOnlyPossibleTags(t *testing.T) {
 	}
 }
 
-func FuzzParserNeverLosesText(f *testing.F) {
+// FuzzParser: the parse does not depend on where the text is cut, and loses no text.
+func FuzzParser(f *testing.F) {
 	f.Add("<think>a</think>b<tool_call>{\"name\":\"x\"}</tool_call>", 3)
 	f.Add("<tool_call>{", 1)
+	f.Add("  <think>\n a \n</think>\n\n b <tool_call>{\"name\":\"f\",\"arguments\":{\"x\":\"}\"}}</tool_call>\n c", 20)
+	f.Add("x <tool_call>{oops}</tool_call> <tool_ca", 9)
 	f.Fuzz(func(t *testing.T, text string, cut int) {
 		if cut < 0 {
 			cut = -cut
 		}
 		cut %= len(text) + 1
-		p := New(Config{Thinking: true, Tools: true})
+		// However the text is cut, the parts are those of the whole text.
+		cfg := Config{Thinking: true, Tools: true}
+		if got, want := collect(cfg, []string{text[:cut], text[cut:]}), collect(cfg, []string{text}); !reflect.DeepEqual(got, want) {
+			t.Fatalf("cut at %d: %s, whole: %s", cut, show(got), show(want))
+		}
+		p := New(cfg)
 		var n int
 		for _, part := range append(append(p.Add(text[:cut]), p.Add(text[cut:])...), p.Flush()...) {
 			n += len(part.Text)
