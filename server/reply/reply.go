@@ -4,11 +4,11 @@
 // Qwen's templates teach).
 //
 // It owns the parse only: it knows nothing of HTTP, of the APIs' shapes or of templates beyond
-// these four tags. Invariants: the concatenation of everything it emits, with the tags put back,
-// is the input minus the whitespace it drops around tags; text it holds back is only text that
-// may still turn out to be (part of) a tag, or whitespace next to one; it never fails on any
-// input: a tool call whose body is not a JSON object with a name comes back as content, tags
-// and all.
+// these four tags. Invariants: what it emits, with the tags put back, is the input minus the
+// whitespace it drops around tags (and a call's JSON compacted); the parts do not depend on how
+// the input is cut into pieces; text it holds back is only text that may still turn out to be
+// (part of) a tag, or whitespace next to one; it never fails on any input: a tool call whose
+// body is not a JSON object with a name comes back as content, tags and all.
 package reply
 
 import (
