@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/dflash/dflash/sample"
@@ -69,12 +70,36 @@ type ModelInfo struct {
 type ChatMessage struct {
 	Role    string
 	Content string
+	// Thinking is an assistant turn's reasoning, given to the template apart from Content (as
+	// reasoning_content, which Qwen3's template writes back into a <think> block).
+	Thinking string
+	// ToolCalls are the calls an assistant turn made.
+	ToolCalls []ToolCall
+	// ToolName and ToolCallID say, on a "tool" turn, which tool and which call the content is
+	// the result of ("" when the client did not say).
+	ToolName   string
+	ToolCallID string
+}
+
+// ToolCall is a call of one of the request's tools, as a message carries it to the template.
+type ToolCall struct {
+	ID   string // "" when the client gave none
+	Name string
+	// Arguments is JSON text, normally an object.
+	Arguments string
 }
 
 // ChatOptions steer RenderChat.
 type ChatOptions struct {
 	// AddGenerationPrompt appends the assistant header so the model answers next.
 	AddGenerationPrompt bool
+	// Tools are the tool schemas the model may call, each a JSON object in the OpenAI shape
+	// {"type":"function","function":{"name":...,"description":...,"parameters":{...}}}, as the
+	// request gave it (key order kept); nil renders the template's form without tools.
+	Tools []json.RawMessage
+	// Think is the template's enable_thinking: nil leaves it undefined (the template's default),
+	// false asks for the no-think form.
+	Think *bool
 }
 
 // GenRequest is one generation.

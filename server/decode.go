@@ -121,13 +121,16 @@ type OllamaGenerateRequest struct {
 	Truncate  *bool                      `json:"truncate"`
 }
 
-// OllamaMessage is one message of POST /api/chat.
+// OllamaMessage is one message of POST /api/chat, and of its answer.
 type OllamaMessage struct {
-	Role      string          `json:"role"`
-	Content   string          `json:"content"`
-	Images    []string        `json:"images,omitempty"`
-	ToolCalls json.RawMessage `json:"tool_calls,omitempty"`
-	Thinking  string          `json:"thinking,omitempty"`
+	Role      string           `json:"role"`
+	Content   string           `json:"content"`
+	Thinking  string           `json:"thinking,omitempty"`
+	Images    []string         `json:"images,omitempty"`
+	ToolCalls []OllamaToolCall `json:"tool_calls,omitempty"`
+	// ToolName and ToolCallID say, on a "tool" message, what it is the result of.
+	ToolName   string `json:"tool_name,omitempty"`
+	ToolCallID string `json:"tool_call_id,omitempty"`
 }
 
 // OllamaChatRequest is the body of POST /api/chat.
@@ -159,6 +162,17 @@ type job struct {
 	// request says "truncate": false); otherwise such a prompt is refused (OpenAI's).
 	Truncate bool
 	Notes    []string // things accepted but ignored, for the log
+
+	// Tools are the tool schemas offered to the model (after tool_choice: none drops them, a
+	// named choice keeps only its tool); ToolChoice is choiceAuto unless the OpenAI request
+	// said otherwise, ToolChoiceName the named function.
+	Tools          []json.RawMessage
+	ToolChoice     string
+	ToolChoiceName string
+	// Think is the request's thinking switch (nil: not given, the template's default), and
+	// ThinkParam the field that gave it, for errors.
+	Think      *bool
+	ThinkParam string
 }
 
 func (j *job) empty() bool { return j.Prompt == "" && len(j.Messages) == 0 }
@@ -203,9 +217,11 @@ func parseOllamaChat(body []byte) (*job, *RequestError) {
 	if err := commonOllama(j, r.Model, r.Format, r.Think, r.KeepAlive, r.Options, r.Template); err != nil {
 		return nil, err
 	}
-	if present(r.Tools) && !bytes.Equal(bytes.TrimSpace(r.Tools), []byte("[]")) {
-		return nil, unsupported("tools", "tool calling is not implemented")
+	tools, err := parseTools(r.Tools)
+	if err != nil {
+		return nil, err
 	}
+	j.Tools, j.ToolChoice = tools, choiceAuto
 	for i, m := range r.Messages {
 		p := fmt.Sprintf("messages[%d]", i)
 		if err := checkRole(p+".role", m.Role); err != nil {
@@ -214,10 +230,12 @@ func parseOllamaChat(body []byte) (*job, *RequestError) {
 		if len(m.Images) > 0 {
 			return nil, unsupported(p+".images", "dflash serves text-only models")
 		}
-		if present(m.ToolCalls) && !bytes.Equal(bytes.TrimSpace(m.ToolCalls), []byte("[]")) {
-			return nil, unsupported(p+".tool_calls", "tool calling is not implemented")
+		calls, err := ollamaCalls(p+".tool_calls", m.ToolCalls)
+		if err != nil {
+			return nil, err
 		}
-		j.Messages = append(j.Messages, ChatMessage{Role: m.Role, Content: m.Content})
+		j.Messages = append(j.Messages, ChatMessage{Role: m.Role, Content: m.Content, Thinking: m.Thinking,
+			ToolCalls: calls, ToolName: m.ToolName, ToolCallID: m.ToolCallID})
 	}
 	return j, nil
 }
@@ -242,12 +260,11 @@ func commonOllama(j *job, model string, format, think, keep json.RawMessage, opt
 			return unsupported("format", "structured (JSON) output is not implemented")
 		}
 	}
-	if present(think) {
-		var b bool
-		if json.Unmarshal(think, &b) != nil || b {
-			return unsupported("think", "thinking output is not implemented")
-		}
+	t, err := parseThink("think", think)
+	if err != nil {
+		return err
 	}
+	j.Think, j.ThinkParam = t, "think"
 	if template != "" {
 		j.Notes = append(j.Notes, "template ignored: the model's own chat template is used")
 	}
@@ -258,9 +275,9 @@ func commonOllama(j *job, model string, format, think, keep json.RawMessage, opt
 		}
 		j.KeepAlive = &d
 	}
-	o, err := parseOllamaOptions(opts)
-	if err != nil {
-		return err
+	o, oerr := parseOllamaOptions(opts)
+	if oerr != nil {
+		return oerr
 	}
 	j.Opts = o
 	return nil
@@ -426,6 +443,11 @@ type OpenAIMessage struct {
 	Content   json.RawMessage `json:"content"`
 	Name      string          `json:"name,omitempty"`
 	ToolCalls json.RawMessage `json:"tool_calls,omitempty"`
+	// ToolCallID is, on a "tool" message, the call it answers.
+	ToolCallID string `json:"tool_call_id,omitempty"`
+	// ReasoningContent is an assistant message's thinking (the reasoning_content field of
+	// DeepSeek's and vLLM's APIs), given back to the template.
+	ReasoningContent string `json:"reasoning_content,omitempty"`
 }
 
 // openAICommon holds the fields both OpenAI endpoints share.
@@ -457,8 +479,13 @@ type OpenAIChatRequest struct {
 	Logprobs            *bool           `json:"logprobs"`
 	TopLogprobs         *int            `json:"top_logprobs"`
 	Tools               json.RawMessage `json:"tools"`
+	ToolChoice          json.RawMessage `json:"tool_choice"`
+	ParallelToolCalls   *bool           `json:"parallel_tool_calls"`
 	Functions           json.RawMessage `json:"functions"`
 	ResponseFormat      json.RawMessage `json:"response_format"`
+	ReasoningEffort     *string         `json:"reasoning_effort"`
+	// Think is ollama's switch, accepted here too as an extension (reasoning_effort wins).
+	Think json.RawMessage `json:"think"`
 }
 
 // OpenAICompletionRequest is the body of POST /v1/completions.
@@ -572,8 +599,6 @@ func parseOpenAIChat(body []byte) (*openAIJob, *RequestError) {
 	switch {
 	case r.Logprobs != nil && *r.Logprobs, r.TopLogprobs != nil:
 		return nil, unsupported("logprobs", "log probabilities are not implemented")
-	case present(r.Tools) && !bytes.Equal(bytes.TrimSpace(r.Tools), []byte("[]")):
-		return nil, unsupported("tools", "tool calling is not implemented")
 	case present(r.Functions) && !bytes.Equal(bytes.TrimSpace(r.Functions), []byte("[]")):
 		return nil, unsupported("functions", "function calling is not implemented")
 	}
@@ -585,9 +610,13 @@ func parseOpenAIChat(body []byte) (*openAIJob, *RequestError) {
 			return nil, unsupported("response_format", "only {\"type\":\"text\"} is supported")
 		}
 	}
+	if err := openAIToolsAndThinking(j.job, &r); err != nil {
+		return nil, err
+	}
 	if len(r.Messages) == 0 {
 		return nil, badField("messages", "at least one message is required")
 	}
+	callNames := map[string]string{} // call id -> function name, for the tool results after it
 	for i, m := range r.Messages {
 		p := fmt.Sprintf("messages[%d]", i)
 		role := m.Role
@@ -597,14 +626,29 @@ func parseOpenAIChat(body []byte) (*openAIJob, *RequestError) {
 		if err := checkRole(p+".role", role); err != nil {
 			return nil, err
 		}
-		if present(m.ToolCalls) && !bytes.Equal(bytes.TrimSpace(m.ToolCalls), []byte("[]")) {
-			return nil, unsupported(p+".tool_calls", "tool calling is not implemented")
+		calls, err := openAICalls(p+".tool_calls", m.ToolCalls)
+		if err != nil {
+			return nil, err
 		}
 		text, err := openAIContent(p+".content", m.Content)
 		if err != nil {
 			return nil, err
 		}
-		j.Messages = append(j.Messages, ChatMessage{Role: role, Content: text})
+		msg := ChatMessage{Role: role, Content: text, Thinking: m.ReasoningContent, ToolCalls: calls, ToolCallID: m.ToolCallID}
+		for _, c := range calls {
+			if c.ID != "" {
+				callNames[c.ID] = c.Name
+			}
+		}
+		if role == "tool" {
+			// OpenAI's tool messages name only the call; templates that show the tool's name
+			// (ollama's tool_name) get it from the call.
+			msg.ToolName = callNames[m.ToolCallID]
+			if m.Name != "" {
+				msg.ToolName = m.Name
+			}
+		}
+		j.Messages = append(j.Messages, msg)
 	}
 	return j, nil
 }

@@ -10,7 +10,7 @@ import (
 )
 
 func TestBadRequests(t *testing.T) {
-	_, url := startServer(t, server.Config{MaxBodyBytes: 4096}, &fake.Backend{})
+	_, url := startServer(t, server.Config{MaxBodyBytes: 4096}, &fake.Backend{Names: []string{"fake:latest", "fake-tools:latest"}})
 	long := strings.Repeat("word ", 100) // 100 tokens + template > the fake's 64
 	big := `{"model":"fake","prompt":"` + strings.Repeat("a", 5000) + `"}`
 	cases := []struct {
@@ -33,8 +33,14 @@ func TestBadRequests(t *testing.T) {
 		{"bad keep_alive", "/api/generate", `{"model":"fake","keep_alive":"soon"}`, 400, "keep_alive", ""},
 		{"format json", "/api/generate", `{"model":"fake","prompt":"x","format":"json"}`, 400, `"format" is not supported`, ""},
 		{"images", "/api/generate", `{"model":"fake","prompt":"x","images":["AAAA"]}`, 400, `"images"`, ""},
-		{"think", "/api/chat", `{"model":"fake","messages":[],"think":true}`, 400, `"think"`, ""},
-		{"tools", "/api/chat", `{"model":"fake","messages":[],"tools":[{"type":"function"}]}`, 400, `"tools"`, ""},
+		// The fake's template has neither thinking tags nor tools: refused as ollama refuses them.
+		{"think", "/api/chat", `{"model":"fake","messages":[],"think":true}`, 400, `"fake" does not support thinking`, ""},
+		{"think level", "/api/generate", `{"model":"fake","prompt":"x","think":"high"}`, 400, `"fake" does not support thinking`, ""},
+		{"think bad level", "/api/chat", `{"model":"fake","messages":[],"think":"extreme"}`, 400, `invalid "think"`, ""},
+		{"tools", "/api/chat", `{"model":"fake","messages":[],"tools":[{"type":"function","function":{"name":"f"}}]}`, 400, "fake does not support tools", ""},
+		{"tool without name", "/api/chat", `{"model":"fake-tools","messages":[],"tools":[{"type":"function"}]}`, 400, `"tools[0].function.name"`, ""},
+		{"tool of another type", "/api/chat", `{"model":"fake-tools","messages":[],"tools":[{"type":"retrieval","function":{"name":"f"}}]}`, 400, `"tools[0].type" is not supported`, ""},
+		{"call arguments not an object", "/api/chat", `{"model":"fake-tools","messages":[{"role":"assistant","content":"","tool_calls":[{"function":{"name":"f","arguments":[1]}}]}]}`, 400, `"messages[0].tool_calls[0].function.arguments"`, ""},
 		{"bad role", "/api/chat", `{"model":"fake","messages":[{"role":"wizard","content":"x"}]}`, 400, "messages[0].role", ""},
 		// ollama's APIs truncate a long prompt (truncate_test.go) unless asked not to.
 		{"too long", "/api/generate", `{"model":"fake","truncate":false,"prompt":"` + long + `"}`, 400, "prompt is 103 tokens but the model's context is 64 tokens", ""},
@@ -50,7 +56,14 @@ func TestBadRequests(t *testing.T) {
 		{"oai max_completion_tokens", "/v1/chat/completions", `{"model":"fake","messages":[{"role":"user","content":"x"}],"max_completion_tokens":-5}`, 400, "at least 1", "max_completion_tokens"},
 		{"oai n", "/v1/chat/completions", `{"model":"fake","messages":[{"role":"user","content":"x"}],"n":2}`, 400, "n=1", "n"},
 		{"oai logprobs", "/v1/chat/completions", `{"model":"fake","messages":[{"role":"user","content":"x"}],"logprobs":true}`, 400, "not supported", "logprobs"},
-		{"oai tools", "/v1/chat/completions", `{"model":"fake","messages":[{"role":"user","content":"x"}],"tools":[{}]}`, 400, "not supported", "tools"},
+		{"oai tools", "/v1/chat/completions", `{"model":"fake","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}]}`, 400, "does not support tools", "tools"},
+		{"oai tool without name", "/v1/chat/completions", `{"model":"fake-tools","messages":[{"role":"user","content":"x"}],"tools":[{}]}`, 400, "function name", "tools[0].function.name"},
+		{"oai tool_choice unknown", "/v1/chat/completions", `{"model":"fake-tools","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}}`, 400, `"g" is not among the tools`, "tool_choice"},
+		{"oai tool_choice bad", "/v1/chat/completions", `{"model":"fake-tools","messages":[{"role":"user","content":"x"}],"tool_choice":"always"}`, 400, "want", "tool_choice"},
+		{"oai required without tools", "/v1/chat/completions", `{"model":"fake-tools","messages":[{"role":"user","content":"x"}],"tool_choice":"required"}`, 400, "needs tools", "tool_choice"},
+		{"oai reasoning_effort", "/v1/chat/completions", `{"model":"fake","messages":[{"role":"user","content":"x"}],"reasoning_effort":"high"}`, 400, `"fake" does not support thinking`, "reasoning_effort"},
+		{"oai reasoning_effort bad", "/v1/chat/completions", `{"model":"fake-tools","messages":[{"role":"user","content":"x"}],"reasoning_effort":"max"}`, 400, "want", "reasoning_effort"},
+		{"oai call type", "/v1/chat/completions", `{"model":"fake-tools","messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"code","function":{"name":"f","arguments":"{}"}}]}]}`, 400, "not supported", "messages[0].tool_calls[0].type"},
 		{"oai json mode", "/v1/chat/completions", `{"model":"fake","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}}`, 400, "not supported", "response_format"},
 		{"oai stop list", "/v1/chat/completions", `{"model":"fake","messages":[{"role":"user","content":"x"}],"stop":["a","b","c","d","e"]}`, 400, "at most 4", "stop"},
 		{"oai image part", "/v1/chat/completions", `{"model":"fake","messages":[{"role":"user","content":[{"type":"image_url"}]}]}`, 400, "not supported", "messages[0].content[0].type"},

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/dflash/dflash/internal/shareddata"
+	"github.com/dflash/dflash/server/reply"
 	"github.com/dflash/dflash/tokenizer"
+	"github.com/dflash/dflash/tokenizer/chat"
 )
 
 func TestSchedulerFIFO(t *testing.T) {
@@ -204,6 +206,64 @@ func TestTruncationCutIsFarFromTheTail(t *testing.T) {
 			if got := truncatePrompt(encode(tail), head, keep); !slices.Equal(got, want) {
 				t.Fatalf("%d bytes cut to %d, keeping %d: truncated prompts differ", size, len(tail), keep)
 			}
+		}
+	}
+}
+
+// replyConfig decides the split from the request, the template and the rendered prompt.
+func TestReplyConfig(t *testing.T) {
+	on, off := true, false
+	msgs := []ChatMessage{{Role: "user", Content: "hi"}}
+	both := capabilities{tools: true, thinking: true}
+	tool := []json.RawMessage{json.RawMessage(`{"type":"function","function":{"name":"f"}}`)}
+	cases := []struct {
+		name   string
+		j      job
+		c      capabilities
+		prompt string
+		want   reply.Config
+	}{
+		{"thinking by default", job{Messages: msgs}, both, "<|im_start|>assistant\n", reply.Config{Thinking: true}},
+		{"think true", job{Messages: msgs, Think: &on}, both, "x", reply.Config{Thinking: true}},
+		{"think false", job{Messages: msgs, Think: &off}, both, "x<think>\n\n</think>\n\n", reply.Config{}},
+		// Templates that open the block in the generation prompt (Qwen3 thinking releases).
+		{"prompt opens the block", job{Messages: msgs}, both, "<|im_start|>assistant\n<think>\n", reply.Config{Thinking: true, InThinking: true}},
+		// A closed block in the prompt (an earlier turn, or the no-think form) opens nothing.
+		{"prompt closes the block", job{Messages: msgs}, both, "<think>\n\n</think>\n\n", reply.Config{Thinking: true}},
+		{"no thinking in the template", job{Messages: msgs, Tools: tool}, capabilities{tools: true}, "x", reply.Config{Tools: true}},
+		{"raw prompt", job{Prompt: "x<think>", Tools: tool}, both, "x<think>", reply.Config{}},
+	}
+	for _, c := range cases {
+		if got := replyConfig(&c.j, c.c, c.prompt); got != c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
+		}
+	}
+}
+
+// The real Qwen3 template has tools and thinking; the fallbacks have neither.
+func TestCapabilitiesOfTemplates(t *testing.T) {
+	raw, err := os.ReadFile(shareddata.Path(t, "tokenizers/qwen3/tokenizer_config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tc struct {
+		ChatTemplate string `json:"chat_template"`
+	}
+	if err := json.Unmarshal(raw, &tc); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, src string
+		want      capabilities
+	}{
+		{"qwen3", tc.ChatTemplate, capabilities{tools: true, thinking: true}},
+		{"chatml", chat.ChatMLSource, capabilities{}},
+		// Renders tools, but in a format the parser cannot read back (a bare JSON call).
+		{"other tool format", `{% if tools %}{{ tools | tojson }}{% endif %}`, capabilities{}},
+		{"thinking only", `{{ messages }}<think></think>`, capabilities{thinking: true}},
+	} {
+		if got := capabilitiesOf(ModelInfo{Template: c.src}); got != c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
 		}
 	}
 }

@@ -4,8 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
+
+	"github.com/dflash/dflash/server/reply"
 )
 
 // OllamaMetrics are the counters ollama puts on a final message. Durations are nanoseconds.
@@ -24,6 +25,7 @@ type OllamaGenerateResponse struct {
 	Model      string `json:"model"`
 	CreatedAt  string `json:"created_at"`
 	Response   string `json:"response"`
+	Thinking   string `json:"thinking,omitempty"`
 	Done       bool   `json:"done"`
 	DoneReason string `json:"done_reason,omitempty"`
 	// Context is, on the final object, the token ids of the prompt as the model saw it
@@ -81,17 +83,24 @@ func (n *ndjson) line(v any) error {
 	return http.NewResponseController(n.w).Flush()
 }
 
-// ollamaRun executes j and writes pieces and the final line built by the callbacks.
+// ollamaRun executes j and writes the parts and the final line built by the callbacks: streamed,
+// one line per part (thinking pieces come first, as the model writes them; a tool call is a line
+// of its own), else one object gathering them.
 func (s *Server) ollamaRun(w http.ResponseWriter, r *http.Request, j *job,
-	pieceMsg func(text string) any, finalMsg func(full string, o *outcome) any) {
+	pieceMsg func(p reply.Part, calls int) any, finalMsg func(g *gathered, o *outcome) any) {
 	nd := &ndjson{w: w}
-	var full strings.Builder
-	piece := func(text string) error {
+	var g gathered
+	calls := 0
+	piece := func(p reply.Part) error {
 		if !j.Stream {
-			full.WriteString(text)
+			g.add(p)
 			return nil
 		}
-		return nd.line(pieceMsg(text))
+		line := pieceMsg(p, calls)
+		if p.Kind == reply.ToolCall {
+			calls++
+		}
+		return nd.line(line)
 	}
 	o, err := s.execute(r, j, piece)
 	if err != nil {
@@ -104,7 +113,7 @@ func (s *Server) ollamaRun(w http.ResponseWriter, r *http.Request, j *job,
 		writeOllamaError(w, re)
 		return
 	}
-	final := finalMsg(full.String(), o)
+	final := finalMsg(&g, o)
 	if !j.Stream {
 		writeJSON(w, http.StatusOK, final)
 		return
@@ -118,11 +127,18 @@ func (s *Server) handleOllamaGenerate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.ollamaRun(w, r, j,
-		func(text string) any {
-			return OllamaGenerateResponse{Model: j.Model, CreatedAt: now(), Response: text}
+		func(p reply.Part, _ int) any {
+			resp := OllamaGenerateResponse{Model: j.Model, CreatedAt: now()}
+			if p.Kind == reply.Thinking {
+				resp.Thinking = p.Text
+			} else {
+				resp.Response = p.Text // generate offers no tools: no calls here
+			}
+			return resp
 		},
-		func(full string, o *outcome) any {
-			return OllamaGenerateResponse{Model: j.Model, CreatedAt: now(), Response: full, Done: true,
+		func(g *gathered, o *outcome) any {
+			return OllamaGenerateResponse{Model: j.Model, CreatedAt: now(), Response: g.content.String(),
+				Thinking: g.thinking.String(), Done: true,
 				DoneReason: o.DoneReason, Context: o.Context, OllamaMetrics: ollamaMetrics(o)}
 		})
 }
@@ -133,13 +149,24 @@ func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.ollamaRun(w, r, j,
-		func(text string) any {
-			return OllamaChatResponse{Model: j.Model, CreatedAt: now(),
-				Message: OllamaMessage{Role: "assistant", Content: text}}
+		func(p reply.Part, calls int) any {
+			msg := OllamaMessage{Role: "assistant"}
+			switch p.Kind {
+			case reply.Content:
+				msg.Content = p.Text
+			case reply.Thinking:
+				msg.Thinking = p.Text
+			case reply.ToolCall:
+				msg.ToolCalls = []OllamaToolCall{ollamaCall(p.Call, calls)}
+			}
+			return OllamaChatResponse{Model: j.Model, CreatedAt: now(), Message: msg}
 		},
-		func(full string, o *outcome) any {
-			return OllamaChatResponse{Model: j.Model, CreatedAt: now(),
-				Message: OllamaMessage{Role: "assistant", Content: full}, Done: true,
+		func(g *gathered, o *outcome) any {
+			msg := OllamaMessage{Role: "assistant", Content: g.content.String(), Thinking: g.thinking.String()}
+			for i, c := range g.calls {
+				msg.ToolCalls = append(msg.ToolCalls, ollamaCall(c, i))
+			}
+			return OllamaChatResponse{Model: j.Model, CreatedAt: now(), Message: msg, Done: true,
 				DoneReason: o.DoneReason, OllamaMetrics: ollamaMetrics(o)}
 		})
 }
@@ -251,7 +278,7 @@ func (s *Server) handleShow(w http.ResponseWriter, r *http.Request) {
 		Template:     mi.Template,
 		Details:      details(mi),
 		ModelInfo:    mInfo,
-		Capabilities: []string{"completion"},
+		Capabilities: capabilityList(mi),
 		ModifiedAt:   mi.ModifiedAt,
 		Error:        unavailableMsg(mi),
 	})
@@ -292,13 +319,18 @@ func (s *Server) handlePS(w http.ResponseWriter, r *http.Request) {
 // OllamaVersion is the ollama release whose API dflash implements, and what /api/version
 // reports as "version": clients gate features on it (and `ollama -v` compares it with its own),
 // so it must be a release number they know, not dflash's. dflash answers that release's
-// /api/generate, /api/chat, /api/tags, /api/show, /api/ps and /api/version in its JSON shapes, as
-// its Go client package (github.com/ollama/ollama/api at this version) decodes them; what it
-// does not implement (tools, images, thinking, structured output, pull/push/create) is refused
-// with a 400 naming the field, or a 404 for the endpoint.
+// /api/generate, /api/chat (with tools and thinking), /api/tags, /api/show, /api/ps and
+// /api/version in its JSON shapes, as its Go client package (github.com/ollama/ollama/api at this
+// version) decodes them; what it does not implement (images, structured output, push/create) is
+// refused with a 400 naming the field, or a 404 for the endpoint.
 const OllamaVersion = "0.24.0"
 
 // handleVersion reports OllamaVersion, and dflash's own version beside it.
 func (s *Server) handleVersion(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"version": OllamaVersion, "dflash_version": s.cfg.Version})
+}
+
+// ollamaCall is a parsed call in ollama's shape, index its place among the reply's calls.
+func ollamaCall(c *reply.Call, index int) OllamaToolCall {
+	return OllamaToolCall{ID: callID(), Function: OllamaToolFunction{Index: index, Name: c.Name, Arguments: c.Arguments}}
 }

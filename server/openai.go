@@ -6,8 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
+
+	"github.com/dflash/dflash/server/reply"
 )
 
 // OpenAIError is the body of every OpenAI-API error.
@@ -60,6 +61,10 @@ type OpenAIUsage struct {
 type OpenAIChatMessage struct {
 	Role    string  `json:"role,omitempty"`
 	Content *string `json:"content,omitempty"`
+	// ReasoningContent is the thinking split from the answer, as DeepSeek's and vLLM's APIs
+	// send it.
+	ReasoningContent *string          `json:"reasoning_content,omitempty"`
+	ToolCalls        []OpenAIToolCall `json:"tool_calls,omitempty"`
 }
 
 // OpenAIChatChoice is one choice of a chat completion or chunk.
@@ -140,22 +145,31 @@ func (s *sse) event(v any) error {
 	return http.NewResponseController(s.w).Flush()
 }
 
-// openAIRun executes j with OpenAI framing. chunk builds a streamed chunk from a text piece
-// (first marks the first one), which j.wrap frames; final builds the last chunk (stream) or the
-// whole response.
+// openAIRun executes j with OpenAI framing. chunks builds the streamed chunks of a reply part
+// (first marks the first part, calls counts the tool calls before it), which j.wrap frames;
+// final builds the last chunk (stream) or the whole response from the gathered parts.
 func (s *Server) openAIRun(w http.ResponseWriter, r *http.Request, j *openAIJob, base OpenAIResponse,
-	chunk func(text string, first bool) OpenAIResponse, final func(full string, o *outcome) OpenAIResponse) {
+	chunks func(p reply.Part, first bool, calls int) []OpenAIResponse, final func(g *gathered, o *outcome) OpenAIResponse) {
 	ev := &sse{w: w}
-	var full strings.Builder
+	var g gathered
 	first := true
-	piece := func(text string) error {
+	calls := 0
+	piece := func(p reply.Part) error {
 		if !j.Stream {
-			full.WriteString(text)
+			g.add(p)
 			return nil
 		}
-		c := j.wrap(chunk(text, first))
+		cs := chunks(p, first, calls)
 		first = false
-		return ev.event(c)
+		if p.Kind == reply.ToolCall {
+			calls++
+		}
+		for _, c := range cs {
+			if err := ev.event(j.wrap(c)); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	o, err := s.execute(r, j.job, piece)
 	if err != nil {
@@ -167,7 +181,7 @@ func (s *Server) openAIRun(w http.ResponseWriter, r *http.Request, j *openAIJob,
 		writeOpenAIError(w, re)
 		return
 	}
-	resp := final(full.String(), o)
+	resp := final(&g, o)
 	if !j.Stream {
 		resp.Usage = usage(o)
 		resp.Speculation = o.Res.Speculation
@@ -176,7 +190,7 @@ func (s *Server) openAIRun(w http.ResponseWriter, r *http.Request, j *openAIJob,
 	}
 	if first {
 		// Nothing was generated: still open the stream as OpenAI does, with the role.
-		if err := ev.event(chunk("", true)); err != nil {
+		if err := ev.event(j.wrap(chunks(reply.Part{Kind: reply.Content}, true, 0)[0])); err != nil {
 			return
 		}
 	}
@@ -200,9 +214,13 @@ func (s *Server) openAIRun(w http.ResponseWriter, r *http.Request, j *openAIJob,
 	_ = ev.event([]byte("[DONE]"))
 }
 
+// finishReason is "tool_calls" when the reply made calls, else "length" or "stop".
 func finishReason(o *outcome) *string {
 	fr := o.DoneReason
-	if fr != "length" {
+	switch {
+	case o.Calls > 0:
+		fr = "tool_calls"
+	case fr != "length":
 		fr = "stop"
 	}
 	return &fr
@@ -231,21 +249,49 @@ func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
 	}
 	base := openAIBase(j, "chatcmpl-", "chat.completion.chunk")
 	s.openAIRun(w, r, j, base,
-		func(text string, first bool) OpenAIResponse {
-			c := base
-			d := &OpenAIChatMessage{Content: &text}
+		func(p reply.Part, first bool, calls int) []OpenAIResponse {
+			delta := func(d *OpenAIChatMessage) OpenAIResponse {
+				c := base
+				c.Choices = []OpenAIChatChoice{{Delta: d}}
+				return c
+			}
+			d := &OpenAIChatMessage{}
 			if first {
 				d.Role = "assistant"
 			}
-			c.Choices = []OpenAIChatChoice{{Delta: d}}
-			return c
+			switch p.Kind {
+			case reply.Content:
+				d.Content = &p.Text
+			case reply.Thinking:
+				d.ReasoningContent = &p.Text
+			case reply.ToolCall:
+				// As OpenAI streams a call: a first fragment with the index, id, type and name
+				// and empty arguments, then the arguments (here in one fragment, since a call is
+				// only known to be one once it is whole).
+				d.ToolCalls = []OpenAIToolCall{{Index: &calls, ID: callID(), Type: "function",
+					Function: OpenAIToolFunction{Name: p.Call.Name}}}
+				args := &OpenAIChatMessage{ToolCalls: []OpenAIToolCall{{Index: &calls,
+					Function: OpenAIToolFunction{Arguments: string(p.Call.Arguments)}}}}
+				return []OpenAIResponse{delta(d), delta(args)}
+			}
+			return []OpenAIResponse{delta(d)}
 		},
-		func(full string, o *outcome) OpenAIResponse {
+		func(g *gathered, o *outcome) OpenAIResponse {
 			resp := base
 			if !j.Stream {
 				resp.Object = "chat.completion"
-				resp.Choices = []OpenAIChatChoice{{Message: &OpenAIChatMessage{Role: "assistant", Content: &full},
-					FinishReason: finishReason(o)}}
+				msg := &OpenAIChatMessage{Role: "assistant"}
+				if content := g.content.String(); content != "" || len(g.calls) == 0 {
+					msg.Content = &content
+				}
+				if thinking := g.thinking.String(); thinking != "" {
+					msg.ReasoningContent = &thinking
+				}
+				for _, c := range g.calls {
+					msg.ToolCalls = append(msg.ToolCalls, OpenAIToolCall{ID: callID(), Type: "function",
+						Function: OpenAIToolFunction{Name: c.Name, Arguments: string(c.Arguments)}})
+				}
+				resp.Choices = []OpenAIChatChoice{{Message: msg, FinishReason: finishReason(o)}}
 				return resp
 			}
 			resp.Choices = []OpenAIChatChoice{{Delta: &OpenAIChatMessage{}, FinishReason: finishReason(o)}}
@@ -260,13 +306,14 @@ func (s *Server) handleOpenAICompletion(w http.ResponseWriter, r *http.Request) 
 	}
 	base := openAIBase(j, "cmpl-", "text_completion")
 	s.openAIRun(w, r, j, base,
-		func(text string, first bool) OpenAIResponse {
+		func(p reply.Part, _ bool, _ int) []OpenAIResponse {
 			c := base
-			c.Choices = []OpenAICompletionChoice{{Text: text}}
-			return c
+			c.Choices = []OpenAICompletionChoice{{Text: p.Text}} // a raw prompt: text parts only
+			return []OpenAIResponse{c}
 		},
-		func(full string, o *outcome) OpenAIResponse {
+		func(g *gathered, o *outcome) OpenAIResponse {
 			resp := base
+			full := g.content.String()
 			if j.Stream {
 				full = ""
 			}

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	"github.com/dflash/dflash/server/reply"
 )
 
 // outcome is a finished generation, API-neutral.
@@ -21,13 +23,15 @@ type outcome struct {
 	Total        time.Duration
 	DoneReason   string // "stop", "length", "load" or "unload"
 	Context      []int  // prompt ids then generated ids: ollama's "context"
+	Calls        int    // tool calls parsed from the output
 }
 
 // execute runs j for request r: it waits for a slot, leases the model, builds and checks the
-// prompt and generates, passing each piece of text to piece (the model applies the stop
-// strings, so no stop string ever reaches piece). An error returned before piece was first
-// called can still become an HTTP status.
-func (s *Server) execute(r *http.Request, j *job, piece func(string) error) (*outcome, error) {
+// prompt and generates, passing each part of the reply to emit: text pieces, split into thinking
+// and answer and with tool calls parsed out when the request and the model's template call for
+// it (package reply; the model applies the stop strings, so no stop string ever reaches emit).
+// An error returned before emit was first called can still become an HTTP status.
+func (s *Server) execute(r *http.Request, j *job, emit func(reply.Part) error) (*outcome, error) {
 	start := time.Now()
 	ri := info(r)
 	ri.model = j.Model
@@ -44,6 +48,10 @@ func (s *Server) execute(r *http.Request, j *job, piece func(string) error) (*ou
 		// first unload an idle model to make room.
 		return nil, &RequestError{Status: http.StatusInternalServerError, Param: "model", Code: "model_unavailable",
 			Msg: fmt.Sprintf("model %q is unavailable: %s", mi.Name, unavailableMsg(mi))}
+	}
+	// As ollama, before anything is scheduled or loaded.
+	if err := checkCapabilities(j, mi); err != nil {
+		return nil, err
 	}
 	out := &outcome{Model: mi.Name}
 	if j.empty() && j.KeepAlive != nil && *j.KeepAlive == 0 {
@@ -81,7 +89,7 @@ func (s *Server) execute(r *http.Request, j *job, piece func(string) error) (*ou
 	text, param := j.Prompt, "prompt"
 	if len(j.Messages) > 0 {
 		param = "messages"
-		text, err = m.RenderChat(j.Messages, ChatOptions{AddGenerationPrompt: true})
+		text, err = m.RenderChat(j.Messages, ChatOptions{AddGenerationPrompt: true, Tools: j.Tools, Think: j.Think})
 		if err != nil {
 			return nil, &RequestError{Status: http.StatusBadRequest, Param: param,
 				Msg: fmt.Sprintf("apply chat template of %s: %v", mi.Name, err)}
@@ -137,6 +145,15 @@ func (s *Server) execute(r *http.Request, j *job, piece func(string) error) (*ou
 	}
 
 	out.Context = ids[:len(ids):len(ids)]
+	parser := reply.New(replyConfig(j, capabilitiesOf(mi), text))
+	emitAll := func(parts []reply.Part) error {
+		for _, p := range parts {
+			if err := emit(p); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	res, err := m.Generate(ctx, GenRequest{Prompt: ids, MaxTokens: maxTokens, Options: j.Opts.Sample, Seeded: j.Opts.Seeded, Stop: j.Opts.Stop},
 		func(t Token) error {
 			if t.ID >= 0 { // -1: a flushed tail of text, no token of its own
@@ -145,18 +162,27 @@ func (s *Server) execute(r *http.Request, j *job, piece func(string) error) (*ou
 			if t.Text == "" {
 				return nil
 			}
-			return piece(t.Text)
+			return emitAll(parser.Add(t.Text))
 		})
 	if res.PromptTokens == 0 {
 		res.PromptTokens = len(ids)
 	}
 	ri.evalTokens = res.EvalTokens
 	s.met.observeGeneration(mi.Name, res)
+	if err == nil {
+		err = emitAll(parser.Flush())
+	}
 	if err != nil {
 		return nil, err
 	}
 	if res.DoneReason == "" {
 		res.DoneReason = "stop"
+	}
+	out.Calls = parser.Calls()
+	if out.Calls == 0 && (j.ToolChoice == choiceRequired || j.ToolChoice == choiceNamed) {
+		// Without constrained decoding a call cannot be forced: the text answer goes back as is.
+		s.log.Info("tool_choice asked for a call and the model answered in text", "path", r.URL.Path,
+			"model", mi.Name, "tool_choice", j.ToolChoice, "function", j.ToolChoiceName)
 	}
 	out.Res, out.DoneReason, out.Total = res, res.DoneReason, time.Since(start)
 	return out, nil

@@ -99,14 +99,30 @@ func (m *Model) MinPromptTokens(text string) int {
 }
 
 // RenderChat implements server.Model with the model's template, ChatML, or PlainTemplate.
+// Tools reach the template as dicts in the request's key order (json.RawMessage keeps it), and
+// Think as enable_thinking.
 func (m *Model) RenderChat(msgs []server.ChatMessage, opts server.ChatOptions) (string, error) {
-	return m.tmpl.Render(chatMessages(msgs), chat.Options{AddGenerationPrompt: opts.AddGenerationPrompt})
+	o := chat.Options{AddGenerationPrompt: opts.AddGenerationPrompt, EnableThinking: opts.Think}
+	if len(opts.Tools) > 0 {
+		o.Tools = make([]any, len(opts.Tools))
+		for i, t := range opts.Tools {
+			o.Tools[i] = t
+		}
+	}
+	return m.tmpl.Render(chatMessages(msgs), o)
 }
 
+// chatMessages maps the server's messages onto the template's. A tool result's tool name is
+// the message's name, as transformers' templates read it.
 func chatMessages(msgs []server.ChatMessage) []chat.Message {
 	cm := make([]chat.Message, len(msgs))
 	for i, msg := range msgs {
-		cm[i] = chat.Message{Role: msg.Role, Content: msg.Content}
+		c := chat.Message{Role: msg.Role, Content: msg.Content, ReasoningContent: msg.Thinking,
+			Name: msg.ToolName, ToolCallID: msg.ToolCallID}
+		for _, tc := range msg.ToolCalls {
+			c.ToolCalls = append(c.ToolCalls, chat.ToolCall{ID: tc.ID, Name: tc.Name, Arguments: tc.Arguments})
+		}
+		cm[i] = c
 	}
 	return cm
 }

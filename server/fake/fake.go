@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -23,6 +24,40 @@ var Words = []string{"The", " quick", " brown", " fox", " jumps", " over", " the
 
 // Text is the whole answer of an unconstrained generation: strings.Join(Words, "").
 var Text = strings.Join(Words, "")
+
+// A model whose name contains "tools" lists ToolsTemplate as its chat template, so the server
+// offers it tools and thinking (its template renders "tools" and has the <tool_call>, <think>
+// and </think> tags); RenderChat writes what the server passed, and then its answer follows a
+// script (see Generate): with thinking on, ThinkingPieces first; when tools are offered and no
+// tool result is in the conversation yet, CallPieces (a call of ToolName with ToolArguments);
+// otherwise Words.
+const ToolsTemplate = "{% if tools %}<tools>{{ tools | tojson }}</tools> <tool_call>{% endif %}" +
+	"{% for m in messages %}{{ m.content }}{% endfor %}<think></think>"
+
+// ToolName and ToolArguments are the call the fake's script makes.
+const (
+	ToolName      = "get_weather"
+	ToolArguments = `{"city":"Paris"}`
+)
+
+// Thinking is the thinking of the script, ThinkingPieces its tokens as the model writes them.
+const Thinking = "Thinking about it."
+
+var (
+	ThinkingPieces = []string{"<think>", "\n", "Thinking", " about", " it", ".", "\n", "</", "think>", "\n\n"}
+	// CallPieces cut the call inside its tags and its JSON, as tokens do.
+	CallPieces = []string{"<tool", "_call>", "\n", `{"name": "get_`, `weather", "arguments": {"ci`, `ty": "Paris"}}`, "\n", "</tool_call>"}
+)
+
+// Marker words RenderChat writes and Tokenize gives ids of their own, so Generate can see from
+// the prompt what the request asked for.
+const (
+	markTools  = "<|tools|>"
+	markThink  = "<|think|>"
+	markResult = "<|tool|>" // a tool result's role header
+)
+
+var markIDs = map[string]int{markTools: 1001, markThink: 1002, markResult: 1003}
 
 // Backend is a fake backend. Set fields before first use.
 type Backend struct {
@@ -47,6 +82,9 @@ type Backend struct {
 	// Length > 0 makes a generation Length tokens long, cycling through Words, instead of
 	// len(Words): a long stream can fill a socket buffer that one pass of Words cannot.
 	Length int
+	// Pieces, when set, are every generation's tokens instead of Words or the script: a test
+	// chooses exactly what the "model" writes and where the token boundaries fall.
+	Pieces []string
 
 	loads     atomic.Int64
 	cancelled atomic.Int64
@@ -55,6 +93,7 @@ type Backend struct {
 	tokenizes atomic.Int64
 	longest   atomic.Int64 // bytes of the longest text tokenized
 	last      atomic.Pointer[[]int]
+	rendered  atomic.Pointer[string]
 }
 
 func (b *Backend) names() []string {
@@ -84,6 +123,9 @@ func (b *Backend) info(name string) server.ModelInfo {
 	mi := server.ModelInfo{Name: name, Family: "fake", ParameterSize: "1K", Quantization: "F32",
 		Format: "fake", Size: 4096, Digest: Digest(name), ContextLength: b.ctxLen(), ModelContext: b.ModelContext,
 		ModifiedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Template: "{{ .Prompt }}"}
+	if strings.Contains(name, "tools") {
+		mi.Template = ToolsTemplate
+	}
 	if strings.Contains(name, "draft") {
 		mi.Draft = name + "-dflash"
 	}
@@ -116,6 +158,14 @@ func (b *Backend) LastPrompt() []int {
 		return *p
 	}
 	return nil
+}
+
+// LastRendered is the text of the latest RenderChat ("" before the first).
+func (b *Backend) LastRendered() string {
+	if p := b.rendered.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 // Cancelled counts generations that ended because their context was cancelled.
@@ -187,7 +237,8 @@ func isSpace(c byte) bool {
 	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'
 }
 
-// Tokenize gives one token per whitespace-separated word (ids are word lengths), plus a BOS.
+// Tokenize gives one token per whitespace-separated word (ids are word lengths, but the marker
+// words RenderChat writes have ids above 1000), plus a BOS.
 func (m *Model) Tokenize(text string) ([]int, error) {
 	m.b.tokenizes.Add(1)
 	for n := int64(len(text)); ; {
@@ -197,21 +248,69 @@ func (m *Model) Tokenize(text string) ([]int, error) {
 	}
 	ids := []int{1}
 	for _, w := range strings.Fields(text) {
+		if id, ok := markIDs[w]; ok {
+			ids = append(ids, id)
+			continue
+		}
 		ids = append(ids, len(w)+2)
 	}
 	return ids, nil
 }
 
-// RenderChat renders "<|role|>content\n" per message and "<|assistant|>" to prompt an answer.
+// RenderChat renders "<|role|> content\n" per message and "<|assistant|>" to prompt an answer.
+// What a template would get besides is written too, each only when present: the tools ("<|tools|>
+// JSON" first), a turn's thinking and calls ("thinking: T", "call: NAME ARGS" after its content),
+// a result's tool name and call id, and "<|think|>" (think not false) or "<|no_think|>"
+// (false) before the generation prompt when the model's template thinks.
 func (m *Model) RenderChat(msgs []server.ChatMessage, opts server.ChatOptions) (string, error) {
 	var b strings.Builder
+	if len(opts.Tools) > 0 {
+		b.WriteString(markTools)
+		for _, t := range opts.Tools {
+			fmt.Fprintf(&b, " %s", t)
+		}
+		b.WriteString("\n")
+	}
 	for _, msg := range msgs {
 		fmt.Fprintf(&b, "<|%s|> %s\n", msg.Role, msg.Content)
+		if msg.Thinking != "" {
+			fmt.Fprintf(&b, "thinking: %s\n", msg.Thinking)
+		}
+		for _, c := range msg.ToolCalls {
+			fmt.Fprintf(&b, "call: %s %s %s\n", c.ID, c.Name, c.Arguments)
+		}
+		if msg.ToolName != "" || msg.ToolCallID != "" {
+			fmt.Fprintf(&b, "result of: %s %s\n", msg.ToolName, msg.ToolCallID)
+		}
+	}
+	if m.info.Template == ToolsTemplate {
+		if opts.Think == nil || *opts.Think {
+			b.WriteString(markThink + "\n")
+		} else {
+			b.WriteString("<|no_think|>\n")
+		}
 	}
 	if opts.AddGenerationPrompt {
 		b.WriteString("<|assistant|>")
 	}
-	return b.String(), nil
+	out := b.String()
+	m.b.rendered.Store(&out)
+	return out, nil
+}
+
+// script is what a generation after prompt writes (see ToolsTemplate).
+func (m *Model) script(prompt []int) []string {
+	if m.b.Pieces != nil {
+		return m.b.Pieces
+	}
+	var out []string
+	if slices.Contains(prompt, markIDs[markThink]) {
+		out = append(out, ThinkingPieces...)
+	}
+	if slices.Contains(prompt, markIDs[markTools]) && !slices.Contains(prompt, markIDs[markResult]) {
+		return append(out, CallPieces...)
+	}
+	return append(out, Words...)
 }
 
 // Generate emits Words in order (cycling when Length asks for more), stopping after MaxTokens,
@@ -242,12 +341,13 @@ func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(s
 			}
 		}
 	}()
-	n := len(Words)
+	words := m.script(req.Prompt)
+	n := len(words)
 	if m.b.Length > 0 {
 		n = m.b.Length
 	}
 	for i := range n {
-		w := Words[i%len(Words)]
+		w := words[i%len(words)]
 		if i >= req.MaxTokens {
 			res.DoneReason = "length"
 			return res, nil
@@ -269,7 +369,7 @@ func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(s
 			s.Accepted++
 		}
 		text, hit := stops.Text(w)
-		if err = emit(server.Token{ID: 100 + i%len(Words), Text: text}); err != nil {
+		if err = emit(server.Token{ID: 100 + i%len(words), Text: text}); err != nil {
 			return res, err
 		}
 		if hit {

@@ -5,6 +5,8 @@
 //                       models, where the tests only require some text
 //   DFLASH_PULL_MODEL   a Hugging Face id the server can pull (from a fake hub); the pull test
 //                       is skipped without it
+//   DFLASH_TOOLS_MODEL  a model with tools and thinking that follows the fake's script (the fake
+//                       backend's "fake-tools:latest"); the tool and thinking tests skip without it
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Ollama } from 'ollama';
@@ -170,4 +172,110 @@ test('ollama: pull with progress, then use the model', { skip: !pullModel && 'DF
   assert.equal(r.done, true);
   const once = await ollama.pull({ model: pullModel, stream: false });
   assert.equal(once.status, 'success');
+});
+
+// Tools and thinking, through both clients, against the fake's script (server/fake): with
+// thinking on it thinks "Thinking about it.", then, offered tools and given no tool result yet,
+// it calls get_weather({"city":"Paris"}); with a result it answers the expected text.
+const toolsModel = process.env.DFLASH_TOOLS_MODEL;
+const skipTools = !toolsModel && 'DFLASH_TOOLS_MODEL unset';
+const weather = {
+  type: 'function',
+  function: {
+    name: 'get_weather', description: 'The weather of a city',
+    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+  },
+};
+const question = [{ role: 'user', content: 'What is the weather in Paris?' }];
+
+test('ollama: a model without thinking refuses think', async () => {
+  await assert.rejects(ollama.chat({ model, messages: question, think: true, stream: false }),
+    (e) => e.status_code === 400 && /does not support thinking/.test(e.error));
+});
+
+test('ollama: tools and thinking, not streamed, then the tool result', { skip: skipTools }, async () => {
+  const r = await ollama.chat({ model: toolsModel, messages: question, tools: [weather], stream: false });
+  assert.equal(r.message.thinking, 'Thinking about it.');
+  assert.equal(r.message.content, '');
+  assert.equal(r.message.tool_calls.length, 1);
+  const call = r.message.tool_calls[0];
+  assert.equal(call.function.name, 'get_weather');
+  assert.deepEqual(call.function.arguments, { city: 'Paris' });
+
+  const messages = [...question, r.message, { role: 'tool', content: '18C and sunny', tool_name: 'get_weather' }];
+  const answer = await ollama.chat({ model: toolsModel, messages, tools: [weather], think: false, stream: false });
+  assert.equal(answer.message.content, expected);
+  assert.equal(answer.message.thinking, undefined);
+  assert.equal(answer.message.tool_calls, undefined);
+});
+
+test('ollama: tools and thinking, streamed', { skip: skipTools }, async () => {
+  let thinking = '';
+  const calls = [];
+  let sawCallBeforeThinkingEnded = false;
+  for await (const p of await ollama.chat({ model: toolsModel, messages: question, tools: [weather], think: 'high', stream: true })) {
+    if (p.message.thinking) {
+      if (calls.length > 0) sawCallBeforeThinkingEnded = true;
+      thinking += p.message.thinking;
+    }
+    calls.push(...(p.message.tool_calls ?? []));
+    assert.equal(p.message.content, '');
+  }
+  assert.equal(thinking, 'Thinking about it.');
+  assert.ok(!sawCallBeforeThinkingEnded, 'thinking streams before the call');
+  assert.deepEqual(calls.map((c) => [c.function.name, c.function.arguments]), [['get_weather', { city: 'Paris' }]]);
+});
+
+test('ollama: generate with think', { skip: skipTools }, async () => {
+  const r = await ollama.generate({ model: toolsModel, prompt: 'Why is the sky blue?', think: true, stream: false });
+  assert.equal(r.thinking, 'Thinking about it.');
+  assert.equal(r.response, expected);
+});
+
+test('openai: tool call and reasoning, not streamed', { skip: skipTools }, async () => {
+  const c = await openai.chat.completions.create({ model: toolsModel, messages: question, tools: [weather], tool_choice: 'auto' });
+  const ch = c.choices[0];
+  assert.equal(ch.finish_reason, 'tool_calls');
+  assert.equal(ch.message.reasoning_content, 'Thinking about it.');
+  assert.equal(ch.message.tool_calls.length, 1);
+  const call = ch.message.tool_calls[0];
+  assert.equal(call.type, 'function');
+  assert.equal(call.function.name, 'get_weather');
+  assert.deepEqual(JSON.parse(call.function.arguments), { city: 'Paris' });
+
+  const messages = [...question, ch.message, { role: 'tool', tool_call_id: call.id, content: '18C and sunny' }];
+  const answer = await openai.chat.completions.create({ model: toolsModel, messages, tools: [weather], reasoning_effort: 'none' });
+  assert.equal(answer.choices[0].message.content, expected);
+  assert.equal(answer.choices[0].finish_reason, 'stop');
+});
+
+test('openai: tool call streamed, put together by the client', { skip: skipTools }, async () => {
+  // The client's own stream helper accumulates the tool call deltas: it sees the call only if
+  // they come as OpenAI sends them (index, id, type and name first, then argument fragments).
+  const stream = openai.chat.completions.stream({ model: toolsModel, messages: question, tools: [weather] });
+  let reasoning = '';
+  stream.on('chunk', (chunk) => { reasoning += chunk.choices[0]?.delta?.reasoning_content ?? ''; });
+  const final = await stream.finalChatCompletion();
+  const ch = final.choices[0];
+  assert.equal(reasoning, 'Thinking about it.');
+  assert.equal(ch.finish_reason, 'tool_calls');
+  assert.equal(ch.message.tool_calls.length, 1);
+  assert.equal(ch.message.tool_calls[0].function.name, 'get_weather');
+  assert.deepEqual(JSON.parse(ch.message.tool_calls[0].function.arguments), { city: 'Paris' });
+});
+
+test('openai: runTools calls the function and gets the answer', { skip: skipTools }, async () => {
+  const seen = [];
+  const runner = openai.chat.completions.runTools({
+    model: toolsModel, messages: question,
+    tools: [{
+      type: 'function',
+      function: {
+        name: 'get_weather', parameters: weather.function.parameters, parse: JSON.parse,
+        function: (args) => { seen.push(args); return '18C and sunny'; },
+      },
+    }],
+  });
+  assert.equal(await runner.finalContent(), expected);
+  assert.deepEqual(seen, [{ city: 'Paris' }]);
 });

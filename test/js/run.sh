@@ -53,6 +53,7 @@ if [[ -z "${DFLASH_URL:-}" ]]; then
     unset DFLASH_EXPECT_TEXT
   else
     export DFLASH_MODEL="fake:latest"
+    export DFLASH_TOOLS_MODEL="fake-tools:latest"
     export DFLASH_EXPECT_TEXT="The quick brown fox jumps over the lazy dog."
   fi
 fi

@@ -32,6 +32,8 @@ type Message struct {
 	ReasoningContent string
 	ToolCalls        []ToolCall
 	Name             string // optional; absent from the template's message when empty
+	// ToolCallID is, on a "tool" message, the id of the call it answers; absent when empty.
+	ToolCallID string
 }
 
 // ToolCall is one function call an assistant made, shown to the template in the OpenAI shape
@@ -156,6 +158,9 @@ func messagesValue(msgs []Message) []any {
 		}
 		if m.Name != "" {
 			d.Set("name", m.Name)
+		}
+		if m.ToolCallID != "" {
+			d.Set("tool_call_id", m.ToolCallID)
 		}
 		if len(m.ToolCalls) > 0 {
 			calls := make([]any, len(m.ToolCalls))

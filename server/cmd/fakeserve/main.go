@@ -25,7 +25,9 @@ func main() {
 	flag.Parse()
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	b := &fake.Backend{TokenDelay: *delay, ContextLength: *ctxLen}
+	// fake-tools has a template with tools and thinking, and follows the fake's script.
+	b := &fake.Backend{TokenDelay: *delay, ContextLength: *ctxLen,
+		Names: []string{"fake:latest", "fake-draft:latest", "fake-tools:latest"}}
 	srv := server.New(server.Config{Addr: *addr, Version: "0.0.0-fake"}, b, log)
 
 	ln, err := net.Listen("tcp", *addr)
