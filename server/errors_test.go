@@ -49,7 +49,7 @@ func TestBadRequests(t *testing.T) {
 		{"oai max_tokens 0", "/v1/chat/completions", `{"model":"fake","messages":[{"role":"user","content":"x"}],"max_tokens":0}`, 400, "at least 1", "max_tokens"},
 		{"oai max_completion_tokens", "/v1/chat/completions", `{"model":"fake","messages":[{"role":"user","content":"x"}],"max_completion_tokens":-5}`, 400, "at least 1", "max_completion_tokens"},
 		{"oai n", "/v1/chat/completions", `{"model":"fake","messages":[{"role":"user","content":"x"}],"n":2}`, 400, "n=1", "n"},
-		{"oai logprobs", "/v1/chat/completions", `{"model":"fake","messages":[{"role":"user","content":"x"}],"logprobs":true}`, 400, "not supported", "logprobs"},
+		{"oai top_logprobs", "/v1/chat/completions", `{"model":"fake","messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21}`, 400, "outside", "top_logprobs"},
 		{"oai tools", "/v1/chat/completions", `{"model":"fake","messages":[{"role":"user","content":"x"}],"tools":[{}]}`, 400, "not supported", "tools"},
 		{"oai json mode", "/v1/chat/completions", `{"model":"fake","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}}`, 400, "not supported", "response_format"},
 		{"oai stop list", "/v1/chat/completions", `{"model":"fake","messages":[{"role":"user","content":"x"}],"stop":["a","b","c","d","e"]}`, 400, "at most 4", "stop"},

@@ -29,6 +29,9 @@ type OllamaGenerateResponse struct {
 	// Context is, on the final object, the token ids of the prompt as the model saw it
 	// (template applied) and of every token generated, as ollama sends it.
 	Context []int `json:"context,omitempty"`
+	// Logprobs are the log probabilities of the tokens this line adds (on the final line of a
+	// stream: of those whose text never showed; without streaming: of all), when asked.
+	Logprobs []OllamaLogprob `json:"logprobs,omitempty"`
 	OllamaMetrics
 }
 
@@ -39,6 +42,8 @@ type OllamaChatResponse struct {
 	Message    OllamaMessage `json:"message"`
 	Done       bool          `json:"done"`
 	DoneReason string        `json:"done_reason,omitempty"`
+	// Logprobs as in OllamaGenerateResponse.
+	Logprobs []OllamaLogprob `json:"logprobs,omitempty"`
 	OllamaMetrics
 }
 
@@ -83,15 +88,15 @@ func (n *ndjson) line(v any) error {
 
 // ollamaRun executes j and writes pieces and the final line built by the callbacks.
 func (s *Server) ollamaRun(w http.ResponseWriter, r *http.Request, j *job,
-	pieceMsg func(text string) any, finalMsg func(full string, o *outcome) any) {
+	pieceMsg func(text string, lps []OllamaLogprob) any, finalMsg func(full string, lps []OllamaLogprob, o *outcome) any) {
 	nd := &ndjson{w: w}
 	var full strings.Builder
-	piece := func(text string) error {
+	piece := func(text string, lps []tokenLogprob) error {
 		if !j.Stream {
 			full.WriteString(text)
 			return nil
 		}
-		return nd.line(pieceMsg(text))
+		return nd.line(pieceMsg(text, ollamaLogprobs(lps)))
 	}
 	o, err := s.execute(r, j, piece)
 	if err != nil {
@@ -104,12 +109,11 @@ func (s *Server) ollamaRun(w http.ResponseWriter, r *http.Request, j *job,
 		writeOllamaError(w, re)
 		return
 	}
-	final := finalMsg(full.String(), o)
 	if !j.Stream {
-		writeJSON(w, http.StatusOK, final)
+		writeJSON(w, http.StatusOK, finalMsg(full.String(), ollamaLogprobs(o.Logprobs), o))
 		return
 	}
-	_ = nd.line(final)
+	_ = nd.line(finalMsg("", ollamaLogprobs(o.TailLogprobs), o))
 }
 
 func (s *Server) handleOllamaGenerate(w http.ResponseWriter, r *http.Request) {
@@ -118,12 +122,12 @@ func (s *Server) handleOllamaGenerate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.ollamaRun(w, r, j,
-		func(text string) any {
-			return OllamaGenerateResponse{Model: j.Model, CreatedAt: now(), Response: text}
+		func(text string, lps []OllamaLogprob) any {
+			return OllamaGenerateResponse{Model: j.Model, CreatedAt: now(), Response: text, Logprobs: lps}
 		},
-		func(full string, o *outcome) any {
+		func(full string, lps []OllamaLogprob, o *outcome) any {
 			return OllamaGenerateResponse{Model: j.Model, CreatedAt: now(), Response: full, Done: true,
-				DoneReason: o.DoneReason, Context: o.Context, OllamaMetrics: ollamaMetrics(o)}
+				DoneReason: o.DoneReason, Context: o.Context, Logprobs: lps, OllamaMetrics: ollamaMetrics(o)}
 		})
 }
 
@@ -133,14 +137,14 @@ func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.ollamaRun(w, r, j,
-		func(text string) any {
+		func(text string, lps []OllamaLogprob) any {
 			return OllamaChatResponse{Model: j.Model, CreatedAt: now(),
-				Message: OllamaMessage{Role: "assistant", Content: text}}
+				Message: OllamaMessage{Role: "assistant", Content: text}, Logprobs: lps}
 		},
-		func(full string, o *outcome) any {
+		func(full string, lps []OllamaLogprob, o *outcome) any {
 			return OllamaChatResponse{Model: j.Model, CreatedAt: now(),
 				Message: OllamaMessage{Role: "assistant", Content: full}, Done: true,
-				DoneReason: o.DoneReason, OllamaMetrics: ollamaMetrics(o)}
+				DoneReason: o.DoneReason, Logprobs: lps, OllamaMetrics: ollamaMetrics(o)}
 		})
 }
 

@@ -64,19 +64,19 @@ type OpenAIChatMessage struct {
 
 // OpenAIChatChoice is one choice of a chat completion or chunk.
 type OpenAIChatChoice struct {
-	Index        int                `json:"index"`
-	Message      *OpenAIChatMessage `json:"message,omitempty"`
-	Delta        *OpenAIChatMessage `json:"delta,omitempty"`
-	Logprobs     *struct{}          `json:"logprobs"`
-	FinishReason *string            `json:"finish_reason"`
+	Index        int                 `json:"index"`
+	Message      *OpenAIChatMessage  `json:"message,omitempty"`
+	Delta        *OpenAIChatMessage  `json:"delta,omitempty"`
+	Logprobs     *OpenAIChatLogprobs `json:"logprobs"`
+	FinishReason *string             `json:"finish_reason"`
 }
 
 // OpenAICompletionChoice is one choice of a text completion or chunk.
 type OpenAICompletionChoice struct {
-	Index        int       `json:"index"`
-	Text         string    `json:"text"`
-	Logprobs     *struct{} `json:"logprobs"`
-	FinishReason *string   `json:"finish_reason"`
+	Index        int                       `json:"index"`
+	Text         string                    `json:"text"`
+	Logprobs     *OpenAICompletionLogprobs `json:"logprobs"`
+	FinishReason *string                   `json:"finish_reason"`
 }
 
 // OpenAIResponse is a chat completion, text completion or chunk of either. Usage is a
@@ -140,20 +140,21 @@ func (s *sse) event(v any) error {
 	return http.NewResponseController(s.w).Flush()
 }
 
-// openAIRun executes j with OpenAI framing. chunk builds a streamed chunk from a text piece
-// (first marks the first one), which j.wrap frames; final builds the last chunk (stream) or the
-// whole response.
+// openAIRun executes j with OpenAI framing. chunk builds a streamed chunk from a text piece and
+// the log probabilities of its tokens (first marks the first one), which j.wrap frames; final
+// builds the last chunk (stream: with the log probabilities of tokens whose text never showed)
+// or the whole response (with all of them). Without logprobs asked lps is always nil.
 func (s *Server) openAIRun(w http.ResponseWriter, r *http.Request, j *openAIJob, base OpenAIResponse,
-	chunk func(text string, first bool) OpenAIResponse, final func(full string, o *outcome) OpenAIResponse) {
+	chunk func(text string, lps []tokenLogprob, first bool) OpenAIResponse, final func(full string, lps []tokenLogprob, o *outcome) OpenAIResponse) {
 	ev := &sse{w: w}
 	var full strings.Builder
 	first := true
-	piece := func(text string) error {
+	piece := func(text string, lps []tokenLogprob) error {
 		if !j.Stream {
 			full.WriteString(text)
 			return nil
 		}
-		c := j.wrap(chunk(text, first))
+		c := j.wrap(chunk(text, lps, first))
 		first = false
 		return ev.event(c)
 	}
@@ -167,7 +168,11 @@ func (s *Server) openAIRun(w http.ResponseWriter, r *http.Request, j *openAIJob,
 		writeOpenAIError(w, re)
 		return
 	}
-	resp := final(full.String(), o)
+	lps := o.Logprobs
+	if j.Stream {
+		lps = o.TailLogprobs
+	}
+	resp := final(full.String(), lps, o)
 	if !j.Stream {
 		resp.Usage = usage(o)
 		resp.Speculation = o.Res.Speculation
@@ -176,7 +181,7 @@ func (s *Server) openAIRun(w http.ResponseWriter, r *http.Request, j *openAIJob,
 	}
 	if first {
 		// Nothing was generated: still open the stream as OpenAI does, with the role.
-		if err := ev.event(chunk("", true)); err != nil {
+		if err := ev.event(chunk("", nil, true)); err != nil {
 			return
 		}
 	}
@@ -224,6 +229,22 @@ func (j *openAIJob) wrap(resp OpenAIResponse) any {
 	return resp
 }
 
+// chatLogprobs is a chat choice's logprobs object for lps: null unless the request asked.
+func (j *openAIJob) chatLogprobs(lps []tokenLogprob) *OpenAIChatLogprobs {
+	if !j.Opts.Logprobs {
+		return nil
+	}
+	return openAIChatLogprobs(lps)
+}
+
+// completionLogprobs is a text completion choice's logprobs object for lps: null unless asked.
+func (j *openAIJob) completionLogprobs(lps []tokenLogprob) *OpenAICompletionLogprobs {
+	if !j.Opts.Logprobs {
+		return nil
+	}
+	return openAICompletionLogprobs(lps)
+}
+
 func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
 	j, ok := parseBody(w, r, parseOpenAIChat, writeOpenAIError)
 	if !ok {
@@ -231,24 +252,28 @@ func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
 	}
 	base := openAIBase(j, "chatcmpl-", "chat.completion.chunk")
 	s.openAIRun(w, r, j, base,
-		func(text string, first bool) OpenAIResponse {
+		func(text string, lps []tokenLogprob, first bool) OpenAIResponse {
 			c := base
 			d := &OpenAIChatMessage{Content: &text}
 			if first {
 				d.Role = "assistant"
 			}
-			c.Choices = []OpenAIChatChoice{{Delta: d}}
+			c.Choices = []OpenAIChatChoice{{Delta: d, Logprobs: j.chatLogprobs(lps)}}
 			return c
 		},
-		func(full string, o *outcome) OpenAIResponse {
+		func(full string, lps []tokenLogprob, o *outcome) OpenAIResponse {
 			resp := base
 			if !j.Stream {
 				resp.Object = "chat.completion"
 				resp.Choices = []OpenAIChatChoice{{Message: &OpenAIChatMessage{Role: "assistant", Content: &full},
-					FinishReason: finishReason(o)}}
+					Logprobs: j.chatLogprobs(lps), FinishReason: finishReason(o)}}
 				return resp
 			}
-			resp.Choices = []OpenAIChatChoice{{Delta: &OpenAIChatMessage{}, FinishReason: finishReason(o)}}
+			var l *OpenAIChatLogprobs
+			if len(lps) > 0 {
+				l = j.chatLogprobs(lps)
+			}
+			resp.Choices = []OpenAIChatChoice{{Delta: &OpenAIChatMessage{}, Logprobs: l, FinishReason: finishReason(o)}}
 			return resp
 		})
 }
@@ -260,17 +285,21 @@ func (s *Server) handleOpenAICompletion(w http.ResponseWriter, r *http.Request) 
 	}
 	base := openAIBase(j, "cmpl-", "text_completion")
 	s.openAIRun(w, r, j, base,
-		func(text string, first bool) OpenAIResponse {
+		func(text string, lps []tokenLogprob, first bool) OpenAIResponse {
 			c := base
-			c.Choices = []OpenAICompletionChoice{{Text: text}}
+			c.Choices = []OpenAICompletionChoice{{Text: text, Logprobs: j.completionLogprobs(lps)}}
 			return c
 		},
-		func(full string, o *outcome) OpenAIResponse {
+		func(full string, lps []tokenLogprob, o *outcome) OpenAIResponse {
 			resp := base
+			var l *OpenAICompletionLogprobs
+			if !j.Stream || len(lps) > 0 {
+				l = j.completionLogprobs(lps)
+			}
 			if j.Stream {
 				full = ""
 			}
-			resp.Choices = []OpenAICompletionChoice{{Text: full, FinishReason: finishReason(o)}}
+			resp.Choices = []OpenAICompletionChoice{{Text: full, Logprobs: l, FinishReason: finishReason(o)}}
 			return resp
 		})
 }

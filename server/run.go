@@ -21,13 +21,19 @@ type outcome struct {
 	Total        time.Duration
 	DoneReason   string // "stop", "length", "load" or "unload"
 	Context      []int  // prompt ids then generated ids: ollama's "context"
+	// Logprobs holds every generated token's log probability when the job asked
+	// (job.Opts.Logprobs); TailLogprobs those of tokens whose text was never passed to a piece
+	// (held back, then cut by a stop string), for the stream's last message.
+	Logprobs     []tokenLogprob
+	TailLogprobs []tokenLogprob
 }
 
 // execute runs j for request r: it waits for a slot, leases the model, builds and checks the
 // prompt and generates, passing each piece of text to piece (the model applies the stop
-// strings, so no stop string ever reaches piece). An error returned before piece was first
-// called can still become an HTTP status.
-func (s *Server) execute(r *http.Request, j *job, piece func(string) error) (*outcome, error) {
+// strings, so no stop string ever reaches piece) with the log probabilities, when asked, of the
+// tokens generated since the last piece. An error returned before piece was first called can
+// still become an HTTP status.
+func (s *Server) execute(r *http.Request, j *job, piece func(text string, lps []tokenLogprob) error) (*outcome, error) {
 	start := time.Now()
 	ri := info(r)
 	ri.model = j.Model
@@ -137,16 +143,25 @@ func (s *Server) execute(r *http.Request, j *job, piece func(string) error) (*ou
 	}
 
 	out.Context = ids[:len(ids):len(ids)]
-	res, err := m.Generate(ctx, GenRequest{Prompt: ids, MaxTokens: maxTokens, Options: j.Opts.Sample, Seeded: j.Opts.Seeded, Stop: j.Opts.Stop},
+	shown, pending := 0, 0 // bytes of text passed to piece; index of the first logprob not passed
+	res, err := m.Generate(ctx, GenRequest{Prompt: ids, MaxTokens: maxTokens, Options: j.Opts.Sample, Seeded: j.Opts.Seeded, Stop: j.Opts.Stop,
+		Logprobs: j.Opts.Logprobs, TopLogprobs: j.Opts.TopLogprobs},
 		func(t Token) error {
 			if t.ID >= 0 { // -1: a flushed tail of text, no token of its own
 				out.Context = append(out.Context, t.ID)
 			}
+			if j.Opts.Logprobs && t.Logprob != nil {
+				out.Logprobs = append(out.Logprobs, tokenLogprob{Logprob: *t.Logprob, Offset: shown})
+			}
 			if t.Text == "" {
 				return nil
 			}
-			return piece(t.Text)
+			shown += len(t.Text)
+			lps := out.Logprobs[pending:]
+			pending = len(out.Logprobs)
+			return piece(t.Text, lps)
 		})
+	out.TailLogprobs = out.Logprobs[pending:]
 	if res.PromptTokens == 0 {
 		res.PromptTokens = len(ids)
 	}

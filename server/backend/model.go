@@ -135,13 +135,18 @@ func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(s
 	rr := runner.Request{
 		Prompt: req.Prompt, Options: req.Options, Seeded: req.Seeded, MaxTokens: req.MaxTokens,
 		Stop: m.e.Stop, StopStrings: req.Stop, Text: stream,
+		Logprobs: req.Logprobs, TopLogprobs: req.TopLogprobs,
 	}
 	if m.session != nil {
 		rr.Session, rr.Depth = m.session, m.draft.Drafter.Depth()
 	}
 	var emitErr error
 	st, err := runner.Generate(ctx, m.seq, rr, func(t runner.Token) error {
-		emitErr = emit(server.Token{ID: t.ID, Text: t.Text})
+		tok := server.Token{ID: t.ID, Text: t.Text}
+		if req.Logprobs && t.ID >= 0 {
+			tok.Logprob = m.logprob(t)
+		}
+		emitErr = emit(tok)
 		return emitErr
 	})
 	m.last = st
@@ -151,6 +156,22 @@ func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(s
 		m.reset()
 	}
 	return result(st, len(req.Prompt), m.session != nil), err
+}
+
+// logprob is t's log probabilities with each token's own bytes as its text (TokenBytes: a
+// special token shows its name, a byte token its one byte), as ollama decodes a single id.
+func (m *Model) logprob(t runner.Token) *server.Logprob {
+	text := func(id int) string {
+		if m.e.Tok == nil {
+			return ""
+		}
+		return string(m.e.Tok.TokenBytes(id))
+	}
+	lp := &server.Logprob{TokenLogprob: server.TokenLogprob{Token: text(t.ID), Logprob: t.Logprob}}
+	for _, a := range t.Top {
+		lp.Top = append(lp.Top, server.TokenLogprob{Token: text(a.ID), Logprob: a.Logprob})
+	}
+	return lp
 }
 
 // result maps the runner's statistics. prompt_eval_count is the prompt's whole length, reused

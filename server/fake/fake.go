@@ -269,7 +269,11 @@ func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(s
 			s.Accepted++
 		}
 		text, hit := stops.Text(w)
-		if err = emit(server.Token{ID: 100 + i%len(Words), Text: text}); err != nil {
+		tok := server.Token{ID: 100 + i%len(Words), Text: text}
+		if req.Logprobs {
+			tok.Logprob = Logprob(i, req.TopLogprobs)
+		}
+		if err = emit(tok); err != nil {
 			return res, err
 		}
 		if hit {
@@ -279,6 +283,18 @@ func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(s
 	}
 	res.DoneReason = "stop"
 	return res, nil
+}
+
+// Logprob is what the fake reports for the i-th generated token with top alternatives: the
+// token Words[i%len(Words)] with log probability -(i%len(Words)+1)/8, and as alternatives the
+// token itself (the fake is "greedy") then the Words after it, each 1 lower.
+func Logprob(i, top int) *server.Logprob {
+	k := i % len(Words)
+	lp := &server.Logprob{TokenLogprob: server.TokenLogprob{Token: Words[k], Logprob: -float64(k+1) / 8}}
+	for a := range top {
+		lp.Top = append(lp.Top, server.TokenLogprob{Token: Words[(k+a)%len(Words)], Logprob: lp.Logprob - float64(a)})
+	}
+	return lp
 }
 
 // Close implements server.Model.
