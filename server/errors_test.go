@@ -61,7 +61,7 @@ func TestBadRequests(t *testing.T) {
 		{"oai completion two prompts", "/v1/completions", `{"model":"fake","prompt":["a","b"]}`, 400, "one prompt", "prompt"},
 		{"oai completion echo", "/v1/completions", `{"model":"fake","prompt":"a","echo":true}`, 400, "not supported", "echo"},
 		{"oai too large", "/v1/completions", big, 413, "larger than", ""},
-		{"oai unknown path", "/v1/embeddings", `{}`, 404, "no such endpoint", ""},
+		{"oai unknown path", "/v1/images/generations", `{}`, 404, "no such endpoint", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 
 	"github.com/dflash/dflash/engine"
 	"github.com/dflash/dflash/model/transformer"
@@ -30,7 +31,8 @@ type Model struct {
 	e      *engine.Engine
 	tmpl   engine.Template // the model's, ChatML or the plain fallback (engine.Description)
 	ctxLen int
-	draft  *engine.Draft // nil: plain decoding
+	draft  *engine.Draft  // nil: plain decoding
+	pool   runner.Pooling // how embeddings pool (engine.Description.Pooling)
 
 	turn    chan struct{} // holds one token while a generation runs
 	seq     *runner.Sequence
@@ -45,7 +47,7 @@ func open(d *engine.Description, info server.ModelInfo, ctxCap int) (*Model, err
 	if err != nil {
 		return nil, err
 	}
-	m := &Model{e: e, info: info, tmpl: d.Template, ctxLen: contextLength(d, ctxCap), turn: make(chan struct{}, 1)}
+	m := &Model{e: e, info: info, tmpl: d.Template, ctxLen: contextLength(d, ctxCap), turn: make(chan struct{}, 1), pool: d.Pooling}
 	if len(d.Drafts) > 0 {
 		dr, err := e.OpenDraft(d.Drafts[0])
 		if err != nil {
@@ -192,6 +194,29 @@ func result(st runner.Stats, prompt int, drafted bool) server.GenResult {
 		r.Speculation = &server.SpecStats{Tau: st.Tau(), Drafted: st.Drafted, Accepted: st.Accepted, Rounds: st.Rounds}
 	}
 	return r
+}
+
+// Embed implements server.Embedder: runner.Embed with the model's pooling, on a cache of its own
+// (the sequence's rows, kept for the next generation's prefix, are untouched). It takes the
+// generation turn, since both use the target's one workspace.
+func (m *Model) Embed(ctx context.Context, tokens []int) ([]float32, error) {
+	select {
+	case m.turn <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-m.turn }()
+	if m.closed {
+		return nil, errors.New("backend: embed on a closed model")
+	}
+	vocab := m.e.Target.Config().Vocab
+	for i, t := range tokens {
+		if t < 0 || t >= vocab {
+			return nil, &server.RequestError{Status: http.StatusBadRequest, Param: "input",
+				Msg: fmt.Sprintf("token %d of the input is %d, outside the vocabulary of %d", i, t, vocab)}
+		}
+	}
+	return runner.Embed(ctx, m.e.Target, tokens, m.pool, 0)
 }
 
 // LastStats are the runner's statistics of the latest generation (Reused shows prefix reuse).

@@ -297,6 +297,40 @@ func Logprob(i, top int) *server.Logprob {
 	return lp
 }
 
+// EmbeddingDims is the length of the fake's embeddings.
+const EmbeddingDims = 8
+
+// Embed implements server.Embedder with a mean over the tokens of a fixed vector per id (see
+// TokenVector): like a real model's mean pooling, an input's vector does not depend on the
+// others of its batch. Ids of 1000 and above are refused as outside its vocabulary.
+func (m *Model) Embed(ctx context.Context, tokens []int) ([]float32, error) {
+	if m.closed.Load() {
+		return nil, errors.New("fake: embed on a closed model")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]float32, EmbeddingDims)
+	for i, t := range tokens {
+		if t < 0 || t >= 1000 {
+			return nil, &server.RequestError{Status: 400, Param: "input", Msg: fmt.Sprintf("token %d of the input is %d, outside the fake's vocabulary of 1000", i, t)}
+		}
+		for j, v := range TokenVector(t) {
+			out[j] += v / float32(len(tokens))
+		}
+	}
+	return out, nil
+}
+
+// TokenVector is the fake's state for token id: small integers that differ across ids and dims.
+func TokenVector(id int) []float32 {
+	v := make([]float32, EmbeddingDims)
+	for j := range v {
+		v[j] = float32((id+1)*(j+3)%11) - 5
+	}
+	return v
+}
+
 // Close implements server.Model.
 func (m *Model) Close() error {
 	if m.closed.Swap(true) {
