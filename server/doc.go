@@ -21,6 +21,12 @@
 // Streamed, each chunk carries the tokens whose text it shows; tokens whose text never shows
 // (held back, then cut by a stop string) come on the last chunk.
 //
+// Embeddings (/api/embed, /api/embeddings, /v1/embeddings) go through an optional Embedder on the
+// Model: the server tokenizes, truncates (ollama's /api/embed keeps the first tokens that fit;
+// OpenAI's refuses), normalizes to unit length as ollama's /api/embed and OpenAI do (not the older
+// /api/embeddings) and cuts to dimensions; the model pools its rows. An embedding takes a
+// scheduler slot like a generation.
+//
 // Scheduling: at most Config.Parallel generations run at once; later requests wait in FIFO
 // order. A full queue answers 503 with Retry-After; a request that cannot start within
 // Config.QueueTimeout answers 503 with Retry-After. A client that disconnects cancels its

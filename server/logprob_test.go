@@ -219,3 +219,33 @@ func TestLogprobsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestLogprobsAcrossAStopString: tokens whose text is held back and then cut by a stop string
+// still get their logprobs, on the stream's last line, so a stream and a whole answer list the
+// same tokens: every token generated, as eval_count counts them.
+func TestLogprobsAcrossAStopString(t *testing.T) {
+	_, url := startServer(t, server.Config{}, &fake.Backend{})
+	// " lazy" is held back (it may begin " lazy dog") and then cut with it.
+	body := `{"model":"fake:latest","prompt":"x","raw":true,"logprobs":true,"options":{"stop":[" lazy dog"]}`
+	r := post(t, url+"/api/generate", body+`,"stream":false}`)
+	var whole struct {
+		Response  string `json:"response"`
+		EvalCount int    `json:"eval_count"`
+		Logprobs  []lp   `json:"logprobs"`
+	}
+	decodeInto(t, r.body, &whole)
+	if whole.Response != "The quick brown fox jumps over the" || len(whole.Logprobs) != whole.EvalCount {
+		t.Fatalf("whole answer %q with %d logprobs for %d tokens", whole.Response, len(whole.Logprobs), whole.EvalCount)
+	}
+	r = post(t, url+"/api/generate", body+`}`)
+	lines := ndjsonLines(t, r.body)
+	var streamed []any
+	for _, l := range lines {
+		if v, ok := l["logprobs"].([]any); ok {
+			streamed = append(streamed, v...)
+		}
+	}
+	if len(streamed) != whole.EvalCount || lines[len(lines)-1]["logprobs"] == nil {
+		t.Errorf("stream carried %d logprobs for %d tokens (last line %v), want all, the held-back ones last", len(streamed), whole.EvalCount, lines[len(lines)-1])
+	}
+}
