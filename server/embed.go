@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"time"
 )
 
@@ -20,6 +21,11 @@ import (
 // is a *RequestError.
 type Embedder interface {
 	Embed(ctx context.Context, tokens []int) ([]float32, error)
+	// EmbedSuffix is what the model's tokenizer appends to a text it embeds (tokenizer.BPE's
+	// Suffix: Qwen3-Embedding's end-of-text, where its last-token pooling reads), nil for most.
+	// The server appends it to every input (unless it ends so already) and keeps it through
+	// truncation.
+	EmbedSuffix() []int
 }
 
 // embedJob is a validated embedding request, API-neutral. Inputs are texts to tokenize, or token
@@ -92,6 +98,7 @@ func (s *Server) embed(r *http.Request, j *embedJob) (*embedOutcome, error) {
 			Msg: fmt.Sprintf("model %q does not support embeddings", mi.Name)}
 	}
 	ctxLen := m.ContextLength()
+	suffix := em.EmbedSuffix()
 	for i := range j.inputs() {
 		param := fmt.Sprintf("%s[%d]", j.Param, i)
 		var ids []int
@@ -109,14 +116,19 @@ func (s *Server) embed(r *http.Request, j *embedJob) (*embedOutcome, error) {
 				return nil, &RequestError{Status: http.StatusBadRequest, Param: param, Msg: fmt.Sprintf("tokenize %s: %v", param, err)}
 			}
 		}
+		if len(suffix) > 0 && !slices.Equal(ids[max(0, len(ids)-len(suffix)):], suffix) {
+			ids = append(ids[:len(ids):len(ids)], suffix...)
+		}
 		if len(ids) > ctxLen {
-			if !j.Truncate {
+			if !j.Truncate || ctxLen <= len(suffix) {
 				return nil, &RequestError{Status: http.StatusBadRequest, Param: param, Code: "context_length_exceeded",
 					Msg: fmt.Sprintf("input is %d tokens but the context is %d", len(ids), ctxLen)}
 			}
-			// ollama keeps the input's first tokens: an embedding is of the text's start.
+			// ollama keeps the input's first tokens: an embedding is of the text's start. The
+			// suffix stays last, where the model reads it.
 			s.log.Warn("truncating embedding input", "path", r.URL.Path, "model", mi.Name, "limit", ctxLen, "input", len(ids))
-			ids = ids[:ctxLen]
+			keep := ctxLen - len(suffix)
+			ids = append(ids[:keep:keep], suffix...)
 		}
 		v, err := em.Embed(ctx, ids)
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dflash/dflash/server"
 	"github.com/dflash/dflash/server/fake"
 )
 
@@ -221,4 +222,48 @@ func TestOpenAIEmbeddings(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestEmbedSuffix: a model whose tokenizer ends embedded texts with a special token (the fake
+// told so) gets it after every input, counted in the usage, kept last through truncation, and not
+// doubled on token ids that end with it already.
+func TestEmbedSuffix(t *testing.T) {
+	const eot = 999
+	_, url := startServer(t, server.Config{}, &fake.Backend{EmbedSuffix: []int{eot}})
+	mean := func(ids ...int) []float32 {
+		v := make([]float32, fake.EmbeddingDims)
+		for _, id := range ids {
+			for j, x := range fake.TokenVector(id) {
+				v[j] += x / float32(len(ids))
+			}
+		}
+		n := float32(l2(v))
+		for j := range v {
+			v[j] /= n
+		}
+		return v
+	}
+	// "Once upon" is BOS (1), 6, 6 and then the suffix.
+	e := embedOK(t, url, `{"model":"fake:latest","input":"Once upon"}`)
+	if e.PromptEvalCount != 4 || !near(e.Embeddings[0], mean(1, 6, 6, eot), 1e-6) {
+		t.Errorf("with the suffix: %d tokens, %v; want 4 and the mean of 1 6 6 %d", e.PromptEvalCount, e.Embeddings[0], eot)
+	}
+	r := post(t, url+"/v1/embeddings", fmt.Sprintf(`{"model":"fake:latest","input":[[1,6,6,%d]]}`, eot))
+	if u := decode[struct {
+		Usage struct {
+			PromptTokens int `json:"prompt_tokens"`
+		} `json:"usage"`
+	}](t, r.body); r.status != 200 || u.Usage.PromptTokens != 4 {
+		t.Errorf("token ids ending with the suffix: %d %s, want 4 tokens (not doubled)", r.status, r.body)
+	}
+	// 100 words: the context of 64 keeps BOS, 62 words and the suffix.
+	long := strings.Repeat("ab ", 100)
+	ids := []int{1}
+	for range 62 {
+		ids = append(ids, 4)
+	}
+	e = embedOK(t, url, fmt.Sprintf(`{"model":"fake:latest","input":%q}`, long))
+	if e.PromptEvalCount != 64 || !near(e.Embeddings[0], mean(append(ids, eot)...), 1e-6) {
+		t.Errorf("truncated with the suffix: %d tokens, %v", e.PromptEvalCount, e.Embeddings[0])
+	}
 }

@@ -219,6 +219,18 @@ func (m *Model) Embed(ctx context.Context, tokens []int) ([]float32, error) {
 	return runner.Embed(ctx, m.e.Target, tokens, m.pool, 0)
 }
 
+// EmbedSuffix implements server.Embedder: the tokenizer's post-processor suffix (tokenizer.BPE's
+// Suffix), which sentence-transformers' tokenizer call appends to every text.
+func (m *Model) EmbedSuffix() []int {
+	if m.e == nil { // closed
+		return nil
+	}
+	if s, ok := m.e.Tok.(interface{ Suffix() []int }); ok {
+		return s.Suffix()
+	}
+	return nil
+}
+
 // LastStats are the runner's statistics of the latest generation (Reused shows prefix reuse).
 // Tests and diagnostics only; it is not synchronised with a running generation.
 func (m *Model) LastStats() runner.Stats { return m.last }

@@ -44,6 +44,9 @@ type Backend struct {
 	Unavailable map[string]string
 	// FailAfter > 0 makes Generate fail after emitting that many tokens (a mid-stream error).
 	FailAfter int
+	// EmbedSuffix is what the models' EmbedSuffix reports (nil: none), as a tokenizer that ends
+	// every embedded text with an end-of-text token.
+	EmbedSuffix []int
 	// Length > 0 makes a generation Length tokens long, cycling through Words, instead of
 	// len(Words): a long stream can fill a socket buffer that one pass of Words cannot.
 	Length int
@@ -321,6 +324,9 @@ func (m *Model) Embed(ctx context.Context, tokens []int) ([]float32, error) {
 	}
 	return out, nil
 }
+
+// EmbedSuffix implements server.Embedder with Backend.EmbedSuffix.
+func (m *Model) EmbedSuffix() []int { return m.b.EmbedSuffix }
 
 // TokenVector is the fake's state for token id: small integers that differ across ids and dims.
 func TokenVector(id int) []float32 {
