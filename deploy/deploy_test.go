@@ -146,6 +146,9 @@ func TestManifestsMatchTheServer(t *testing.T) {
 	if p, err := strconv.Atoi(str(get(ann, "prometheus.io/port"))); err != nil || p != portNum {
 		t.Errorf("prometheus.io/port %q, want %d", str(get(ann, "prometheus.io/port")), portNum)
 	}
+	if sel := get(dep.v, "spec", "selector", "matchLabels"); !equalMaps(sel, get(pod, "metadata", "labels")) {
+		t.Errorf("Deployment selector %v does not match its pods' labels %v", sel, get(pod, "metadata", "labels"))
+	}
 	svc := only(t, docs, "Service")
 	for _, p := range list(get(svc.v, "spec", "ports")) {
 		samePort("Service targetPort", get(p, "targetPort"))

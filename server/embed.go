@@ -38,6 +38,7 @@ type embedJob struct {
 	// Truncate cuts an input longer than the context to its first tokens (ollama's /api/embed
 	// unless "truncate": false); otherwise it is refused (400).
 	Truncate   bool
+	NumCtx     int  // > 0: ollama's options.num_ctx, a context below the model's
 	Dimensions int  // > 0: keep the first Dimensions values, renormalized
 	Normalize  bool // scale to unit L2 norm (/api/embed, /v1/embeddings; not /api/embeddings)
 	Param      string
@@ -97,7 +98,7 @@ func (s *Server) embed(r *http.Request, j *embedJob) (*embedOutcome, error) {
 		return nil, &RequestError{Status: http.StatusBadRequest, Param: "model",
 			Msg: fmt.Sprintf("model %q does not support embeddings", mi.Name)}
 	}
-	ctxLen := m.ContextLength()
+	ctxLen, _ := contextOf(m.ContextLength(), m.Info().ModelContext, j.NumCtx)
 	suffix := em.EmbedSuffix()
 	for i := range j.inputs() {
 		param := fmt.Sprintf("%s[%d]", j.Param, i)
@@ -230,6 +231,13 @@ func parseOllamaEmbed(body []byte) (*embedJob, *RequestError) {
 	if j.KeepAlive, err = keepAlive(r.KeepAlive); err != nil {
 		return nil, err
 	}
+	// Options are checked as for a generation; of them only num_ctx applies (the context an
+	// input is truncated to), as in ollama.
+	o, err := parseOllamaOptions(r.Options)
+	if err != nil {
+		return nil, err
+	}
+	j.NumCtx = o.NumCtx
 	if !present(r.Input) {
 		return j, nil
 	}

@@ -93,6 +93,10 @@ func TestOllamaEmbed(t *testing.T) {
 				t.Errorf("truncation kept %d tokens, or not the first ones", cut.PromptEvalCount)
 			}
 		}
+		// options.num_ctx narrows the context inputs are cut to.
+		if n := embedOK(t, url, fmt.Sprintf(`{"model":%q,"input":%q,"options":{"num_ctx":16}}`, bc.model, long)); n.PromptEvalCount != 16 {
+			t.Errorf("num_ctx 16 kept %d tokens", n.PromptEvalCount)
+		}
 		r := post(t, url+"/api/embed", fmt.Sprintf(`{"model":%q,"input":%q,"truncate":false}`, bc.model, long))
 		if r.status != 400 || !strings.Contains(string(r.body), "context") {
 			t.Errorf("over-long input with truncate false: %d %s", r.status, r.body)
