@@ -195,6 +195,10 @@ func TestOpenAIEmbeddings(t *testing.T) {
 			t.Errorf("token-id embedding norm %v", l2(ids.Data[0].Embedding))
 		}
 
+		short := ok(`"Once upon a time","dimensions":3`)
+		if v := short.Data[0].Embedding; len(v) != 3 || math.Abs(l2(v)-1) > 1e-5 {
+			t.Errorf("dimensions 3: %v", v)
+		}
 		r := post(t, url+"/v1/embeddings", fmt.Sprintf(`{"model":%q,"input":"Once upon a time","encoding_format":"base64"}`, bc.model))
 		b64 := decode[struct {
 			Data []struct{ Embedding string } `json:"data"`
