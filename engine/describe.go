@@ -16,6 +16,7 @@ import (
 	"github.com/dflash/dflash/model/dflash2"
 	"github.com/dflash/dflash/model/qwen35"
 	"github.com/dflash/dflash/model/transformer"
+	"github.com/dflash/dflash/runner"
 	"github.com/dflash/dflash/tokenizer"
 )
 
@@ -73,6 +74,9 @@ type Description struct {
 	Drafts []DraftInfo
 	// TextOnly says the folder has a vision tower that is not loaded: say TextOnlyNotice.
 	TextOnly bool
+	// Pooling is how embeddings pool the rows' final-normed states: what a sentence-transformers
+	// folder's modules.json names (readPooling), else the mean.
+	Pooling runner.Pooling
 
 	hf     *hf.Config     // config.json as parsed, for the loader (nil unless a folder)
 	seed   uint64         // synthetic weights' seed
@@ -176,6 +180,9 @@ func (d *Description) readFolder() (*hf.TokenizerConfig, error) {
 	}
 	d.hf, d.Format, d.Family, d.DType = hc, FormatSafetensors, hc.ModelType, dtypeLabel(hc.TorchDtype)
 	d.Size = weightBytes(d.Path)
+	if d.Pooling, err = readPooling(d.Path); err != nil {
+		return nil, err
+	}
 	if d.Generation, err = hf.LoadGenerationConfig(d.Path); err != nil {
 		return nil, err
 	}

@@ -46,6 +46,10 @@ type Request struct {
 	// Taps lists 0-based decoder layers whose output (after the residual add, before the final
 	// norm; Hugging Face hidden_states[id+1]) is returned for every row.
 	Taps []int
+	// Hidden asks for every row's last hidden state after the final norm (what the output head
+	// reads; Hugging Face's last_hidden_state), for embeddings. A target that does not implement
+	// it returns no Hidden, which callers must check.
+	Hidden bool
 }
 
 // Result holds what a forward computed. Its slices belong to the model's workspace and stay
@@ -53,6 +57,7 @@ type Request struct {
 type Result struct {
 	Logits []float32   // rows-with-logits x Vocab (1 row for LogitsLast)
 	Taps   [][]float32 // one per Request.Taps entry, len(Tokens) x Hidden
+	Hidden []float32   // len(Tokens) x Hidden when Request.Hidden, else nil
 }
 
 // Target is a causal language model the runner decodes with.

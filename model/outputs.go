@@ -12,6 +12,7 @@ import (
 type Outputs struct {
 	logits []float32
 	taps   [][]float32
+	hidden []float32
 	// TapIdx holds, per decoder layer, the index into Request.Taps of that layer's tap, or -1.
 	TapIdx []int
 }
@@ -74,6 +75,12 @@ func (o *Outputs) Prepare(r Request, vocab, hidden int) (Result, error) {
 			o.taps[i] = o.taps[i][:n*hidden]
 		}
 		res.Taps = o.taps[:len(r.Taps)]
+	}
+	if r.Hidden {
+		if cap(o.hidden) < n*hidden {
+			o.hidden = make([]float32, n*hidden)
+		}
+		res.Hidden = o.hidden[:n*hidden]
 	}
 	return res, nil
 }

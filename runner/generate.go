@@ -64,6 +64,13 @@ type Request struct {
 	// Text, when set, turns emitted tokens into the text each Token shows (a tokenizer.Stream,
 	// primed by the caller with whatever precedes the output).
 	Text Detokenizer
+	// Logprobs asks for each emitted token's log probability under the target (Token.Logprob)
+	// and its TopLogprobs most likely alternatives (Token.Top, at most sample.MaxTopLogprobs):
+	// sample.Logprobs of the logits row that decided the token. With a drafter that row is the
+	// verification forward's, which a row's independence from the forward's other rows makes
+	// bitwise the row plain decoding computes: the values do not depend on speculation.
+	Logprobs    bool
+	TopLogprobs int
 
 	// Session, when set, makes decoding speculative; nil decodes plainly. The caller opened it
 	// (Drafter.Open) and closes it: Generate restores it to the prompt's shared prefix at the
@@ -93,6 +100,10 @@ type Request struct {
 type Token struct {
 	ID   int
 	Text string
+	// Logprob and Top are set when Request.Logprobs asks (Top only with TopLogprobs > 0); a
+	// held-back piece (ID -1) has neither. Top is the caller's to keep.
+	Logprob float64
+	Top     []sample.Alt
 }
 
 // Detokenizer turns ids into text as they come; tokenizer.Stream is one.
@@ -493,6 +504,12 @@ func (g *generation) decode(ctx context.Context) error {
 			g.all = append(g.all, t)
 			st.DecodeTokens++
 			piece := Token{ID: t}
+			if g.req.Logprobs {
+				// Row i of the forward decided emitted[i]: the accepted drafts' rows, then the
+				// row of the correction or bonus token (a plain step's only row).
+				row := g.res.Logits[i*g.vocab : (i+1)*g.vocab]
+				piece.Logprob, piece.Top = sample.Logprobs(row, t, g.req.TopLogprobs, nil)
+			}
 			hit := false
 			if g.req.Text != nil {
 				piece.Text, hit = g.stops.Text(g.req.Text.Add(t))

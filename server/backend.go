@@ -117,12 +117,35 @@ type GenRequest struct {
 	// may begin one is held back until it cannot (package runner/stop does all of this). The
 	// backend applies them together with its own end-of-sequence tokens.
 	Stop []string
+	// Logprobs asks for every generated token's Token.Logprob, with TopLogprobs (0..20) most
+	// likely alternatives each.
+	Logprobs    bool
+	TopLogprobs int
 }
 
 // Token is one generated token.
 type Token struct {
 	ID   int
 	Text string
+	// Logprob is set on every generated token (not on a held-back piece, ID -1) when
+	// GenRequest.Logprobs asks.
+	Logprob *Logprob
+}
+
+// Logprob is a generated token's log probability under the model and the most likely tokens at
+// its position. dflash reports the model's own distribution: the log-softmax at temperature 1 of
+// the raw logits, before penalties, temperature and the top-k/top-p/min-p filters, as ollama
+// does; with speculation, the target's (never the draft's), from the verification forward.
+type Logprob struct {
+	TokenLogprob
+	Top []TokenLogprob // most likely first; len is GenRequest.TopLogprobs
+}
+
+// TokenLogprob is one token's text (its bytes, which may be part of a UTF-8 character) and log
+// probability.
+type TokenLogprob struct {
+	Token   string
+	Logprob float64
 }
 
 // GenResult reports what a generation did. Durations are wall time.

@@ -85,6 +85,9 @@ type genOptions struct {
 	NumPredict int // tokens to generate; < 0 means until the context is full
 	NumCtx     int // 0: the model's context length
 	Stop       []string
+	// Logprobs asks for the generated tokens' log probabilities, with TopLogprobs alternatives.
+	Logprobs    bool
+	TopLogprobs int
 }
 
 // ollamaDefaults are ollama's documented option defaults.
@@ -119,6 +122,9 @@ type OllamaGenerateRequest struct {
 	Options   map[string]json.RawMessage `json:"options"`
 	Think     json.RawMessage            `json:"think"`
 	Truncate  *bool                      `json:"truncate"`
+	// Logprobs and TopLogprobs (0..20) ask for the generated tokens' log probabilities.
+	Logprobs    bool `json:"logprobs"`
+	TopLogprobs *int `json:"top_logprobs"`
 }
 
 // OllamaMessage is one message of POST /api/chat, and of its answer.
@@ -145,6 +151,9 @@ type OllamaChatRequest struct {
 	Template  string                     `json:"template"`
 	Think     json.RawMessage            `json:"think"`
 	Truncate  *bool                      `json:"truncate"`
+	// Logprobs and TopLogprobs as in OllamaGenerateRequest.
+	Logprobs    bool `json:"logprobs"`
+	TopLogprobs *int `json:"top_logprobs"`
 }
 
 // job is a validated generation request, API-neutral.
@@ -187,6 +196,9 @@ func parseOllamaGenerate(body []byte) (*job, *RequestError) {
 	if err := commonOllama(j, r.Model, r.Format, r.Think, r.KeepAlive, r.Options, r.Template); err != nil {
 		return nil, err
 	}
+	if err := setLogprobs(&j.Opts, r.Logprobs, r.TopLogprobs, "top_logprobs"); err != nil {
+		return nil, err
+	}
 	switch {
 	case len(r.Images) > 0:
 		return nil, unsupported("images", "dflash serves text-only models")
@@ -217,6 +229,9 @@ func parseOllamaChat(body []byte) (*job, *RequestError) {
 	if err := commonOllama(j, r.Model, r.Format, r.Think, r.KeepAlive, r.Options, r.Template); err != nil {
 		return nil, err
 	}
+	if err := setLogprobs(&j.Opts, r.Logprobs, r.TopLogprobs, "top_logprobs"); err != nil {
+		return nil, err
+	}
 	tools, err := parseTools(r.Tools)
 	if err != nil {
 		return nil, err
@@ -238,6 +253,20 @@ func parseOllamaChat(body []byte) (*job, *RequestError) {
 			ToolCalls: calls, ToolName: m.ToolName, ToolCallID: m.ToolCallID})
 	}
 	return j, nil
+}
+
+// setLogprobs records a request for log probabilities with top alternatives (0..20, named param
+// in errors). top without on is accepted and ignored, as ollama and OpenAI's own docs say it only
+// applies when logprobs is asked.
+func setLogprobs(o *genOptions, on bool, top *int, param string) *RequestError {
+	if top != nil && (*top < 0 || *top > sample.MaxTopLogprobs) {
+		return badField(param, "%d is outside [0, %d]", *top, sample.MaxTopLogprobs)
+	}
+	o.Logprobs = on
+	if on && top != nil {
+		o.TopLogprobs = *top
+	}
+	return nil
 }
 
 func checkRole(param, role string) *RequestError {
@@ -596,9 +625,14 @@ func parseOpenAIChat(body []byte) (*openAIJob, *RequestError) {
 	if err != nil {
 		return nil, err
 	}
+	if r.TopLogprobs != nil && (r.Logprobs == nil || !*r.Logprobs) {
+		// OpenAI refuses it so: top_logprobs needs logprobs.
+		return nil, badField("top_logprobs", "needs \"logprobs\": true")
+	}
+	if err := setLogprobs(&j.Opts, r.Logprobs != nil && *r.Logprobs, r.TopLogprobs, "top_logprobs"); err != nil {
+		return nil, err
+	}
 	switch {
-	case r.Logprobs != nil && *r.Logprobs, r.TopLogprobs != nil:
-		return nil, unsupported("logprobs", "log probabilities are not implemented")
 	case present(r.Functions) && !bytes.Equal(bytes.TrimSpace(r.Functions), []byte("[]")):
 		return nil, unsupported("functions", "function calling is not implemented")
 	}
@@ -697,9 +731,12 @@ func parseOpenAICompletion(body []byte) (*openAIJob, *RequestError) {
 	if err != nil {
 		return nil, err
 	}
+	// logprobs N asks for the chosen token's and N alternatives' log probabilities (null or
+	// absent: none).
+	if err := setLogprobs(&j.Opts, r.Logprobs != nil, r.Logprobs, "logprobs"); err != nil {
+		return nil, err
+	}
 	switch {
-	case r.Logprobs != nil:
-		return nil, unsupported("logprobs", "log probabilities are not implemented")
 	case r.Echo:
 		return nil, unsupported("echo", "echoing the prompt is not implemented")
 	case r.BestOf != nil && *r.BestOf != 1:

@@ -10,9 +10,22 @@
 //   - ollama: format (json or schema), images, tools, suffix, think=true and context are
 //     rejected; template is ignored (the model's own template is used) and logged; unknown
 //     options (num_thread, num_gpu, mirostat, ...) are ignored.
-//   - OpenAI: n other than 1, logprobs/top_logprobs, tools/functions, response_format other
-//     than "text", logit_bias, echo, best_of > 1, suffix and non-text content parts are
-//     rejected.
+//   - OpenAI: n other than 1, tools/functions, response_format other than "text", logit_bias,
+//     echo, best_of > 1, suffix and non-text content parts are rejected.
+//
+// Log probabilities (ollama's logprobs/top_logprobs, OpenAI's chat logprobs/top_logprobs and
+// completions' logprobs N, 0..20 alternatives) are the model's own distribution: log-softmax at
+// temperature 1 of the raw logits, before penalties, temperature and the top-k/top-p/min-p
+// filters (ollama's choice, and what OpenAI documents as the token's likelihood). With a draft
+// they are the target's, from the verification forward's rows, bitwise what plain decoding gives.
+// Streamed, each chunk carries the tokens whose text it shows; tokens whose text never shows
+// (held back, then cut by a stop string) come on the last chunk.
+//
+// Embeddings (/api/embed, /api/embeddings, /v1/embeddings) go through an optional Embedder on the
+// Model: the server tokenizes, truncates (ollama's /api/embed keeps the first tokens that fit;
+// OpenAI's refuses), normalizes to unit length as ollama's /api/embed and OpenAI do (not the older
+// /api/embeddings) and cuts to dimensions; the model pools its rows. An embedding takes a
+// scheduler slot like a generation.
 //
 // Scheduling: at most Config.Parallel generations run at once; later requests wait in FIFO
 // order. A full queue answers 503 with Retry-After; a request that cannot start within

@@ -55,7 +55,7 @@ func TestBadRequests(t *testing.T) {
 		{"oai max_tokens 0", "/v1/chat/completions", `{"model":"fake","messages":[{"role":"user","content":"x"}],"max_tokens":0}`, 400, "at least 1", "max_tokens"},
 		{"oai max_completion_tokens", "/v1/chat/completions", `{"model":"fake","messages":[{"role":"user","content":"x"}],"max_completion_tokens":-5}`, 400, "at least 1", "max_completion_tokens"},
 		{"oai n", "/v1/chat/completions", `{"model":"fake","messages":[{"role":"user","content":"x"}],"n":2}`, 400, "n=1", "n"},
-		{"oai logprobs", "/v1/chat/completions", `{"model":"fake","messages":[{"role":"user","content":"x"}],"logprobs":true}`, 400, "not supported", "logprobs"},
+		{"oai top_logprobs", "/v1/chat/completions", `{"model":"fake","messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21}`, 400, "outside", "top_logprobs"},
 		{"oai tools", "/v1/chat/completions", `{"model":"fake","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}]}`, 400, "does not support tools", "tools"},
 		{"oai tool without name", "/v1/chat/completions", `{"model":"fake-tools","messages":[{"role":"user","content":"x"}],"tools":[{}]}`, 400, "function name", "tools[0].function.name"},
 		{"oai tool_choice unknown", "/v1/chat/completions", `{"model":"fake-tools","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}}`, 400, `"g" is not among the tools`, "tool_choice"},
@@ -74,7 +74,7 @@ func TestBadRequests(t *testing.T) {
 		{"oai completion two prompts", "/v1/completions", `{"model":"fake","prompt":["a","b"]}`, 400, "one prompt", "prompt"},
 		{"oai completion echo", "/v1/completions", `{"model":"fake","prompt":"a","echo":true}`, 400, "not supported", "echo"},
 		{"oai too large", "/v1/completions", big, 413, "larger than", ""},
-		{"oai unknown path", "/v1/embeddings", `{}`, 404, "no such endpoint", ""},
+		{"oai unknown path", "/v1/images/generations", `{}`, 404, "no such endpoint", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

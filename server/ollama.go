@@ -31,6 +31,9 @@ type OllamaGenerateResponse struct {
 	// Context is, on the final object, the token ids of the prompt as the model saw it
 	// (template applied) and of every token generated, as ollama sends it.
 	Context []int `json:"context,omitempty"`
+	// Logprobs are the log probabilities of the tokens this line adds (on the final line of a
+	// stream: of those whose text never showed; without streaming: of all), when asked.
+	Logprobs []OllamaLogprob `json:"logprobs,omitempty"`
 	OllamaMetrics
 }
 
@@ -41,6 +44,8 @@ type OllamaChatResponse struct {
 	Message    OllamaMessage `json:"message"`
 	Done       bool          `json:"done"`
 	DoneReason string        `json:"done_reason,omitempty"`
+	// Logprobs as in OllamaGenerateResponse.
+	Logprobs []OllamaLogprob `json:"logprobs,omitempty"`
 	OllamaMetrics
 }
 
@@ -87,16 +92,16 @@ func (n *ndjson) line(v any) error {
 // one line per part (thinking pieces come first, as the model writes them; a tool call is a line
 // of its own), else one object gathering them.
 func (s *Server) ollamaRun(w http.ResponseWriter, r *http.Request, j *job,
-	pieceMsg func(p reply.Part, calls int) any, finalMsg func(g *gathered, o *outcome) any) {
+	pieceMsg func(p reply.Part, calls int, lps []OllamaLogprob) any, finalMsg func(g *gathered, lps []OllamaLogprob, o *outcome) any) {
 	nd := &ndjson{w: w}
 	var g gathered
 	calls := 0
-	piece := func(p reply.Part) error {
+	piece := func(p reply.Part, lps []tokenLogprob) error {
 		if !j.Stream {
 			g.add(p)
 			return nil
 		}
-		line := pieceMsg(p, calls)
+		line := pieceMsg(p, calls, ollamaLogprobs(lps))
 		if p.Kind == reply.ToolCall {
 			calls++
 		}
@@ -113,12 +118,11 @@ func (s *Server) ollamaRun(w http.ResponseWriter, r *http.Request, j *job,
 		writeOllamaError(w, re)
 		return
 	}
-	final := finalMsg(&g, o)
 	if !j.Stream {
-		writeJSON(w, http.StatusOK, final)
+		writeJSON(w, http.StatusOK, finalMsg(&g, ollamaLogprobs(o.Logprobs), o))
 		return
 	}
-	_ = nd.line(final)
+	_ = nd.line(finalMsg(&gathered{}, ollamaLogprobs(o.TailLogprobs), o))
 }
 
 func (s *Server) handleOllamaGenerate(w http.ResponseWriter, r *http.Request) {
@@ -127,8 +131,8 @@ func (s *Server) handleOllamaGenerate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.ollamaRun(w, r, j,
-		func(p reply.Part, _ int) any {
-			resp := OllamaGenerateResponse{Model: j.Model, CreatedAt: now()}
+		func(p reply.Part, _ int, lps []OllamaLogprob) any {
+			resp := OllamaGenerateResponse{Model: j.Model, CreatedAt: now(), Logprobs: lps}
 			if p.Kind == reply.Thinking {
 				resp.Thinking = p.Text
 			} else {
@@ -136,10 +140,10 @@ func (s *Server) handleOllamaGenerate(w http.ResponseWriter, r *http.Request) {
 			}
 			return resp
 		},
-		func(g *gathered, o *outcome) any {
+		func(g *gathered, lps []OllamaLogprob, o *outcome) any {
 			return OllamaGenerateResponse{Model: j.Model, CreatedAt: now(), Response: g.content.String(),
 				Thinking: g.thinking.String(), Done: true,
-				DoneReason: o.DoneReason, Context: o.Context, OllamaMetrics: ollamaMetrics(o)}
+				DoneReason: o.DoneReason, Context: o.Context, Logprobs: lps, OllamaMetrics: ollamaMetrics(o)}
 		})
 }
 
@@ -149,7 +153,7 @@ func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.ollamaRun(w, r, j,
-		func(p reply.Part, calls int) any {
+		func(p reply.Part, calls int, lps []OllamaLogprob) any {
 			msg := OllamaMessage{Role: "assistant"}
 			switch p.Kind {
 			case reply.Content:
@@ -159,15 +163,15 @@ func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {
 			case reply.ToolCall:
 				msg.ToolCalls = []OllamaToolCall{ollamaCall(p.Call, calls)}
 			}
-			return OllamaChatResponse{Model: j.Model, CreatedAt: now(), Message: msg}
+			return OllamaChatResponse{Model: j.Model, CreatedAt: now(), Message: msg, Logprobs: lps}
 		},
-		func(g *gathered, o *outcome) any {
+		func(g *gathered, lps []OllamaLogprob, o *outcome) any {
 			msg := OllamaMessage{Role: "assistant", Content: g.content.String(), Thinking: g.thinking.String()}
 			for i, c := range g.calls {
 				msg.ToolCalls = append(msg.ToolCalls, ollamaCall(c, i))
 			}
 			return OllamaChatResponse{Model: j.Model, CreatedAt: now(), Message: msg, Done: true,
-				DoneReason: o.DoneReason, OllamaMetrics: ollamaMetrics(o)}
+				DoneReason: o.DoneReason, Logprobs: lps, OllamaMetrics: ollamaMetrics(o)}
 		})
 }
 

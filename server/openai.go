@@ -69,19 +69,19 @@ type OpenAIChatMessage struct {
 
 // OpenAIChatChoice is one choice of a chat completion or chunk.
 type OpenAIChatChoice struct {
-	Index        int                `json:"index"`
-	Message      *OpenAIChatMessage `json:"message,omitempty"`
-	Delta        *OpenAIChatMessage `json:"delta,omitempty"`
-	Logprobs     *struct{}          `json:"logprobs"`
-	FinishReason *string            `json:"finish_reason"`
+	Index        int                 `json:"index"`
+	Message      *OpenAIChatMessage  `json:"message,omitempty"`
+	Delta        *OpenAIChatMessage  `json:"delta,omitempty"`
+	Logprobs     *OpenAIChatLogprobs `json:"logprobs"`
+	FinishReason *string             `json:"finish_reason"`
 }
 
 // OpenAICompletionChoice is one choice of a text completion or chunk.
 type OpenAICompletionChoice struct {
-	Index        int       `json:"index"`
-	Text         string    `json:"text"`
-	Logprobs     *struct{} `json:"logprobs"`
-	FinishReason *string   `json:"finish_reason"`
+	Index        int                       `json:"index"`
+	Text         string                    `json:"text"`
+	Logprobs     *OpenAICompletionLogprobs `json:"logprobs"`
+	FinishReason *string                   `json:"finish_reason"`
 }
 
 // OpenAIResponse is a chat completion, text completion or chunk of either. Usage is a
@@ -146,20 +146,22 @@ func (s *sse) event(v any) error {
 }
 
 // openAIRun executes j with OpenAI framing. chunks builds the streamed chunks of a reply part
-// (first marks the first part, calls counts the tool calls before it), which j.wrap frames;
-// final builds the last chunk (stream) or the whole response from the gathered parts.
+// and the log probabilities of the tokens that released it (first marks the first part, calls
+// counts the tool calls before it), which j.wrap frames; final builds the last chunk (stream:
+// with the log probabilities of tokens whose text never showed) or the whole response from the
+// gathered parts (with all of them). Without logprobs asked lps is always nil.
 func (s *Server) openAIRun(w http.ResponseWriter, r *http.Request, j *openAIJob, base OpenAIResponse,
-	chunks func(p reply.Part, first bool, calls int) []OpenAIResponse, final func(g *gathered, o *outcome) OpenAIResponse) {
+	chunks func(p reply.Part, lps []tokenLogprob, first bool, calls int) []OpenAIResponse, final func(g *gathered, lps []tokenLogprob, o *outcome) OpenAIResponse) {
 	ev := &sse{w: w}
 	var g gathered
 	first := true
 	calls := 0
-	piece := func(p reply.Part) error {
+	piece := func(p reply.Part, lps []tokenLogprob) error {
 		if !j.Stream {
 			g.add(p)
 			return nil
 		}
-		cs := chunks(p, first, calls)
+		cs := chunks(p, lps, first, calls)
 		first = false
 		if p.Kind == reply.ToolCall {
 			calls++
@@ -181,7 +183,11 @@ func (s *Server) openAIRun(w http.ResponseWriter, r *http.Request, j *openAIJob,
 		writeOpenAIError(w, re)
 		return
 	}
-	resp := final(&g, o)
+	lps := o.Logprobs
+	if j.Stream {
+		lps = o.TailLogprobs
+	}
+	resp := final(&g, lps, o)
 	if !j.Stream {
 		resp.Usage = usage(o)
 		resp.Speculation = o.Res.Speculation
@@ -190,7 +196,7 @@ func (s *Server) openAIRun(w http.ResponseWriter, r *http.Request, j *openAIJob,
 	}
 	if first {
 		// Nothing was generated: still open the stream as OpenAI does, with the role.
-		if err := ev.event(j.wrap(chunks(reply.Part{Kind: reply.Content}, true, 0)[0])); err != nil {
+		if err := ev.event(j.wrap(chunks(reply.Part{Kind: reply.Content}, nil, true, 0)[0])); err != nil {
 			return
 		}
 	}
@@ -242,6 +248,22 @@ func (j *openAIJob) wrap(resp OpenAIResponse) any {
 	return resp
 }
 
+// chatLogprobs is a chat choice's logprobs object for lps: null unless the request asked.
+func (j *openAIJob) chatLogprobs(lps []tokenLogprob) *OpenAIChatLogprobs {
+	if !j.Opts.Logprobs {
+		return nil
+	}
+	return openAIChatLogprobs(lps)
+}
+
+// completionLogprobs is a text completion choice's logprobs object for lps: null unless asked.
+func (j *openAIJob) completionLogprobs(lps []tokenLogprob) *OpenAICompletionLogprobs {
+	if !j.Opts.Logprobs {
+		return nil
+	}
+	return openAICompletionLogprobs(lps)
+}
+
 func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
 	j, ok := parseBody(w, r, parseOpenAIChat, writeOpenAIError)
 	if !ok {
@@ -249,16 +271,17 @@ func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
 	}
 	base := openAIBase(j, "chatcmpl-", "chat.completion.chunk")
 	s.openAIRun(w, r, j, base,
-		func(p reply.Part, first bool, calls int) []OpenAIResponse {
-			delta := func(d *OpenAIChatMessage) OpenAIResponse {
+		func(p reply.Part, lps []tokenLogprob, first bool, calls int) []OpenAIResponse {
+			delta := func(d *OpenAIChatMessage, l *OpenAIChatLogprobs) OpenAIResponse {
 				c := base
-				c.Choices = []OpenAIChatChoice{{Delta: d}}
+				c.Choices = []OpenAIChatChoice{{Delta: d, Logprobs: l}}
 				return c
 			}
 			d := &OpenAIChatMessage{}
 			if first {
 				d.Role = "assistant"
 			}
+			l := j.chatLogprobs(lps)
 			switch p.Kind {
 			case reply.Content:
 				d.Content = &p.Text
@@ -272,11 +295,11 @@ func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
 					Function: OpenAIToolFunction{Name: p.Call.Name}}}
 				args := &OpenAIChatMessage{ToolCalls: []OpenAIToolCall{{Index: &calls,
 					Function: OpenAIToolFunction{Arguments: string(p.Call.Arguments)}}}}
-				return []OpenAIResponse{delta(d), delta(args)}
+				return []OpenAIResponse{delta(d, l), delta(args, nil)}
 			}
-			return []OpenAIResponse{delta(d)}
+			return []OpenAIResponse{delta(d, l)}
 		},
-		func(g *gathered, o *outcome) OpenAIResponse {
+		func(g *gathered, lps []tokenLogprob, o *outcome) OpenAIResponse {
 			resp := base
 			if !j.Stream {
 				resp.Object = "chat.completion"
@@ -291,10 +314,14 @@ func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
 					msg.ToolCalls = append(msg.ToolCalls, OpenAIToolCall{ID: callID(), Type: "function",
 						Function: OpenAIToolFunction{Name: c.Name, Arguments: string(c.Arguments)}})
 				}
-				resp.Choices = []OpenAIChatChoice{{Message: msg, FinishReason: finishReason(o)}}
+				resp.Choices = []OpenAIChatChoice{{Message: msg, Logprobs: j.chatLogprobs(lps), FinishReason: finishReason(o)}}
 				return resp
 			}
-			resp.Choices = []OpenAIChatChoice{{Delta: &OpenAIChatMessage{}, FinishReason: finishReason(o)}}
+			var l *OpenAIChatLogprobs
+			if len(lps) > 0 {
+				l = j.chatLogprobs(lps)
+			}
+			resp.Choices = []OpenAIChatChoice{{Delta: &OpenAIChatMessage{}, Logprobs: l, FinishReason: finishReason(o)}}
 			return resp
 		})
 }
@@ -306,18 +333,22 @@ func (s *Server) handleOpenAICompletion(w http.ResponseWriter, r *http.Request) 
 	}
 	base := openAIBase(j, "cmpl-", "text_completion")
 	s.openAIRun(w, r, j, base,
-		func(p reply.Part, _ bool, _ int) []OpenAIResponse {
+		func(p reply.Part, lps []tokenLogprob, _ bool, _ int) []OpenAIResponse {
 			c := base
-			c.Choices = []OpenAICompletionChoice{{Text: p.Text}} // a raw prompt: text parts only
+			c.Choices = []OpenAICompletionChoice{{Text: p.Text, Logprobs: j.completionLogprobs(lps)}} // a raw prompt: text parts only
 			return []OpenAIResponse{c}
 		},
-		func(g *gathered, o *outcome) OpenAIResponse {
+		func(g *gathered, lps []tokenLogprob, o *outcome) OpenAIResponse {
 			resp := base
 			full := g.content.String()
+			var l *OpenAICompletionLogprobs
+			if !j.Stream || len(lps) > 0 {
+				l = j.completionLogprobs(lps)
+			}
 			if j.Stream {
 				full = ""
 			}
-			resp.Choices = []OpenAICompletionChoice{{Text: full, FinishReason: finishReason(o)}}
+			resp.Choices = []OpenAICompletionChoice{{Text: full, Logprobs: l, FinishReason: finishReason(o)}}
 			return resp
 		})
 }

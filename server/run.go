@@ -24,14 +24,21 @@ type outcome struct {
 	DoneReason   string // "stop", "length", "load" or "unload"
 	Context      []int  // prompt ids then generated ids: ollama's "context"
 	Calls        int    // tool calls parsed from the output
+	// Logprobs holds every generated token's log probability when the job asked
+	// (job.Opts.Logprobs); TailLogprobs those of tokens whose text was never passed to emit
+	// (held back, then cut by a stop string), for the stream's last message.
+	Logprobs     []tokenLogprob
+	TailLogprobs []tokenLogprob
 }
 
 // execute runs j for request r: it waits for a slot, leases the model, builds and checks the
 // prompt and generates, passing each part of the reply to emit: text pieces, split into thinking
 // and answer and with tool calls parsed out when the request and the model's template call for
-// it (package reply; the model applies the stop strings, so no stop string ever reaches emit).
-// An error returned before emit was first called can still become an HTTP status.
-func (s *Server) execute(r *http.Request, j *job, emit func(reply.Part) error) (*outcome, error) {
+// it (package reply; the model applies the stop strings, so no stop string ever reaches emit),
+// with the log probabilities, when asked, of the tokens generated since the last part (all on
+// the first part a token's text released). An error returned before emit was first called can
+// still become an HTTP status.
+func (s *Server) execute(r *http.Request, j *job, emit func(p reply.Part, lps []tokenLogprob) error) (*outcome, error) {
 	start := time.Now()
 	ri := info(r)
 	ri.model = j.Model
@@ -146,22 +153,30 @@ func (s *Server) execute(r *http.Request, j *job, emit func(reply.Part) error) (
 
 	out.Context = ids[:len(ids):len(ids)]
 	parser := reply.New(replyConfig(j, capabilitiesOf(mi), text))
+	shown, pending := 0, 0 // bytes of text generated; index of the first logprob not passed
 	emitAll := func(parts []reply.Part) error {
 		for _, p := range parts {
-			if err := emit(p); err != nil {
+			lps := out.Logprobs[pending:]
+			pending = len(out.Logprobs)
+			if err := emit(p, lps); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	res, err := m.Generate(ctx, GenRequest{Prompt: ids, MaxTokens: maxTokens, Options: j.Opts.Sample, Seeded: j.Opts.Seeded, Stop: j.Opts.Stop},
+	res, err := m.Generate(ctx, GenRequest{Prompt: ids, MaxTokens: maxTokens, Options: j.Opts.Sample, Seeded: j.Opts.Seeded, Stop: j.Opts.Stop,
+		Logprobs: j.Opts.Logprobs, TopLogprobs: j.Opts.TopLogprobs},
 		func(t Token) error {
 			if t.ID >= 0 { // -1: a flushed tail of text, no token of its own
 				out.Context = append(out.Context, t.ID)
 			}
+			if j.Opts.Logprobs && t.Logprob != nil {
+				out.Logprobs = append(out.Logprobs, tokenLogprob{Logprob: *t.Logprob, Offset: shown})
+			}
 			if t.Text == "" {
 				return nil
 			}
+			shown += len(t.Text)
 			return emitAll(parser.Add(t.Text))
 		})
 	if res.PromptTokens == 0 {
@@ -175,6 +190,7 @@ func (s *Server) execute(r *http.Request, j *job, emit func(reply.Part) error) (
 	if err != nil {
 		return nil, err
 	}
+	out.TailLogprobs = out.Logprobs[pending:]
 	if res.DoneReason == "" {
 		res.DoneReason = "stop"
 	}

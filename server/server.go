@@ -315,11 +315,14 @@ func (s *Server) routes() http.Handler {
 	handle("POST /api/show", s.handleShow)
 	handle("GET /api/ps", s.handlePS)
 	handle("POST /api/pull", s.handlePull)
+	handle("POST /api/embed", s.handleOllamaEmbed)
+	handle("POST /api/embeddings", s.handleOllamaEmbeddings)
 	handle("GET /api/version", s.handleVersion)
 	handle("HEAD /api/version", s.handleVersion)
 
 	handle("POST /v1/chat/completions", s.handleOpenAIChat)
 	handle("POST /v1/completions", s.handleOpenAICompletion)
+	handle("POST /v1/embeddings", s.handleOpenAIEmbeddings)
 	handle("GET /v1/models", s.handleOpenAIModels)
 	handle("GET /v1/models/{model...}", s.handleOpenAIModel)
 

@@ -42,7 +42,8 @@ type BPE struct {
 	bos      int
 	eos      []int
 	addBOS   bool
-	maxToken int // the longest token's raw bytes (added tokens: content), at least 1
+	suffix   []int // special tokens the post-processor appends to a single text (Suffix)
+	maxToken int   // the longest token's raw bytes (added tokens: content), at least 1
 
 	mu    sync.Mutex
 	cache map[string][]int
@@ -93,6 +94,9 @@ type hfComponent struct {
 		SpecialToken *struct {
 			ID string `json:"id"`
 		} `json:"SpecialToken"`
+		Sequence *struct {
+			ID string `json:"id"`
+		} `json:"Sequence"`
 	} `json:"single"`
 }
 
@@ -377,6 +381,7 @@ func regexp2QuoteMeta(s string) string {
 // Specials. Qwen3 has no BOS and ends on <|im_end|> (config) or <|endoftext|>.
 func (t *BPE) readSpecials(f *hfFile, sp Specials) {
 	templateBOS := ""
+	var templateSuffix []string
 	var walk func(raw json.RawMessage)
 	walk = func(raw json.RawMessage) {
 		var c hfComponent
@@ -386,6 +391,16 @@ func (t *BPE) readSpecials(f *hfFile, sp Specials) {
 		if c.Type == "TemplateProcessing" && len(c.Single) > 0 && c.Single[0].SpecialToken != nil {
 			templateBOS = c.Single[0].SpecialToken.ID
 		}
+		if c.Type == "TemplateProcessing" {
+			// The special tokens after the text ($A): Qwen3-Embedding's <|endoftext|>.
+			templateSuffix = nil
+			for i := len(c.Single) - 1; i >= 0 && c.Single[i].SpecialToken != nil && c.Single[i].Sequence == nil; i-- {
+				templateSuffix = append([]string{c.Single[i].SpecialToken.ID}, templateSuffix...)
+			}
+			if len(templateSuffix) == len(c.Single) {
+				templateSuffix = nil // no $A at all: not a template around a text
+			}
+		}
 		for _, p := range c.Processors {
 			walk(p)
 		}
@@ -393,6 +408,12 @@ func (t *BPE) readSpecials(f *hfFile, sp Specials) {
 	walk(f.PostProcessor)
 	if id, ok := t.added[templateBOS]; ok {
 		t.bos, t.addBOS = id, true
+	}
+	t.suffix = nil
+	for _, s := range templateSuffix {
+		if id, ok := t.added[s]; ok {
+			t.suffix = append(t.suffix, id)
+		}
 	}
 	if sp.BOSToken != "" {
 		if id, ok := t.TokenID(sp.BOSToken); ok {
@@ -639,6 +660,13 @@ func (t *BPE) EOS() []int { return append([]int(nil), t.eos...) }
 
 // AddBOS implements Tokenizer.
 func (t *BPE) AddBOS() bool { return t.addBOS }
+
+// Suffix is the special tokens tokenizer.json's post-processor appends after a single text (a
+// TemplateProcessing "single" that ends with special tokens: Qwen3-Embedding's <|endoftext|>),
+// nil for most models. Encode leaves them out: a generation prompt must not end with an
+// end-of-text. Embeddings add them, as sentence-transformers' tokenizer call does, since a model
+// pooled at its last token was trained to read the embedding there.
+func (t *BPE) Suffix() []int { return slices.Clone(t.suffix) }
 
 // byteLevelDecoder inverts GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for
 // themselves, the other 68 bytes for U+0100 onwards in byte order.

@@ -277,6 +277,9 @@ func TestBPESpecialsFromConfig(t *testing.T) {
 	if tk.BOS() != 5 || !tk.AddBOS() {
 		t.Errorf("BOS %d AddBOS %v, want 5 true", tk.BOS(), tk.AddBOS())
 	}
+	if s := tk.(*BPE).Suffix(); s != nil {
+		t.Errorf("Suffix %v of a template that ends with the text, want none", s)
+	}
 	// eot (config), eom (generation_config), then end_of_text (a known terminator).
 	if eos := tk.EOS(); !slices.Equal(eos, []int{7, 8, 6}) {
 		t.Errorf("EOS %v, want [7 8 6]", eos)
@@ -288,5 +291,33 @@ func TestBPESpecialsFromConfig(t *testing.T) {
 	}
 	if got := tk.Encode("abbb"); !slices.Equal(got, []int{2, 4}) {
 		t.Errorf("Encode(abbb) = %v, want [2 4]", got)
+	}
+}
+
+// TestBPETemplateSuffix: a post-processor template that appends a special token after the text
+// (Qwen3-Embedding's "$A <|endoftext|>") gives it as Suffix, and Encode still leaves it out.
+func TestBPETemplateSuffix(t *testing.T) {
+	dir := t.TempDir()
+	tj := `{"model":{"type":"BPE","vocab":{"a":0,"b":1,"ab":2},"merges":["a b"]},
+	  "pre_tokenizer":{"type":"ByteLevel","add_prefix_space":false,"use_regex":false},
+	  "post_processor":{"type":"TemplateProcessing","single":[{"Sequence":{"id":"A","type_id":0}},{"SpecialToken":{"id":"<|endoftext|>","type_id":0}}],
+	    "pair":[],"special_tokens":{}},
+	  "decoder":{"type":"ByteLevel"},
+	  "added_tokens":[{"id":3,"content":"<|endoftext|>","special":true}]}`
+	if err := os.WriteFile(dir+"/tokenizer.json", []byte(tj), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tk, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := tk.(*BPE).Suffix(); !slices.Equal(s, []int{3}) {
+		t.Errorf("Suffix %v, want [3]", s)
+	}
+	if got := tk.Encode("ab"); !slices.Equal(got, []int{2}) {
+		t.Errorf("Encode(ab) = %v, want [2] (no suffix)", got)
+	}
+	if tk.AddBOS() {
+		t.Error("a template that starts with the text adds no BOS")
 	}
 }

@@ -236,13 +236,13 @@ func (m *Model) Forward(c cache.Cache, r model.Request) (model.Result, error) {
 		}
 		f := &m.fwd
 		f.h, f.kv, f.tokens, f.pos, f.taps, f.tapRow = h, kv, r.Tokens[start:start+rows], pos+start, res.Taps, start
-		f.logits, f.logitLo, f.logitHi = dst, lo, hi
+		f.logits, f.logitLo, f.logitHi, f.hidden = dst, lo, hi, res.Hidden
 		f.snapRow, f.snapEnd = -1, 0
 		if record {
 			f.snapRow, f.snapEnd = start, n-1
 		}
 		m.phases.Run(m.partScores, rows)
-		f.h, f.kv, f.tokens, f.taps, f.logits = nil, nn.KV{}, nil, nil, nil
+		f.h, f.kv, f.tokens, f.taps, f.logits, f.hidden = nil, nn.KV{}, nil, nil, nil, nil
 	}
 	if err := kv.Advance(n); err != nil {
 		return model.Result{}, fmt.Errorf("qwen35: %w", err) // unreachable: Room was checked
@@ -267,6 +267,7 @@ type forward struct {
 	tapRow           int
 	logits           []float32
 	logitLo, logitHi int
+	hidden           []float32 // Request.Hidden: every row's normed state, from row tapRow
 	snapRow, snapEnd int
 
 	li, parts       int // the linear layer Join is in, and its parts
@@ -539,6 +540,11 @@ func (f *forward) Close(p *nn.Part, li int) {
 func (f *forward) Head(p *nn.Part) {
 	m := f.m
 	h := m.cfg.Hidden
+	if f.hidden != nil {
+		// The same norm the head's rows get below, over every row: the bits of a row's
+		// embedding state are those its logits are computed from.
+		nn.RMSNormRows(f.hidden[(f.tapRow+p.Lo)*h:], p.X, m.norm, p.Rows, h, m.cfg.RMSEps)
+	}
 	a, b := max(p.Lo, f.logitLo), min(p.Hi, f.logitHi)
 	if a >= b {
 		return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 
 	"github.com/dflash/dflash/engine"
 	"github.com/dflash/dflash/model/transformer"
@@ -30,7 +31,8 @@ type Model struct {
 	e      *engine.Engine
 	tmpl   engine.Template // the model's, ChatML or the plain fallback (engine.Description)
 	ctxLen int
-	draft  *engine.Draft // nil: plain decoding
+	draft  *engine.Draft  // nil: plain decoding
+	pool   runner.Pooling // how embeddings pool (engine.Description.Pooling)
 
 	turn    chan struct{} // holds one token while a generation runs
 	seq     *runner.Sequence
@@ -45,7 +47,7 @@ func open(d *engine.Description, info server.ModelInfo, ctxCap int) (*Model, err
 	if err != nil {
 		return nil, err
 	}
-	m := &Model{e: e, info: info, tmpl: d.Template, ctxLen: contextLength(d, ctxCap), turn: make(chan struct{}, 1)}
+	m := &Model{e: e, info: info, tmpl: d.Template, ctxLen: contextLength(d, ctxCap), turn: make(chan struct{}, 1), pool: d.Pooling}
 	if len(d.Drafts) > 0 {
 		dr, err := e.OpenDraft(d.Drafts[0])
 		if err != nil {
@@ -151,13 +153,18 @@ func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(s
 	rr := runner.Request{
 		Prompt: req.Prompt, Options: req.Options, Seeded: req.Seeded, MaxTokens: req.MaxTokens,
 		Stop: m.e.Stop, StopStrings: req.Stop, Text: stream,
+		Logprobs: req.Logprobs, TopLogprobs: req.TopLogprobs,
 	}
 	if m.session != nil {
 		rr.Session, rr.Depth = m.session, m.draft.Drafter.Depth()
 	}
 	var emitErr error
 	st, err := runner.Generate(ctx, m.seq, rr, func(t runner.Token) error {
-		emitErr = emit(server.Token{ID: t.ID, Text: t.Text})
+		tok := server.Token{ID: t.ID, Text: t.Text}
+		if req.Logprobs && t.ID >= 0 {
+			tok.Logprob = m.logprob(t)
+		}
+		emitErr = emit(tok)
 		return emitErr
 	})
 	m.last = st
@@ -167,6 +174,22 @@ func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(s
 		m.reset()
 	}
 	return result(st, len(req.Prompt), m.session != nil), err
+}
+
+// logprob is t's log probabilities with each token's own bytes as its text (TokenBytes: a
+// special token shows its name, a byte token its one byte), as ollama decodes a single id.
+func (m *Model) logprob(t runner.Token) *server.Logprob {
+	text := func(id int) string {
+		if m.e.Tok == nil {
+			return ""
+		}
+		return string(m.e.Tok.TokenBytes(id))
+	}
+	lp := &server.Logprob{TokenLogprob: server.TokenLogprob{Token: text(t.ID), Logprob: t.Logprob}}
+	for _, a := range t.Top {
+		lp.Top = append(lp.Top, server.TokenLogprob{Token: text(a.ID), Logprob: a.Logprob})
+	}
+	return lp
 }
 
 // result maps the runner's statistics. prompt_eval_count is the prompt's whole length, reused
@@ -187,6 +210,41 @@ func result(st runner.Stats, prompt int, drafted bool) server.GenResult {
 		r.Speculation = &server.SpecStats{Tau: st.Tau(), Drafted: st.Drafted, Accepted: st.Accepted, Rounds: st.Rounds}
 	}
 	return r
+}
+
+// Embed implements server.Embedder: runner.Embed with the model's pooling, on a cache of its own
+// (the sequence's rows, kept for the next generation's prefix, are untouched). It takes the
+// generation turn, since both use the target's one workspace.
+func (m *Model) Embed(ctx context.Context, tokens []int) ([]float32, error) {
+	select {
+	case m.turn <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-m.turn }()
+	if m.closed {
+		return nil, errors.New("backend: embed on a closed model")
+	}
+	vocab := m.e.Target.Config().Vocab
+	for i, t := range tokens {
+		if t < 0 || t >= vocab {
+			return nil, &server.RequestError{Status: http.StatusBadRequest, Param: "input",
+				Msg: fmt.Sprintf("token %d of the input is %d, outside the vocabulary of %d", i, t, vocab)}
+		}
+	}
+	return runner.Embed(ctx, m.e.Target, tokens, m.pool, 0)
+}
+
+// EmbedSuffix implements server.Embedder: the tokenizer's post-processor suffix (tokenizer.BPE's
+// Suffix), which sentence-transformers' tokenizer call appends to every text.
+func (m *Model) EmbedSuffix() []int {
+	if m.e == nil { // closed
+		return nil
+	}
+	if s, ok := m.e.Tok.(interface{ Suffix() []int }); ok {
+		return s.Suffix()
+	}
+	return nil
 }
 
 // LastStats are the runner's statistics of the latest generation (Reused shows prefix reuse).

@@ -158,16 +158,28 @@ func TestOllamaClientPackage(t *testing.T) {
 				t.Errorf("Show: details %+v name no family", show.Details)
 			}
 
+			// With logprobs (v0.24.0's Logprobs and TopLogprobs): the client decodes one entry
+			// per generated token, each with the alternatives asked for.
 			var reply strings.Builder
 			var done ollama.ChatResponse
+			var lps []ollama.Logprob
 			err = cl.Chat(ctx, &ollama.ChatRequest{Model: c.model, Messages: []ollama.Message{{Role: "user", Content: "Tell me a story."}},
-				Options: map[string]any{"temperature": 0, "num_predict": 16}}, func(r ollama.ChatResponse) error {
+				Options: map[string]any{"temperature": 0, "num_predict": 16}, Logprobs: true, TopLogprobs: 2}, func(r ollama.ChatResponse) error {
 				reply.WriteString(r.Message.Content)
+				lps = append(lps, r.Logprobs...)
 				if r.Done {
 					done = r
 				}
 				return nil
 			})
+			if len(lps) != done.EvalCount {
+				t.Errorf("Chat: %d logprobs for %d tokens", len(lps), done.EvalCount)
+			}
+			for i, lp := range lps {
+				if len(lp.TopLogprobs) != 2 || lp.Logprob > 0 || lp.TopLogprobs[0].Logprob < lp.TopLogprobs[1].Logprob {
+					t.Errorf("Chat: logprob %d is %+v, want a log probability and 2 alternatives, likeliest first", i, lp)
+				}
+			}
 			if err != nil {
 				t.Fatalf("Chat: %v", err)
 			}

@@ -79,6 +79,9 @@ type Backend struct {
 	Unavailable map[string]string
 	// FailAfter > 0 makes Generate fail after emitting that many tokens (a mid-stream error).
 	FailAfter int
+	// EmbedSuffix is what the models' EmbedSuffix reports (nil: none), as a tokenizer that ends
+	// every embedded text with an end-of-text token.
+	EmbedSuffix []int
 	// Length > 0 makes a generation Length tokens long, cycling through Words, instead of
 	// len(Words): a long stream can fill a socket buffer that one pass of Words cannot.
 	Length int
@@ -369,7 +372,11 @@ func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(s
 			s.Accepted++
 		}
 		text, hit := stops.Text(w)
-		if err = emit(server.Token{ID: 100 + i%len(words), Text: text}); err != nil {
+		tok := server.Token{ID: 100 + i%len(words), Text: text}
+		if req.Logprobs {
+			tok.Logprob = Logprob(i, req.TopLogprobs)
+		}
+		if err = emit(tok); err != nil {
 			return res, err
 		}
 		if hit {
@@ -379,6 +386,55 @@ func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(s
 	}
 	res.DoneReason = "stop"
 	return res, nil
+}
+
+// Logprob is what the fake reports for the i-th generated token with top alternatives: the
+// token Words[i%len(Words)] with log probability -(i%len(Words)+1)/8, and as alternatives the
+// token itself (the fake is "greedy") then the Words after it, each 1 lower.
+func Logprob(i, top int) *server.Logprob {
+	k := i % len(Words)
+	lp := &server.Logprob{TokenLogprob: server.TokenLogprob{Token: Words[k], Logprob: -float64(k+1) / 8}}
+	for a := range top {
+		lp.Top = append(lp.Top, server.TokenLogprob{Token: Words[(k+a)%len(Words)], Logprob: lp.Logprob - float64(a)})
+	}
+	return lp
+}
+
+// EmbeddingDims is the length of the fake's embeddings.
+const EmbeddingDims = 8
+
+// Embed implements server.Embedder with a mean over the tokens of a fixed vector per id (see
+// TokenVector): like a real model's mean pooling, an input's vector does not depend on the
+// others of its batch. Ids of 1000 and above are refused as outside its vocabulary.
+func (m *Model) Embed(ctx context.Context, tokens []int) ([]float32, error) {
+	if m.closed.Load() {
+		return nil, errors.New("fake: embed on a closed model")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]float32, EmbeddingDims)
+	for i, t := range tokens {
+		if t < 0 || t >= 1000 {
+			return nil, &server.RequestError{Status: 400, Param: "input", Msg: fmt.Sprintf("token %d of the input is %d, outside the fake's vocabulary of 1000", i, t)}
+		}
+		for j, v := range TokenVector(t) {
+			out[j] += v / float32(len(tokens))
+		}
+	}
+	return out, nil
+}
+
+// EmbedSuffix implements server.Embedder with Backend.EmbedSuffix.
+func (m *Model) EmbedSuffix() []int { return m.b.EmbedSuffix }
+
+// TokenVector is the fake's state for token id: small integers that differ across ids and dims.
+func TokenVector(id int) []float32 {
+	v := make([]float32, EmbeddingDims)
+	for j := range v {
+		v[j] = float32((id+1)*(j+3)%11) - 5
+	}
+	return v
 }
 
 // Close implements server.Model.

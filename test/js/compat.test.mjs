@@ -154,6 +154,71 @@ test('openai: errors', async () => {
     (e) => e instanceof OpenAI.BadRequestError && e.param === 'max_tokens');
 });
 
+function norm(v) {
+  return Math.sqrt(v.reduce((s, x) => s + x * x, 0));
+}
+
+// Greedy answers with two alternatives per token: one entry per generated token, the chosen token
+// the likeliest (repeat_penalty 1, so greedy picks the raw distribution's mode).
+function checkLogprobs(lps, count) {
+  assert.equal(lps.length, count);
+  for (const lp of lps) {
+    assert.ok(lp.logprob <= 0, `logprob ${lp.logprob}`);
+    assert.equal(lp.top_logprobs.length, 2);
+    assert.ok(lp.top_logprobs[0].logprob >= lp.top_logprobs[1].logprob);
+    assert.equal(lp.top_logprobs[0].logprob, lp.logprob);
+  }
+}
+
+test('ollama: logprobs, streamed and not', async () => {
+  const req = { model, prompt: 'Once upon a time', logprobs: true, top_logprobs: 2, options: { temperature: 0, repeat_penalty: 1, num_predict: 6 } };
+  const r = await ollama.generate({ ...req, stream: false });
+  checkLogprobs(r.logprobs, r.eval_count);
+  const lps = [];
+  let count = 0;
+  for await (const p of await ollama.chat({ model, messages: [{ role: 'user', content: 'Hello!' }], ...req, prompt: undefined, stream: true })) {
+    lps.push(...(p.logprobs ?? []));
+    if (p.done) count = p.eval_count;
+  }
+  checkLogprobs(lps, count);
+});
+
+test('ollama: embed, a batch and one input', async () => {
+  const r = await ollama.embed({ model, input: ['Once upon a time', 'there was a cat'] });
+  assert.equal(r.embeddings.length, 2);
+  for (const e of r.embeddings) assert.ok(Math.abs(norm(e) - 1) < 1e-5, `norm ${norm(e)}`);
+  const one = await ollama.embed({ model, input: 'there was a cat' });
+  assert.deepEqual(one.embeddings[0], r.embeddings[1]);
+  const old = await ollama.embeddings({ model, prompt: 'there was a cat' });
+  assert.equal(old.embedding.length, one.embeddings[0].length);
+});
+
+test('openai: chat logprobs, streamed and not', async () => {
+  const req = { model, messages: [{ role: 'user', content: 'Hello!' }], temperature: 0, max_tokens: 6, logprobs: true, top_logprobs: 2 };
+  const c = await openai.chat.completions.create(req);
+  checkLogprobs(c.choices[0].logprobs.content, c.usage.completion_tokens);
+  const lps = [];
+  for await (const chunk of await openai.chat.completions.create({ ...req, stream: true })) {
+    for (const ch of chunk.choices) lps.push(...(ch.logprobs?.content ?? []));
+  }
+  assert.deepEqual(lps, c.choices[0].logprobs.content);
+  const t = await openai.completions.create({ model, prompt: 'Once upon a time', temperature: 0, max_tokens: 4, logprobs: 2 });
+  assert.equal(t.choices[0].logprobs.tokens.length, t.usage.completion_tokens);
+});
+
+test('openai: embeddings (the client asks for base64 and decodes it)', async () => {
+  const r = await openai.embeddings.create({ model, input: ['Once upon a time', 'there was a cat'] });
+  assert.equal(r.data.length, 2);
+  for (const d of r.data) assert.ok(Math.abs(norm(d.embedding) - 1) < 1e-5, `norm ${norm(d.embedding)}`);
+  const f = await openai.embeddings.create({ model, input: 'there was a cat', encoding_format: 'float' });
+  // JSON carries the float32s in their shortest decimal form: rounded back to float32 they are
+  // the base64 answer's values exactly.
+  assert.deepEqual(f.data[0].embedding.map(Math.fround), r.data[1].embedding);
+  assert.ok(r.usage.prompt_tokens > 0);
+  await assert.rejects(openai.embeddings.create({ model, input: '' }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'input');
+});
+
 const pullModel = process.env.DFLASH_PULL_MODEL;
 
 test('ollama: pull with progress, then use the model', { skip: !pullModel && 'DFLASH_PULL_MODEL unset' }, async () => {
