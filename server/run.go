@@ -137,7 +137,9 @@ func (s *Server) execute(r *http.Request, j *job, piece func(string) error) (*ou
 	}
 
 	out.Context = ids[:len(ids):len(ids)]
-	res, err := m.Generate(ctx, GenRequest{Prompt: ids, MaxTokens: maxTokens, Options: j.Opts.Sample, Seeded: j.Opts.Seeded, Stop: j.Opts.Stop},
+	opts := j.Opts.Sample
+	opts.Coupled = s.cfg.Coupling.applies(j.Opts.Seeded)
+	res, err := m.Generate(ctx, GenRequest{Prompt: ids, MaxTokens: maxTokens, Options: opts, Seeded: j.Opts.Seeded, Stop: j.Opts.Stop},
 		func(t Token) error {
 			if t.ID >= 0 { // -1: a flushed tail of text, no token of its own
 				out.Context = append(out.Context, t.ID)

@@ -181,6 +181,7 @@ func (s *sampleFlags) register(fs *flag.FlagSet) {
 	fs.Var((*f32Value)(&s.o.FrequencyPenalty), "frequency-penalty", "subtracted per occurrence in the window")
 	fs.IntVar(&s.o.PenaltyWindow, "repeat-last-n", 0, "penalty window in tokens (0: 64, -1: all)")
 	fs.Uint64Var(&s.o.Seed, "seed", 0, "sampling seed (the same seed reproduces the same output)")
+	fs.BoolVar(&s.o.Coupled, "coupled", false, "coupled sampling: the same seed gives the same tokens with and without a draft, at any depth (Gumbel-max race; same distribution, slightly lower acceptance than rejection sampling)")
 }
 
 func (s *sampleFlags) options() (sample.Options, error) {

@@ -63,6 +63,7 @@ func cmdServe(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	readTimeout := fs.Duration("read-timeout", time.Minute, "longest time to receive a request body (< 0: unlimited)")
 	idleTimeout := fs.Duration("idle-timeout", 2*time.Minute, "close keep-alive connections idle this long (< 0: never)")
 	skipBroken := fs.Bool("skip-broken", false, "list a model that fails its startup checks as unavailable, with its error, instead of exiting")
+	coupled := fs.String("coupled", "seeded", "which requests sample coupled (the same seed gives the same tokens with or without the draft, at any depth): seeded (those that give a seed), always, never")
 	grace := fs.Duration("grace", 30*time.Second, "on SIGINT/SIGTERM, time running generations get to finish (a second signal exits at once)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -99,6 +100,10 @@ func cmdServe(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if *parallel < 1 {
 		return usagef("--parallel %d: must be >= 1", *parallel)
 	}
+	coupling, err := server.ParseCoupling(*coupled)
+	if err != nil {
+		return usagef("--coupled: %v", err)
+	}
 	if *grace <= 0 {
 		return usagef("--grace %v: must be > 0", *grace)
 	}
@@ -116,7 +121,7 @@ func cmdServe(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	cfg := server.Config{Addr: *host, Parallel: *parallel, MaxQueue: *maxQueue, QueueTimeout: *queueTimeout,
 		KeepAlive: *keepAlive, MaxLoaded: *maxLoaded, Version: version, ShutdownTimeout: *grace,
 		WriteTimeout: *writeTimeout, ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout,
-		APIKey: *apiKey, Origins: server.OriginsFromEnv()}
+		APIKey: *apiKey, Origins: server.OriginsFromEnv(), Coupling: coupling}
 	srv := server.New(cfg, b, log)
 	ln, err := net.Listen("tcp", server.ParseHost(*host))
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dflash/dflash/runner/stop"
+	"github.com/dflash/dflash/sample"
 	"github.com/dflash/dflash/server"
 )
 
@@ -55,6 +56,7 @@ type Backend struct {
 	tokenizes atomic.Int64
 	longest   atomic.Int64 // bytes of the longest text tokenized
 	last      atomic.Pointer[[]int]
+	lastOpts  atomic.Pointer[sample.Options]
 }
 
 func (b *Backend) names() []string {
@@ -109,6 +111,15 @@ func (b *Backend) Tokenizes() int64 { return b.tokenizes.Load() }
 
 // LongestTokenized is the length in bytes of the longest text Tokenize was given.
 func (b *Backend) LongestTokenized() int { return int(b.longest.Load()) }
+
+// LastOptions are the sampling options of the latest Generate, as the server passed them (false
+// before the first).
+func (b *Backend) LastOptions() (sample.Options, bool) {
+	if o := b.lastOpts.Load(); o != nil {
+		return *o, true
+	}
+	return sample.Options{}, false
+}
 
 // LastPrompt is the prompt of the latest Generate (nil before the first).
 func (b *Backend) LastPrompt() []int {
@@ -224,6 +235,8 @@ func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(s
 	start := time.Now()
 	prompt := append([]int(nil), req.Prompt...)
 	m.b.last.Store(&prompt)
+	opts := req.Options
+	m.b.lastOpts.Store(&opts)
 	res = server.GenResult{PromptTokens: len(req.Prompt), PromptDuration: time.Microsecond}
 	if m.info.Draft != "" {
 		res.Speculation = &server.SpecStats{}

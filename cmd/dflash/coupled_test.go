@@ -1,0 +1,45 @@
+package main
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/dflash/dflash/internal/shareddata"
+	"github.com/dflash/dflash/kernel"
+	"github.com/dflash/dflash/model/dflash"
+	"github.com/dflash/dflash/model/transformer"
+)
+
+// `dflash run --coupled` with a seed prints the same ids with a draft at depth 2, at depth 7 and
+// at the controller's depth as without one; without --coupled the drafted run prints other ids
+// for this seed, so the flag is what makes the difference.
+func TestRunCoupledIgnoresTheDraft(t *testing.T) {
+	bin := shareddata.Path(t, "stories260K/stories260K.bin")
+	target, err := transformer.LoadLlama2C(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := filepath.Join(t.TempDir(), "dflash")
+	if err := dflash.WriteRandom(d, dflash.ConfigFor(target.Config(), 1, 8), 3, kernel.F32); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("DFLASH_CACHE", t.TempDir())
+	base := []string{"run", "--model", bin, "-p", "Once upon a time", "-n", "80", "--print-ids", "--temp", "1", "--top-p", "0.95", "--seed", "12"}
+	run := func(args ...string) string {
+		t.Helper()
+		code, out, errs := runCLI(t, "", append(base, args...)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errs)
+		}
+		return out
+	}
+	want := run("--coupled")
+	for _, depth := range []string{"2", "7", "auto"} {
+		if got := run("--coupled", "--draft", d, "--depth", depth); got != want {
+			t.Errorf("coupled, depth %s: ids differ from the plain coupled run\n got %s\nwant %s", depth, got, want)
+		}
+	}
+	if plain, drafted := run(), run("--draft", d, "--depth", "7"); plain == drafted {
+		t.Errorf("rejection sampling gave the plain ids with the draft too: the seed does not tell the two apart")
+	}
+}
