@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dflash/dflash/kernel"
+	"github.com/dflash/dflash/runner/depthcache"
 	"github.com/dflash/dflash/server"
 	"github.com/dflash/dflash/server/backend"
 )
@@ -113,7 +114,14 @@ func cmdServe(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	}
 	// Every model's files are checked here, weights' headers included, so a broken one ends
 	// the start naming it (or, with --skip-broken, is listed as unavailable).
-	b, err := backend.New(backend.Options{Models: specs, Context: *ctxLen, SkipBroken: *skipBroken})
+	// Each drafted pair's depth controller starts from what earlier serves learned and saves what
+	// it learns (runner/depthcache); without a user cache folder it starts cold.
+	costs, err := depthcache.Dir()
+	if err != nil {
+		log.Warn("depth controllers start cold", "err", err)
+		costs = ""
+	}
+	b, err := backend.New(backend.Options{Models: specs, Context: *ctxLen, SkipBroken: *skipBroken, DepthCache: costs})
 	if err != nil {
 		return err
 	}
