@@ -63,6 +63,10 @@ type ModelInfo struct {
 	// ModelContext is the context the model itself supports (0 if unknown); ContextLength is
 	// less when the server caps it (dflash serve --ctx).
 	ModelContext int
+	// Options are the model's default request options, a JSON object by ollama's option names
+	// (an ollama manifest's params layer; "" for none): the ollama endpoints apply them under a
+	// request's own options. Text, not a map, so a ModelInfo stays comparable.
+	Options string
 }
 
 // ChatMessage is one turn of a conversation. Role is "system", "user", "assistant" or "tool".

@@ -159,6 +159,39 @@ type job struct {
 	// request says "truncate": false); otherwise such a prompt is refused (OpenAI's).
 	Truncate bool
 	Notes    []string // things accepted but ignored, for the log
+	// ollamaOpts are the request's options object when it came through an ollama endpoint
+	// (nil otherwise, or without one), kept so the model's default options can be put under
+	// them once the model is known (withModelDefaults).
+	ollamaOpts map[string]json.RawMessage
+	ollama     bool
+}
+
+// withModelDefaults re-reads an ollama request's options over the model's defaults: each option
+// the request gives wins, each it leaves out takes the model's value, then the API's. A default
+// the model's params layer got wrong is reported as the model's, not the client's, fault.
+func (j *job) withModelDefaults(model, defaults string) *RequestError {
+	if !j.ollama || defaults == "" {
+		return nil
+	}
+	merged := map[string]json.RawMessage{}
+	if err := json.Unmarshal([]byte(defaults), &merged); err != nil {
+		return &RequestError{Status: http.StatusInternalServerError, Msg: fmt.Sprintf("model %s default options (params layer): %v", model, err)}
+	}
+	for k, v := range j.ollamaOpts {
+		if present(v) {
+			merged[k] = v
+		}
+	}
+	o, err := parseOllamaOptions(merged)
+	if err != nil {
+		if _, own := j.ollamaOpts[strings.TrimPrefix(err.Param, "options.")]; !own {
+			err.Status, err.Msg = http.StatusInternalServerError, fmt.Sprintf("model %s default options (params layer): %s", model, err.Msg)
+		}
+		return err
+	}
+	// Seeded means the client chose the seed; a seed from the model's defaults reproduces too.
+	j.Opts = o
+	return nil
 }
 
 func (j *job) empty() bool { return j.Prompt == "" && len(j.Messages) == 0 }
@@ -262,7 +295,7 @@ func commonOllama(j *job, model string, format, think, keep json.RawMessage, opt
 	if err != nil {
 		return err
 	}
-	j.Opts = o
+	j.Opts, j.ollamaOpts, j.ollama = o, opts, true
 	return nil
 }
 

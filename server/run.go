@@ -45,6 +45,9 @@ func (s *Server) execute(r *http.Request, j *job, piece func(string) error) (*ou
 		return nil, &RequestError{Status: http.StatusInternalServerError, Param: "model", Code: "model_unavailable",
 			Msg: fmt.Sprintf("model %q is unavailable: %s", mi.Name, unavailableMsg(mi))}
 	}
+	if err := j.withModelDefaults(mi.Name, mi.Options); err != nil {
+		return nil, err
+	}
 	out := &outcome{Model: mi.Name}
 	if j.empty() && j.KeepAlive != nil && *j.KeepAlive == 0 {
 		s.mgr.unload(mi.Name)

@@ -159,6 +159,11 @@ func describe(s Spec, ctxCap int, stores *ref.Env) (*engine.Description, server.
 	if src.Kind != ref.KindPath {
 		d.Ref, d.Name = s.Path, src.Name
 	}
+	if src.Kind == ref.KindOllama {
+		if err := d.ApplyOllama(src.Ollama); err != nil {
+			return nil, server.ModelInfo{}, err
+		}
+	}
 	if s.Draft == "auto" {
 		name := src.Name
 		if src.Kind == ref.KindHF {

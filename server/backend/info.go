@@ -3,6 +3,7 @@ package backend
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 
 	"github.com/dflash/dflash/engine"
@@ -21,6 +22,12 @@ func info(name string, d *engine.Description, ctxCap int, digest string) server.
 	}
 	if len(d.Drafts) > 0 {
 		in.Draft = d.Drafts[0].Name
+	}
+	if len(d.Params) > 0 {
+		// The params came from JSON, so they marshal back.
+		if b, err := json.Marshal(d.Params); err == nil {
+			in.Options = string(b)
+		}
 	}
 	return in
 }

@@ -48,6 +48,9 @@ type Backend struct {
 	// Length > 0 makes a generation Length tokens long, cycling through Words, instead of
 	// len(Words): a long stream can fill a socket buffer that one pass of Words cannot.
 	Length int
+	// Options are every model's default request options (ModelInfo.Options: a JSON object by
+	// ollama's option names, as an ollama params layer gives them).
+	Options string
 
 	loads     atomic.Int64
 	cancelled atomic.Int64
@@ -90,6 +93,7 @@ func (b *Backend) info(name string) server.ModelInfo {
 		mi.Draft = name + "-dflash"
 	}
 	mi.Error = b.Unavailable[name]
+	mi.Options = b.Options
 	return mi
 }
 
