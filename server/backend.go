@@ -67,6 +67,9 @@ type ModelInfo struct {
 	// (an ollama manifest's params layer; "" for none): the ollama endpoints apply them under a
 	// request's own options. Text, not a map, so a ModelInfo stays comparable.
 	Options string
+	// System is the model's default system message (an ollama manifest's system layer), shown by
+	// /api/show; the model's RenderChat applies it.
+	System string
 }
 
 // ChatMessage is one turn of a conversation. Role is "system", "user", "assistant" or "tool".

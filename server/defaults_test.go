@@ -48,6 +48,13 @@ func TestModelDefaultOptions(t *testing.T) {
 		t.Errorf("a bad request option: %d %s, want 400", r.status, r.body)
 	}
 
+	// /api/show lists the defaults as ollama's parameters text, after the served num_ctx.
+	show := decode[server.OllamaShowResponse](t, post(t, url+"/api/show", `{"model": "fake"}`).body)
+	want := "num_ctx                        64\nseed                           9\nstop                           \"lazy\"\ntemperature                    0.25\ntop_k                          7"
+	if show.Parameters != want {
+		t.Errorf("/api/show parameters:\n got %q\nwant %q", show.Parameters, want)
+	}
+
 	bad := &fake.Backend{Options: `{"temperature": "hot"}`}
 	_, url = startServer(t, server.Config{}, bad)
 	r = post(t, url+"/api/generate", `{"model": "fake", "prompt": "hi", "stream": false}`)

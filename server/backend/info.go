@@ -19,6 +19,7 @@ func info(name string, d *engine.Description, ctxCap int, digest string) server.
 		Name: name, Family: d.Family, ParameterSize: engine.ParameterSize(d.Parameters),
 		Quantization: d.DType, Format: d.Format, Size: d.Size, ModifiedAt: d.ModifiedAt, Digest: digest,
 		ContextLength: contextLength(d, ctxCap), ModelContext: max(d.Context, 0), Template: d.Template.String(),
+		System: d.Template.System,
 	}
 	if len(d.Drafts) > 0 {
 		in.Draft = d.Drafts[0].Name

@@ -34,6 +34,9 @@ func TestServeOllamaLayers(t *testing.T) {
 	if err := json.Unmarshal([]byte(mi.Options), &opts); err != nil || opts["temperature"] != 0.3 {
 		t.Fatalf("listed options %q (%v): want the params layer", mi.Options, err)
 	}
+	if mi.System != "sys" {
+		t.Errorf("listed system %q, want the system layer's for /api/show", mi.System)
+	}
 	m, err := b.Load(context.Background(), mi.Name)
 	if err != nil {
 		t.Fatal(err)
