@@ -9,7 +9,7 @@ import (
 )
 
 // TestModelDefaultOptions: a model's default options (an ollama params layer) apply to the
-// ollama endpoints under the request's own: an option the request leaves out takes the model's
+// ollama and the OpenAI endpoints under the request's own: an option the request leaves out takes the model's
 // value, one it gives wins, and one neither gives keeps ollama's default. A broken default is the
 // model's fault (500 naming the params layer), a broken request option the client's (400).
 func TestModelDefaultOptions(t *testing.T) {
@@ -46,6 +46,20 @@ func TestModelDefaultOptions(t *testing.T) {
 	}
 	if r := gen(`{"model": "fake", "prompt": "hi", "stream": false, "options": {"temperature": "hot"}}`); r.status != 400 {
 		t.Errorf("a bad request option: %d %s, want 400", r.status, r.body)
+	}
+
+	// The OpenAI endpoints take the defaults for the options a request leaves out.
+	if r := post(t, url+"/v1/completions", `{"model": "fake", "prompt": "hi", "top_p": 0.5}`); r.status != 200 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	if o, _ := b.LastOptions(); o.Temperature != 0.25 || o.TopK != 7 || o.Seed != 9 || o.TopP != 0.5 {
+		t.Errorf("/v1/completions: %+v, want the model's temperature, top_k and seed and the request's top_p", o)
+	}
+	if r := post(t, url+"/v1/chat/completions", `{"model": "fake", "messages": [{"role": "user", "content": "hi"}], "temperature": 1.5}`); r.status != 200 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	if o, _ := b.LastOptions(); o.Temperature != 1.5 || o.TopK != 7 {
+		t.Errorf("/v1/chat/completions: %+v, want the request's temperature and the model's top_k", o)
 	}
 
 	// /api/show lists the defaults as ollama's parameters text, after the served num_ctx.
