@@ -92,7 +92,8 @@ type GenRequest struct {
 	// without a seed has a random one); a backend uses them as they are.
 	Options sample.Options
 	// Seeded says the client chose Options.Seed: the same request must give the same output every
-	// time, which a backend that drafts ensures with a fixed draft depth (runner.Request.Seeded).
+	// time, which a backend that drafts ensures with a fixed draft depth (runner.Request.Seeded),
+	// or, when Options.Coupled (the server's default for seeded requests), at any depth.
 	Seeded bool
 	// Stop strings end the generation at their first occurrence in the output's text
 	// (DoneReason "stop"); neither the string nor anything after it is emitted, and text that

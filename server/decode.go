@@ -80,7 +80,8 @@ func present(r json.RawMessage) bool {
 type genOptions struct {
 	Sample sample.Options
 	// Seeded says the client gave the seed: the same request must then give the same output,
-	// which with a draft means a fixed draft depth (runner.Depth.Seeded).
+	// which with a draft means coupled sampling (Config.Coupling, by default) or a fixed draft
+	// depth (runner.Depth.Seeded).
 	Seeded     bool
 	NumPredict int // tokens to generate; < 0 means until the context is full
 	NumCtx     int // 0: the model's context length
