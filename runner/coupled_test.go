@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/dflash/dflash/internal/testmodel"
 	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/kernel/kerneltest"
 	"github.com/dflash/dflash/model/dflash"
@@ -133,5 +134,38 @@ func TestCoupledStoriesMatchesPlain(t *testing.T) {
 				t.Fatalf("seed %d depth %v: %s", seed, depth, fmt.Sprintf("got %v\nwant %v", got, want))
 			}
 		}
+	}
+}
+
+// TestCoupledSpeculationEqualsPlainOnHybrid: the same on a hybrid target, whose cache cannot
+// rewind and is cut back to the kept row's snapshot: coupled output with a DFlash draft (mostly
+// rejected: early rows restored) and a noisy oracle (mostly accepted) is plain coupled output.
+func TestCoupledSpeculationEqualsPlainOnHybrid(t *testing.T) {
+	target := testmodel.TinyQwen35(t)
+	vocab := target.Config().Vocab
+	d1, err := dflash.Random(target, dflash.ConfigFor(target.Config(), 1, 8), 3, kernel.F32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := []int{1, 5, 9, 2, 7}
+	accepted := 0
+	for seed := range uint64(5) {
+		o := sample.Options{Temperature: 0.8, TopP: 0.95, Seed: 40 + seed, Coupled: true}
+		want, _ := gen(t, runner.NewSequence(target, 128), runner.Request{Prompt: prompt, Options: o, MaxTokens: 30})
+		full := append(slices.Clone(prompt), want...)
+		or := &runner.OracleDrafter{Tokens: full, Limit: 7, Noise: 0.3, Vocab: vocab, Seed: seed}
+		for name, s := range map[string]runner.Session{"dflash": runner.NewBlockSession(d1, 128), "oracle": or.Open(128)} {
+			got, st := gen(t, runner.NewSequence(target, 128), runner.Request{Prompt: prompt, Options: o, MaxTokens: 30, Session: s, Depth: runner.Fixed(7)})
+			accepted += st.Accepted
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("seed %d %s: coupled speculative output differs from plain on the hybrid target:\n got %v\nwant %v", seed, name, got, want)
+			}
+		}
+	}
+	if accepted == 0 {
+		t.Fatal("no draft was accepted: no snapshot restore after an accepted draft was checked")
 	}
 }
