@@ -65,6 +65,10 @@ type Description struct {
 	Tok           tokenizer.Tokenizer
 	// Template is the chat template and the fallback chosen when the folder has none.
 	Template Template
+	// Params are default request options by ollama's option names ("temperature", "stop",
+	// "num_ctx", ...): an ollama manifest's params layer (ApplyOllama); a request's own options
+	// override them. nil for every other model.
+	Params map[string]any
 	// Stop lists the ids that end generation: the tokenizer's EOS, generation_config.json's
 	// eos_token_id and config.json's, and the chat template's end-of-turn token.
 	Stop []int

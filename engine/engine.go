@@ -76,6 +76,11 @@ func Open(o Options) (*Engine, error) {
 		// one to show.
 		d.Ref, d.Name = given, src.Name
 	}
+	if src != nil && src.Kind == ref.KindOllama {
+		if err := d.ApplyOllama(src.Ollama); err != nil {
+			return nil, err
+		}
+	}
 	if err := d.Validate(); err != nil {
 		return nil, err
 	}

@@ -2,10 +2,14 @@ package engine
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 
+	"github.com/dflash/dflash/engine/ref"
 	"github.com/dflash/dflash/format/hf"
 	"github.com/dflash/dflash/tokenizer"
 	"github.com/dflash/dflash/tokenizer/chat"
+	"github.com/dflash/dflash/tokenizer/ollamatmpl"
 )
 
 // TemplateKind says where a model's chat formatting comes from.
@@ -21,6 +25,9 @@ const (
 	TemplateChatML
 	// TemplatePlain: neither (tiny story models); see PlainTemplate.
 	TemplatePlain
+	// TemplateOllama: the template layer of an ollama manifest (a Go text/template, rendered by
+	// tokenizer/ollamatmpl), which ollama uses instead of the GGUF's own template.
+	TemplateOllama
 )
 
 // PlainTemplate is the chat fallback for models with neither a chat template nor ChatML tokens
@@ -37,11 +44,16 @@ const PlainTemplate = "{% for message in messages %}{% if not loop.first %}{{ '\
 // Template is a model's chat formatting and where it came from.
 type Template struct {
 	Kind TemplateKind
-	// Chat renders the conversations; nil only for TemplateNone.
+	// Chat renders the conversations (Jinja); nil for TemplateNone and TemplateOllama.
 	Chat *chat.Template
-	// Source is the template text Chat was parsed from: the model's, chat.ChatMLSource or
-	// PlainTemplate.
+	// Ollama renders them for TemplateOllama.
+	Ollama *ollamatmpl.Template
+	// Source is the template text Chat or Ollama was parsed from: the model's, chat.ChatMLSource,
+	// PlainTemplate or the ollama layer's.
 	Source string
+	// System is the default system message (an ollama manifest's system layer): Render puts it
+	// first in a conversation that has no system message of its own, as ollama does.
+	System string
 }
 
 // chooseTemplate takes the folder's template, else ChatML when the vocabulary has its tokens,
@@ -78,10 +90,44 @@ var plainChat = func() *chat.Template {
 // String is the template's source as listings show it ("" without a tokenizer).
 func (t Template) String() string { return t.Source }
 
-// Render writes a conversation as the model's prompt.
+// Render writes a conversation as the model's prompt, after the default system message when the
+// conversation has none.
 func (t Template) Render(msgs []chat.Message, opt chat.Options) (string, error) {
-	if t.Chat == nil {
-		return "", errors.New("the model has no tokenizer, so no chat template: give token ids")
+	if t.System != "" && !slices.ContainsFunc(msgs, func(m chat.Message) bool { return m.Role == "system" }) {
+		msgs = append([]chat.Message{{Role: "system", Content: t.System}}, msgs...)
 	}
-	return t.Chat.Render(msgs, opt)
+	switch {
+	case t.Ollama != nil:
+		return t.Ollama.Render(msgs, opt)
+	case t.Chat != nil:
+		return t.Chat.Render(msgs, opt)
+	}
+	return "", errors.New("the model has no tokenizer, so no chat template: give token ids")
+}
+
+// ApplyOllama applies what an ollama manifest carries beside its model blob, as ollama does: the
+// template layer replaces the chat template (ollama renders it, not the GGUF's Jinja one), the
+// system layer becomes the default system message, and the params layer the default request
+// options (Params: ollama option names, as in a request's "options"). A template that does not
+// parse is refused naming the manifest. Nothing changes for a model without a tokenizer, which
+// has no chat, except Params.
+func (d *Description) ApplyOllama(om *ref.OllamaModel) error {
+	if om == nil {
+		return nil
+	}
+	if len(om.Params) > 0 {
+		d.Params = om.Params
+	}
+	if d.Tok == nil {
+		return nil
+	}
+	if om.Template != "" {
+		t, err := ollamatmpl.Parse(om.Template)
+		if err != nil {
+			return fmt.Errorf("ollama %s: template layer (%s): %w", om.Name.Short(), om.Manifest, err)
+		}
+		d.Template = Template{Kind: TemplateOllama, Ollama: t, Source: om.Template}
+	}
+	d.Template.System = om.System
+	return nil
 }

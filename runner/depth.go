@@ -68,7 +68,9 @@ const SeededDepth = 4
 // learns. No scheme keeps the output independent of the schedule at rejection sampling's
 // acceptance: a coupling whose emitted token ignores the draft (Gumbel-max style) can guarantee
 // no more than (1-TV)/(1+TV) acceptance, against rejection sampling's 1-TV. A fixed schedule is
-// the price of reproducibility; a seeded request neither follows nor trains the controller.
+// the price of reproducibility under rejection sampling; a seeded request neither follows nor
+// trains the controller. Coupled sampling (sample.Options.Coupled) is that Gumbel-max coupling:
+// its output ignores the schedule, so Generate does not call Seeded for it.
 func (p Depth) Seeded() Depth {
 	if _, ok := p.IsFixed(); ok {
 		return p

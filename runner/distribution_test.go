@@ -219,3 +219,81 @@ func worst(counts map[string]int, exact map[string]float64, n int) string {
 	}
 	return b.String()
 }
+
+// TestCoupledSamplingMatchesPlainDistribution: coupled sampling (sample.Options.Coupled) without a
+// draft follows the exact distribution of plain sampling from the target (chi-square over the
+// enumerated sequences), and with a draft gives, seed for seed, the very same sequence, so the
+// speculative counts are the plain ones. The near draft's tau beside rejection sampling's shows
+// what the coupling costs in acceptance (logged; DFLASH.md section 1 bounds it).
+func TestCoupledSamplingMatchesPlainDistribution(t *testing.T) {
+	if testing.Short() {
+		t.Skip("distribution test runs many generations")
+	}
+	// Fewer runs than the rejection test's: the speculative runs are compared seed for seed, so
+	// only the plain counts meet the chi-square test, which 8000 runs still make sharp.
+	const runs = 8000
+	target := &fake.Target{Vocab: distVocab, Layers: 2, Scale: 1.5, Seed: 11}
+	prompt := []int{1, 3, 2}
+	near := func(dst []float32, ctx []int, anchor, i int) {
+		seq := append(slices.Clone(ctx), anchor)
+		seq = append(seq, target.Greedy(seq, i-1)...)
+		copy(dst, target.Logits(seq))
+	}
+	for _, oc := range []struct {
+		name string
+		o    sample.Options
+		stop []int
+	}{
+		{"T1", sample.Options{Temperature: 1}, nil},
+		{"T0.7-topp0.8", sample.Options{Temperature: 0.7, TopP: 0.8}, nil},
+		{"T1-penalties-minp-stop", sample.Options{Temperature: 1, RepeatPenalty: 1.6, PresencePenalty: 0.3, MinP: 0.05, PenaltyWindow: -1}, []int{0}},
+	} {
+		t.Run(oc.name, func(t *testing.T) {
+			exact := exactSequences(target, prompt, oc.o, oc.stop)
+			counts := map[string]int{}
+			seq := NewSequence(target, 64)
+			nearS := NewBlockSession(&fake.Draft{Block: 4, Mask: 4, Layers: []int{1}, Vocab: distVocab, Logits: near}, 64)
+			randS := NewBlockSession(&fake.Draft{Block: 4, Mask: 4, Layers: []int{0, 1}, Vocab: distVocab}, 64)
+			var coupled, rejection Stats
+			for r := range runs {
+				o := oc.o
+				o.Seed, o.Coupled = uint64(r)+7<<40, true
+				run := func(d Session, o sample.Options) ([]int, Stats) {
+					var out []int
+					st, err := Generate(context.Background(), seq, Request{Prompt: prompt, Options: o, MaxTokens: distSteps, Stop: oc.stop, Session: d, Depth: Fixed(3), Clock: fakeClock()},
+						func(tok Token) error { out = append(out, tok.ID); return nil })
+					if err != nil {
+						t.Fatal(err)
+					}
+					return out, st
+				}
+				plain, pst := run(nil, o)
+				counts[seqKey(plain, pst.Reason == StopToken)]++
+				drafts := []Session{nearS}
+				if r%4 == 0 {
+					drafts = append(drafts, randS)
+				}
+				for _, d := range drafts {
+					if got, st := run(d, o); !slices.Equal(got, plain) {
+						t.Fatalf("seed %d: coupled speculative %v, plain %v", o.Seed, got, plain)
+					} else if d == nearS {
+						coupled.Add(st)
+					}
+				}
+				if r%4 == 1 {
+					o.Coupled = false
+					_, st := run(nearS, o)
+					rejection.Add(st)
+				}
+			}
+			stat, df := chiSquare(t, counts, exact, runs)
+			t.Logf("chi-square %.1f, df %d; near draft tau coupled %.2f, rejection %.2f", stat, df, coupled.Tau(), rejection.Tau())
+			if crit := chiCritical(df, 3.7); stat > crit {
+				t.Fatalf("coupled sampling: chi-square %.1f > %.1f (df %d)\n%s", stat, crit, df, worst(counts, exact, runs))
+			}
+			if coupled.Accepted == 0 {
+				t.Fatal("the near draft was never accepted: only rejections were compared")
+			}
+		})
+	}
+}

@@ -11,7 +11,8 @@
 // written, and lives as long as the sequence does. Whoever opens a session closes it; Generate
 // only restores it at the start of a request and settles it at the end. The depth policy (Fixed
 // or Adaptive) applies to any drafter alike; a seeded request drafts a fixed depth, so that its
-// output reproduces (Depth.Seeded).
+// output reproduces (Depth.Seeded), unless it samples coupled (sample.Options.Coupled), whose
+// output does not depend on the draft or the depth at all.
 //
 // It must never touch weights or kernels (models do), never decide how a token is drawn from a
 // distribution (package sample does), and never let a rejected draft leave a trace: every token

@@ -81,7 +81,8 @@ type Request struct {
 	Depth Depth
 	// Seeded says the caller chose Options.Seed to reproduce the output: the same request then
 	// gives the same tokens every time, with a drafter too, because an adaptive Depth is replaced
-	// by a fixed one (Depth.Seeded explains why that is needed).
+	// by a fixed one (Depth.Seeded explains why that is needed). A coupled request
+	// (Options.Coupled) reproduces at any depth, so its Depth is kept as given.
 	Seeded bool
 
 	// Trace, when set, is called once per decode round, after the round's tokens were emitted
@@ -145,7 +146,9 @@ func Generate(ctx context.Context, seq *Sequence, req Request, emit func(Token) 
 		g.now = time.Now
 	}
 	g.depth = req.Depth.orFresh()
-	if req.Seeded {
+	if req.Seeded && !req.Options.Race() {
+		// Coupled output does not depend on the depth schedule, so a seeded coupled request
+		// keeps its adaptive depth and still reproduces.
 		g.depth = g.depth.Seeded()
 	}
 	g.v.s = NewSampler(req.Options, vocab)

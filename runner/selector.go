@@ -37,7 +37,8 @@ func (s *SelectorDrafter) Depth() Depth {
 // The walk starts from the anchor (the current token, slot 1's predecessor); each slot's
 // candidates are scored given the token chosen for the slot before. At temperature 0 a slot
 // takes its highest score (the earlier candidate, i.e. the higher unary logit, on ties); above
-// it the token is drawn from q = softmax(score / T) over the slot's K candidates, with the
+// it the token is drawn from q = softmax(score / T) over the slot's K candidates (coupled: q's
+// race winner, with the arrival times the target races at that position), with the
 // request's temperature only (top-k, top-p, min-p and penalties shape the target's p, not q).
 // q is returned as a sparse distribution, so verification's accept test and residual are exact.
 // A draft whose block attention is bidirectional (the reference's) always runs its full block:
@@ -113,7 +114,7 @@ func (s *SelectorSession) Propose(current, n int, history []int, smp Sampler) ([
 			q.OneHot(d)
 		} else {
 			sample.Proposal(q, s.ids, s.scores, temp)
-			d = smp.Draw(q, len(history)+slot-1, sample.DrawDraft)
+			d = smp.Choose(q, len(history)+slot-1, sample.DrawDraft)
 		}
 		s.drafts = append(s.drafts, d)
 		prev = d

@@ -2,21 +2,24 @@ package runner
 
 import "github.com/dflash/dflash/sample"
 
-// Sampler is a request's sampler and whether it decodes greedily. Drafters and the verifier
-// choose tokens through it (sample.Sampler.Choose) so that a draft and the target filter logits
-// and break ties the same way.
+// Sampler is a request's sampler, whether it decodes greedily and whether it samples by the
+// coupled race. Drafters and the verifier choose tokens through it (sample.Sampler.Choose) so
+// that a draft and the target filter logits and break ties the same way, and when coupled race
+// with the same arrival times.
 type Sampler struct {
 	*sample.Sampler
-	Greedy bool
+	Greedy  bool
+	Coupled bool // sampled (not greedy) by sample.Sampler.Race
 }
 
 // NewSampler builds the sampler for options o over vocab tokens.
 func NewSampler(o sample.Options, vocab int) Sampler {
-	return Sampler{Sampler: sample.New(o, vocab), Greedy: o.Greedy()}
+	return Sampler{Sampler: sample.New(o, vocab), Greedy: o.Greedy(), Coupled: o.Race()}
 }
 
 // verifier decides a round from the target's logits over [current, d_1..d_n] (DFLASH.md
-// section 1). Row i's target distribution p_{i+1} is built with history + d_1..d_i, the same
+// section 1; coupled, a draft is kept while it equals the target's race winner, which is the token
+// plain coupled decoding would have chosen there). Row i's target distribution p_{i+1} is built with history + d_1..d_i, the same
 // history the drafter used for q_{i+1}, so penalties see the drafts as generated tokens. Row i
 // decides the token at position len(history)+i, and its draws (accept test, residual, bonus) are
 // keyed by that position, the position the drafter drew d_{i+1} at.
@@ -43,6 +46,13 @@ func (v *verifier) decide(logits []float32, vocab int, drafts []int, q []sample.
 		d := drafts[i]
 		if v.s.Greedy {
 			if top := v.p.Mode(); top != d {
+				v.out = append(v.out, top)
+				break
+			}
+		} else if v.s.Coupled {
+			// The race winner is the token plain decoding emits at pos; q plays no part, so the
+			// output is the target's whatever the draft proposed.
+			if top := v.s.Race(&v.p, pos); top != d {
 				v.out = append(v.out, top)
 				break
 			}

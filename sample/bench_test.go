@@ -79,3 +79,16 @@ func BenchmarkExpNeg(b *testing.B) {
 		sinkF = s
 	})
 }
+
+// BenchmarkRace is the coupled race over a dense distribution of Qwen3's vocabulary: one hash and
+// a comparison per id, the logarithm only for the few ids the bound lets through.
+func BenchmarkRace(b *testing.B) {
+	logits, _ := benchLogits()
+	s := New(Options{Temperature: 1, Coupled: true}, len(logits))
+	var d Distribution
+	s.Distribution(&d, logits, nil)
+	b.ResetTimer()
+	for i := range b.N {
+		s.Race(&d, i)
+	}
+}

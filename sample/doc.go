@@ -1,7 +1,10 @@
 // Package sample owns how a token is chosen from a model's logits: a request's sampling Options,
 // the filtered probability Distribution (penalties, temperature, top-k, top-p, min-p), draws from
 // it with randomness keyed by the seed and the position, and the rejection-sampling primitives
-// (Accept, Residual) that make speculative verification exact (DFLASH.md section 1).
+// (Accept, Residual) that make speculative verification exact (DFLASH.md section 1), and the
+// coupled race (Options.Coupled, Sampler.Race: Gumbel-max with noise keyed by seed, position and
+// token) under which a draft and the target choose with the same noise, so the output does not
+// depend on the draft.
 //
 // It must never know about models, caches or drafts: it sees logits, token ids and histories
 // only. It never modifies the logits or histories it is given, never panics on them (NaN logits

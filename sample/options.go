@@ -24,12 +24,21 @@ type Options struct {
 	// Seed keys every draw (Sampler.Uniform): the same Seed gives the same draw for the same
 	// position and purpose, on every platform, however many draws came before.
 	Seed uint64
+	// Coupled chooses each sampled token by the exponential race of Sampler.Race instead of a
+	// Draw: exactly the same distribution, and with speculation the same tokens whatever the
+	// draft and its depth, since draft and target race with the position's one set of arrival
+	// times. Greedy decoding ignores it (argmax either way).
+	Coupled bool
 }
 
 // Greedy reports whether tokens are chosen by argmax. Any temperature that is not positive
 // (including a NaN one that Validate would refuse) decodes greedily, so a sampler built from
 // unvalidated options still behaves deterministically.
 func (o Options) Greedy() bool { return !(o.Temperature > 0) }
+
+// Race reports whether sampled tokens are chosen by the coupled race (Sampler.Race): Coupled and
+// not greedy.
+func (o Options) Race() bool { return o.Coupled && !o.Greedy() }
 
 // OptionError says which option is out of range. Field is the API name of the option (the
 // ollama/OpenAI request field), so a server can return it to the client as is.

@@ -15,12 +15,17 @@ func (d *Distribution) Mode() int {
 	return bi
 }
 
-// Choose picks the token at position pos from d: its Mode when the sampler is greedy, a Draw for
-// purpose why otherwise. Drafts and verification both choose through it, so at temperature 0 they
-// break ties alike.
+// Choose picks the token at position pos from d: its Mode when the sampler is greedy, the Race
+// winner when it is coupled, a Draw for purpose why otherwise. Drafts and verification both choose
+// through it, so at temperature 0 they break ties alike, and coupled they race with the same
+// arrival times: a coupled choice ignores why on purpose, because that shared noise is what lets
+// a draft's choice equal the target's.
 func (s *Sampler) Choose(d *Distribution, pos int, why Purpose) int {
 	if s.opt.Greedy() {
 		return d.Mode()
+	}
+	if s.opt.Coupled {
+		return s.Race(d, pos)
 	}
 	return s.Draw(d, pos, why)
 }

@@ -535,7 +535,7 @@ func (s *Sampler) Draw(d *Distribution, pos int, why Purpose) int {
 }
 
 // Sample chooses the token after history (at position len(history)): the penalised argmax when
-// greedy, else a DrawToken draw from Distribution.
+// greedy, else the Choose of Distribution (a DrawToken draw, or the race when coupled).
 func (s *Sampler) Sample(logits []float32, history []int) int {
 	if s.opt.Greedy() {
 		if len(logits) == 0 {
@@ -548,5 +548,5 @@ func (s *Sampler) Sample(logits []float32, history []int) int {
 		return id
 	}
 	s.Distribution(&s.dist, logits, history)
-	return s.Draw(&s.dist, len(history), DrawToken)
+	return s.Choose(&s.dist, len(history), DrawToken)
 }

@@ -64,6 +64,13 @@ type ModelInfo struct {
 	// ModelContext is the context the model itself supports (0 if unknown); ContextLength is
 	// less when the server caps it (dflash serve --ctx).
 	ModelContext int
+	// Options are the model's default request options, a JSON object by ollama's option names
+	// (an ollama manifest's params layer; "" for none): the ollama endpoints apply them under a
+	// request's own options. Text, not a map, so a ModelInfo stays comparable.
+	Options string
+	// System is the model's default system message (an ollama manifest's system layer), shown by
+	// /api/show; the model's RenderChat applies it.
+	System string
 }
 
 // ChatMessage is one turn of a conversation. Role is "system", "user", "assistant" or "tool".
@@ -110,7 +117,8 @@ type GenRequest struct {
 	// without a seed has a random one); a backend uses them as they are.
 	Options sample.Options
 	// Seeded says the client chose Options.Seed: the same request must give the same output every
-	// time, which a backend that drafts ensures with a fixed draft depth (runner.Request.Seeded).
+	// time, which a backend that drafts ensures with a fixed draft depth (runner.Request.Seeded),
+	// or, when Options.Coupled (the server's default for seeded requests), at any depth.
 	Seeded bool
 	// Stop strings end the generation at their first occurrence in the output's text
 	// (DoneReason "stop"); neither the string nor anything after it is emitted, and text that

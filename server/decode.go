@@ -80,7 +80,8 @@ func present(r json.RawMessage) bool {
 type genOptions struct {
 	Sample sample.Options
 	// Seeded says the client gave the seed: the same request must then give the same output,
-	// which with a draft means a fixed draft depth (runner.Depth.Seeded).
+	// which with a draft means coupled sampling (Config.Coupling, by default) or a fixed draft
+	// depth (runner.Depth.Seeded).
 	Seeded     bool
 	NumPredict int // tokens to generate; < 0 means until the context is full
 	NumCtx     int // 0: the model's context length
@@ -182,6 +183,47 @@ type job struct {
 	// ThinkParam the field that gave it, for errors.
 	Think      *bool
 	ThinkParam string
+	// ollamaOpts are the request's options object when it came through an ollama endpoint
+	// (nil otherwise, or without one), kept so the model's default options can be put under
+	// them once the model is known (withModelDefaults).
+	ollamaOpts map[string]json.RawMessage
+	ollama     bool
+	// openAIGiven names (by ollama's option names) the options an OpenAI request set itself;
+	// the model's defaults fill the others.
+	openAIGiven map[string]bool
+}
+
+// withModelDefaults re-reads an ollama request's options over the model's defaults: each option
+// the request gives wins, each it leaves out takes the model's value, then the API's. A default
+// the model's params layer got wrong is reported as the model's, not the client's, fault.
+func (j *job) withModelDefaults(model, defaults string) *RequestError {
+	if defaults == "" || !j.ollama && j.openAIGiven == nil {
+		return nil
+	}
+	merged := map[string]json.RawMessage{}
+	if err := json.Unmarshal([]byte(defaults), &merged); err != nil {
+		return &RequestError{Status: http.StatusInternalServerError, Msg: fmt.Sprintf("model %s default options (params layer): %v", model, err)}
+	}
+	if !j.ollama {
+		return j.openAIDefaults(model, merged)
+	}
+	for k, v := range j.ollamaOpts {
+		if present(v) {
+			merged[k] = v
+		}
+	}
+	o, err := parseOllamaOptions(merged)
+	if err != nil {
+		if _, own := j.ollamaOpts[strings.TrimPrefix(err.Param, "options.")]; !own {
+			err.Status, err.Msg = http.StatusInternalServerError, fmt.Sprintf("model %s default options (params layer): %s", model, err.Msg)
+		}
+		return err
+	}
+	// Seeded means the client chose the seed; a seed from the model's defaults reproduces too.
+	// Log probabilities are asked outside the options object, so they stay as parsed.
+	o.Logprobs, o.TopLogprobs = j.Opts.Logprobs, j.Opts.TopLogprobs
+	j.Opts = o
+	return nil
 }
 
 func (j *job) empty() bool { return j.Prompt == "" && len(j.Messages) == 0 }
@@ -308,7 +350,54 @@ func commonOllama(j *job, model string, format, think, keep json.RawMessage, opt
 	if oerr != nil {
 		return oerr
 	}
-	j.Opts = o
+	j.Opts, j.ollamaOpts, j.ollama = o, opts, true
+	return nil
+}
+
+// openAIDefaults puts the model's defaults under an OpenAI request's options: each default
+// whose option the request did not set replaces the OpenAI API's default.
+func (j *job) openAIDefaults(model string, defaults map[string]json.RawMessage) *RequestError {
+	d, err := parseOllamaOptions(defaults)
+	if err != nil {
+		err.Status, err.Msg = http.StatusInternalServerError, fmt.Sprintf("model %s default options (params layer): %s", model, err.Msg)
+		return err
+	}
+	o, ds := &j.Opts, d.Sample
+	for k := range defaults {
+		if j.openAIGiven[k] {
+			continue
+		}
+		switch k {
+		case "temperature":
+			o.Sample.Temperature = ds.Temperature
+		case "top_k":
+			o.Sample.TopK = ds.TopK
+		case "top_p":
+			o.Sample.TopP = ds.TopP
+		case "min_p":
+			o.Sample.MinP = ds.MinP
+		case "repeat_penalty":
+			o.Sample.RepeatPenalty = ds.RepeatPenalty
+		case "presence_penalty":
+			o.Sample.PresencePenalty = ds.PresencePenalty
+		case "frequency_penalty":
+			o.Sample.FrequencyPenalty = ds.FrequencyPenalty
+		case "repeat_last_n":
+			o.Sample.PenaltyWindow = ds.PenaltyWindow
+			if ds.PenaltyWindow == 0 {
+				// A window of no tokens turns every penalty off (parseOllamaOptions).
+				o.Sample.RepeatPenalty, o.Sample.PresencePenalty, o.Sample.FrequencyPenalty = 1, 0, 0
+			}
+		case "seed":
+			o.Sample.Seed, o.Seeded = ds.Seed, true
+		case "stop":
+			o.Stop = d.Stop
+		case "num_ctx":
+			o.NumCtx = d.NumCtx
+		case "num_predict":
+			o.NumPredict = d.NumPredict
+		}
+	}
 	return nil
 }
 
@@ -606,7 +695,10 @@ func (c *openAICommon) toJob(maxTokens *int, maxParam string) (*openAIJob, *Requ
 	if c.StreamOptions != nil && !c.Stream {
 		return nil, badField("stream_options", "only allowed when stream is true")
 	}
-	j := &openAIJob{job: &job{Model: c.Model, Stream: c.Stream, Opts: o}}
+	given := map[string]bool{"temperature": c.Temperature != nil, "top_p": c.TopP != nil, "presence_penalty": c.PresencePenalty != nil,
+		"frequency_penalty": c.FrequencyPenalty != nil, "top_k": c.TopK != nil, "min_p": c.MinP != nil,
+		"repeat_penalty": c.RepeatPenalty != nil, "seed": c.Seed != nil, "num_predict": maxTokens != nil, "stop": present(c.Stop)}
+	j := &openAIJob{job: &job{Model: c.Model, Stream: c.Stream, Opts: o, openAIGiven: given}}
 	j.IncludeUsage = c.StreamOptions != nil && c.StreamOptions.IncludeUsage
 	return j, nil
 }

@@ -3,7 +3,11 @@ package server
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dflash/dflash/server/reply"
@@ -226,6 +230,7 @@ type OllamaShowResponse struct {
 	Modelfile    string         `json:"modelfile"`
 	Parameters   string         `json:"parameters"`
 	Template     string         `json:"template"`
+	System       string         `json:"system,omitempty"`
 	Details      OllamaDetails  `json:"details"`
 	ModelInfo    map[string]any `json:"model_info"`
 	Capabilities []string       `json:"capabilities"`
@@ -276,16 +281,51 @@ func (s *Server) handleShow(w http.ResponseWriter, r *http.Request) {
 	if mi.Draft != "" {
 		mInfo["dflash.draft"] = mi.Draft
 	}
+	params += defaultParams(mi.Options, params != "")
 	writeJSON(w, http.StatusOK, OllamaShowResponse{
 		Modelfile:    fmt.Sprintf("# dflash serves %s from its configured weights; there is no Modelfile.\n", mi.Name),
 		Parameters:   params,
 		Template:     mi.Template,
+		System:       mi.System,
 		Details:      details(mi),
 		ModelInfo:    mInfo,
 		Capabilities: capabilityList(mi),
 		ModifiedAt:   mi.ModifiedAt,
 		Error:        unavailableMsg(mi),
 	})
+}
+
+// defaultParams lists a model's default options (ModelInfo.Options) as /api/show's parameters text
+// does: one "name value" line each, sorted by name, strings quoted, a list one line per element.
+// num_ctx is left out when served is set: the line before it already says the served context.
+func defaultParams(options string, served bool) string {
+	var opts map[string]any
+	if options == "" || json.Unmarshal([]byte(options), &opts) != nil {
+		return ""
+	}
+	var b strings.Builder
+	line := func(k string, v any) {
+		if b.Len() > 0 || served {
+			b.WriteByte('\n')
+		}
+		if s, ok := v.(string); ok {
+			v = strconv.Quote(s)
+		}
+		fmt.Fprintf(&b, "%-30s %v", k, v)
+	}
+	for _, k := range slices.Sorted(maps.Keys(opts)) {
+		if k == "num_ctx" && served {
+			continue
+		}
+		if list, ok := opts[k].([]any); ok {
+			for _, v := range list {
+				line(k, v)
+			}
+			continue
+		}
+		line(k, opts[k])
+	}
+	return b.String()
 }
 
 // OllamaRunning is one entry of /api/ps.

@@ -56,6 +56,9 @@ func (s *Server) execute(r *http.Request, j *job, emit func(p reply.Part, lps []
 		return nil, &RequestError{Status: http.StatusInternalServerError, Param: "model", Code: "model_unavailable",
 			Msg: fmt.Sprintf("model %q is unavailable: %s", mi.Name, unavailableMsg(mi))}
 	}
+	if err := j.withModelDefaults(mi.Name, mi.Options); err != nil {
+		return nil, err
+	}
 	// As ollama, before anything is scheduled or loaded.
 	if err := checkCapabilities(j, mi); err != nil {
 		return nil, err
@@ -164,7 +167,9 @@ func (s *Server) execute(r *http.Request, j *job, emit func(p reply.Part, lps []
 		}
 		return nil
 	}
-	res, err := m.Generate(ctx, GenRequest{Prompt: ids, MaxTokens: maxTokens, Options: j.Opts.Sample, Seeded: j.Opts.Seeded, Stop: j.Opts.Stop,
+	opts := j.Opts.Sample
+	opts.Coupled = s.cfg.Coupling.applies(j.Opts.Seeded)
+	res, err := m.Generate(ctx, GenRequest{Prompt: ids, MaxTokens: maxTokens, Options: opts, Seeded: j.Opts.Seeded, Stop: j.Opts.Stop,
 		Logprobs: j.Opts.Logprobs, TopLogprobs: j.Opts.TopLogprobs},
 		func(t Token) error {
 			if t.ID >= 0 { // -1: a flushed tail of text, no token of its own

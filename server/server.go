@@ -45,6 +45,42 @@ type Config struct {
 	// Origins are browser origins allowed besides the loopback ones (see OriginsFromEnv);
 	// "*" matches any run of characters.
 	Origins []string
+	// Coupling says which requests sample by the coupled race (sample.Options.Coupled); the
+	// zero value couples the requests that give a seed.
+	Coupling Coupling
+}
+
+// Coupling is the policy choosing which requests sample coupled. Coupled output is the same with
+// and without a draft at any depth, so a seeded request reproduces whatever the server's draft
+// and depth controller do, and keeps the adaptive depth; rejection sampling accepts somewhat
+// more (BENCHMARKS.md, coupled sampling) but reproduces only at a fixed depth.
+type Coupling uint8
+
+const (
+	// CoupleSeeded couples requests that give a seed and no others (the default).
+	CoupleSeeded Coupling = iota
+	// CoupleAlways couples every sampled request.
+	CoupleAlways
+	// CoupleNever samples every request by rejection (a seeded one at a fixed depth).
+	CoupleNever
+)
+
+// ParseCoupling reads a --coupled value: seeded, always or never.
+func ParseCoupling(v string) (Coupling, error) {
+	switch v {
+	case "seeded", "":
+		return CoupleSeeded, nil
+	case "always":
+		return CoupleAlways, nil
+	case "never":
+		return CoupleNever, nil
+	}
+	return 0, fmt.Errorf("coupling %q: want seeded, always or never", v)
+}
+
+// applies reports whether a request that gave a seed (or not) samples coupled.
+func (c Coupling) applies(seeded bool) bool {
+	return c == CoupleAlways || c == CoupleSeeded && seeded
 }
 
 func (c Config) withDefaults() Config {

@@ -55,6 +55,7 @@ type specFigures struct {
 	Draft       string  `json:"draft"`
 	Depth       int     `json:"depth"` // 0: the draft's own policy (adaptive for DFlash)
 	Temperature float32 `json:"temperature"`
+	Coupled     bool    `json:"coupled,omitempty"` // --coupled: both runs sample by the coupled race
 	Tau         float64 `json:"tau"`
 	PlainTokS   float64 `json:"plain_tok_s"`
 	SpecTokS    float64 `json:"spec_tok_s"`
@@ -482,7 +483,7 @@ func benchSpeculation(e *engine.Engine, rep *benchReport, draft, depthsFlag stri
 			specSum += medianF(rates)
 		}
 		k := float64(len(prompts))
-		f := specFigures{Draft: draft, Depth: d, Temperature: opts.Temperature, Tau: tauSum / k, PlainTokS: plainSum / k, SpecTokS: specSum / k, Prompts: len(prompts)}
+		f := specFigures{Draft: draft, Depth: d, Temperature: opts.Temperature, Coupled: opts.Race(), Tau: tauSum / k, PlainTokS: plainSum / k, SpecTokS: specSum / k, Prompts: len(prompts)}
 		f.Speedup = f.SpecTokS / f.PlainTokS
 		if atDepth.Rounds > 0 {
 			f.DraftMsPerRound = atDepth.DraftTime.Seconds() * 1000 / float64(atDepth.Rounds)

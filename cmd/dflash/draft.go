@@ -131,7 +131,13 @@ func openLearned(e *engine.Engine, draft string, dr runner.Drafter, opts sample.
 		fmt.Fprintf(stderr, "warning: depth controller starts cold: %v\n", err)
 		return &learnedCache{}
 	}
-	key, about, err := depthcache.Key(paths, "draft "+draft, "kernel "+kernel.Path(), "threads "+strconv.Itoa(runtime.GOMAXPROCS(0)), "temperature "+strconv.FormatFloat(float64(opts.Temperature), 'g', -1, 32))
+	parts := []string{"draft " + draft, "kernel " + kernel.Path(), "threads " + strconv.Itoa(runtime.GOMAXPROCS(0)), "temperature " + strconv.FormatFloat(float64(opts.Temperature), 'g', -1, 32)}
+	if opts.Race() {
+		// Coupled verification accepts a little less than rejection sampling's at the same
+		// temperature, so its rates are learned apart.
+		parts = append(parts, "sampling coupled")
+	}
+	key, about, err := depthcache.Key(paths, parts...)
 	if err != nil {
 		fmt.Fprintf(stderr, "warning: depth controller starts cold: %v\n", err)
 		return &learnedCache{}

@@ -181,6 +181,7 @@ func (s *sampleFlags) register(fs *flag.FlagSet) {
 	fs.Var((*f32Value)(&s.o.FrequencyPenalty), "frequency-penalty", "subtracted per occurrence in the window")
 	fs.IntVar(&s.o.PenaltyWindow, "repeat-last-n", 0, "penalty window in tokens (0: 64, -1: all)")
 	fs.Uint64Var(&s.o.Seed, "seed", 0, "sampling seed (the same seed reproduces the same output)")
+	fs.BoolVar(&s.o.Coupled, "coupled", false, "coupled sampling: the same seed gives the same tokens with and without a draft, at any depth (Gumbel-max race; same distribution, slightly lower acceptance than rejection sampling)")
 }
 
 func (s *sampleFlags) options() (sample.Options, error) {
@@ -235,4 +236,90 @@ func joinIDs(ids []int) string {
 func isTerminal(f *os.File) bool {
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// applyModelDefaults takes the model's default options (an ollama manifest's params layer, by
+// ollama's option names) for every sampling flag, --stop and --ctx the command line left unset:
+// the command line overrides the model, the model the flags' defaults. A default of the wrong type
+// or out of range is refused naming the params layer.
+func applyModelDefaults(fs *flag.FlagSet, o *sample.Options, stops *stringsFlag, ctxLen *int, params map[string]any) error {
+	if len(params) == 0 {
+		return nil
+	}
+	bad := func(key string, v any) error {
+		return fmt.Errorf("the model's params layer: %s = %v: wrong type", key, v)
+	}
+	num := func(key, flagName string, dst *float32) error {
+		v, ok := params[key]
+		if !ok || flagSet(fs, flagName) {
+			return nil
+		}
+		f, ok := v.(float64)
+		if !ok {
+			return bad(key, v)
+		}
+		*dst = float32(f)
+		return nil
+	}
+	integer := func(key, flagName string, dst *int) error {
+		v, ok := params[key]
+		if !ok || flagSet(fs, flagName) {
+			return nil
+		}
+		f, ok := v.(float64)
+		if !ok || f != float64(int(f)) {
+			return bad(key, v)
+		}
+		*dst = int(f)
+		return nil
+	}
+	window := -2 // unset
+	for _, err := range []error{
+		num("temperature", "temp", &o.Temperature),
+		integer("top_k", "top-k", &o.TopK),
+		num("top_p", "top-p", &o.TopP),
+		num("min_p", "min-p", &o.MinP),
+		num("repeat_penalty", "repeat-penalty", &o.RepeatPenalty),
+		num("presence_penalty", "presence-penalty", &o.PresencePenalty),
+		num("frequency_penalty", "frequency-penalty", &o.FrequencyPenalty),
+		integer("repeat_last_n", "repeat-last-n", &window),
+		integer("num_ctx", "ctx", ctxLen),
+	} {
+		if err != nil {
+			return err
+		}
+	}
+	switch {
+	case window == 0:
+		// ollama's repeat_last_n 0 is a window of no tokens: every penalty off.
+		o.RepeatPenalty, o.PresencePenalty, o.FrequencyPenalty = 1, 0, 0
+	case window != -2:
+		o.PenaltyWindow = window
+	}
+	if v, ok := params["seed"]; ok && !flagSet(fs, "seed") {
+		f, ok := v.(float64)
+		if !ok || f != float64(int64(f)) {
+			return bad("seed", v)
+		}
+		o.Seed = uint64(int64(f))
+	}
+	if v, ok := params["stop"]; ok && len(*stops) == 0 {
+		list, ok := v.([]any)
+		if !ok {
+			return bad("stop", v)
+		}
+		for _, s := range list {
+			str, ok := s.(string)
+			if !ok {
+				return bad("stop", v)
+			}
+			if str != "" {
+				*stops = append(*stops, str)
+			}
+		}
+	}
+	if err := o.Validate(); err != nil {
+		return fmt.Errorf("the model's params layer: %w", err)
+	}
+	return nil
 }

@@ -94,7 +94,7 @@ func cmdShow(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		if o.Template != "" {
 			fmt.Fprintf(stdout, "template\n%s\n", indent(o.Template))
 		}
-		fmt.Fprintln(stdout, "note        ollama's model blob is GGUF, which the engine does not load yet")
+		fmt.Fprintln(stdout, "applied     the template layer renders chats (as a Go template), the system layer is the default system message, the params layer the default options")
 		return nil
 	}
 	if isDraftFolder(r.Path) {
@@ -109,7 +109,8 @@ func cmdShow(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "family      %s (%s)\nparameters  %s (%d)\ntype        %s\ncontext     %d\n", d.Family, c.Arch, paramLabel(d.Parameters), d.Parameters, d.DType, d.Context)
 	fmt.Fprintf(stdout, "shape       %d layers, hidden %d, %d heads (%d kv), vocab %d\n", c.Layers, c.Hidden, c.Heads, c.KVHeads, c.Vocab)
 	kinds := map[engine.TemplateKind]string{engine.TemplateNone: "none (no tokenizer)", engine.TemplateModel: "the model's own",
-		engine.TemplateChatML: "ChatML (fallback: the vocabulary has its tokens)", engine.TemplatePlain: "plain (fallback)"}
+		engine.TemplateChatML: "ChatML (fallback: the vocabulary has its tokens)", engine.TemplatePlain: "plain (fallback)",
+		engine.TemplateOllama: "the ollama manifest's template layer"}
 	fmt.Fprintf(stdout, "template    %s\n", kinds[d.Template.Kind])
 	var stops []string
 	for _, id := range d.Stop {

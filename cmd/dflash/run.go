@@ -88,6 +88,9 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if e.Desc.TextOnly {
 		fmt.Fprintln(stderr, engine.TextOnlyNotice)
 	}
+	if err := applyModelDefaults(fs, &opts, &stops, ctxLen, e.Desc.Params); err != nil {
+		return err
+	}
 	capacity := contextLength(e, *ctxLen)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dflash/dflash/kernel"
+	"github.com/dflash/dflash/runner/depthcache"
 	"github.com/dflash/dflash/server"
 	"github.com/dflash/dflash/server/backend"
 )
@@ -63,6 +64,7 @@ func cmdServe(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	readTimeout := fs.Duration("read-timeout", time.Minute, "longest time to receive a request body (< 0: unlimited)")
 	idleTimeout := fs.Duration("idle-timeout", 2*time.Minute, "close keep-alive connections idle this long (< 0: never)")
 	skipBroken := fs.Bool("skip-broken", false, "list a model that fails its startup checks as unavailable, with its error, instead of exiting")
+	coupled := fs.String("coupled", "seeded", "which requests sample coupled (the same seed gives the same tokens with or without the draft, at any depth): seeded (those that give a seed), always, never")
 	grace := fs.Duration("grace", 30*time.Second, "on SIGINT/SIGTERM, time running generations get to finish (a second signal exits at once)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -99,6 +101,10 @@ func cmdServe(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if *parallel < 1 {
 		return usagef("--parallel %d: must be >= 1", *parallel)
 	}
+	coupling, err := server.ParseCoupling(*coupled)
+	if err != nil {
+		return usagef("--coupled: %v", err)
+	}
 	if *grace <= 0 {
 		return usagef("--grace %v: must be > 0", *grace)
 	}
@@ -108,7 +114,14 @@ func cmdServe(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	}
 	// Every model's files are checked here, weights' headers included, so a broken one ends
 	// the start naming it (or, with --skip-broken, is listed as unavailable).
-	b, err := backend.New(backend.Options{Models: specs, Context: *ctxLen, SkipBroken: *skipBroken})
+	// Each drafted pair's depth controller starts from what earlier serves learned and saves what
+	// it learns (runner/depthcache); without a user cache folder it starts cold.
+	costs, err := depthcache.Dir()
+	if err != nil {
+		log.Warn("depth controllers start cold", "err", err)
+		costs = ""
+	}
+	b, err := backend.New(backend.Options{Models: specs, Context: *ctxLen, SkipBroken: *skipBroken, DepthCache: costs})
 	if err != nil {
 		return err
 	}
@@ -116,7 +129,7 @@ func cmdServe(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	cfg := server.Config{Addr: *host, Parallel: *parallel, MaxQueue: *maxQueue, QueueTimeout: *queueTimeout,
 		KeepAlive: *keepAlive, MaxLoaded: *maxLoaded, Version: version, ShutdownTimeout: *grace,
 		WriteTimeout: *writeTimeout, ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout,
-		APIKey: *apiKey, Origins: server.OriginsFromEnv()}
+		APIKey: *apiKey, Origins: server.OriginsFromEnv(), Coupling: coupling}
 	srv := server.New(cfg, b, log)
 	ln, err := net.Listen("tcp", server.ParseHost(*host))
 	if err != nil {

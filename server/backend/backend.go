@@ -54,6 +54,11 @@ type Options struct {
 	Stores *ref.Env
 	// Pull overrides where /api/pull downloads from (zero fields: the environment's).
 	Pull PullOptions
+	// DepthCache is the folder where each model pair's adaptive depth controller keeps what it
+	// learned (runner/depthcache; depthcache.Dir() is the user cache's, which `dflash run`
+	// shares): a loaded model's controller starts from it and saves to it. Empty: every load
+	// starts cold and nothing is written.
+	DepthCache string
 }
 
 // PullOptions say where the backend's pulls go: the hub endpoint and token (default HF_ENDPOINT,
@@ -66,9 +71,10 @@ type PullOptions struct {
 // Backend serves the configured models. It is safe for concurrent use: after New the lists
 // change only by appending (a pull adds a model), under mu.
 type Backend struct {
-	ctx    int
-	stores *ref.Env
-	pull   PullOptions
+	ctx        int
+	stores     *ref.Env
+	pull       PullOptions
+	depthCache string
 
 	scan scanState
 
@@ -89,7 +95,7 @@ func New(o Options) (*Backend, error) {
 	if len(o.Models) == 0 {
 		return nil, errors.New("backend: no models configured")
 	}
-	b := &Backend{ctx: o.Context, stores: o.Stores, pull: o.Pull}
+	b := &Backend{ctx: o.Context, stores: o.Stores, pull: o.Pull, depthCache: o.DepthCache}
 	if b.ctx <= 0 {
 		b.ctx = DefaultContext
 	}
@@ -152,6 +158,11 @@ func describe(s Spec, ctxCap int, stores *ref.Env) (*engine.Description, server.
 	}
 	if src.Kind != ref.KindPath {
 		d.Ref, d.Name = s.Path, src.Name
+	}
+	if src.Kind == ref.KindOllama {
+		if err := d.ApplyOllama(src.Ollama); err != nil {
+			return nil, server.ModelInfo{}, err
+		}
 	}
 	if s.Draft == "auto" {
 		name := src.Name
@@ -243,7 +254,7 @@ func (b *Backend) Load(ctx context.Context, name string) (server.Model, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	m, err := open(desc, in, b.ctx)
+	m, err := open(desc, in, b.ctx, b.depthCache)
 	if err != nil {
 		return nil, fmt.Errorf("backend: load %s: %w", name, err)
 	}

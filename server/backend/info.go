@@ -3,6 +3,7 @@ package backend
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 
 	"github.com/dflash/dflash/engine"
@@ -18,9 +19,16 @@ func info(name string, d *engine.Description, ctxCap int, digest string) server.
 		Name: name, Family: d.Family, ParameterSize: engine.ParameterSize(d.Parameters),
 		Quantization: d.DType, Format: d.Format, Size: d.Size, ModifiedAt: d.ModifiedAt, Digest: digest,
 		ContextLength: contextLength(d, ctxCap), ModelContext: max(d.Context, 0), Template: d.Template.String(),
+		System: d.Template.System,
 	}
 	if len(d.Drafts) > 0 {
 		in.Draft = d.Drafts[0].Name
+	}
+	if len(d.Params) > 0 {
+		// The params came from JSON, so they marshal back.
+		if b, err := json.Marshal(d.Params); err == nil {
+			in.Options = string(b)
+		}
 	}
 	return in
 }

@@ -39,10 +39,11 @@ type Model struct {
 	session runner.Session
 	last    runner.Stats
 	closed  bool
+	learned learned // where the draft's controller keeps its costs (zero: nowhere)
 }
 
 // open loads a described model and its draft; info is its listing (see info).
-func open(d *engine.Description, info server.ModelInfo, ctxCap int) (*Model, error) {
+func open(d *engine.Description, info server.ModelInfo, ctxCap int, depthCache string) (*Model, error) {
 	e, err := d.Load(transformer.KeepDType)
 	if err != nil {
 		return nil, err
@@ -54,6 +55,7 @@ func open(d *engine.Description, info server.ModelInfo, ctxCap int) (*Model, err
 			return nil, fmt.Errorf("draft: %w", err)
 		}
 		m.draft = dr
+		m.learned = openLearned(depthCache, d, dr)
 	}
 	m.reset()
 	return m, nil
@@ -168,6 +170,7 @@ func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(s
 		return emitErr
 	})
 	m.last = st
+	m.learned.saveEvery(saveInterval)
 	if err != nil && ctx.Err() == nil && (emitErr == nil || !errors.Is(err, emitErr)) {
 		// The runner failed (not a cancellation, not the server stopping us through emit): the
 		// caches may be out of step, so the next request starts afresh.
@@ -247,6 +250,15 @@ func (m *Model) EmbedSuffix() []int {
 	return nil
 }
 
+// Learned is what the draft's adaptive controller has measured (zero without one), as the model
+// would save it. Tests and diagnostics only, like LastStats.
+func (m *Model) Learned() runner.Learned {
+	if m.draft == nil || m.draft.Drafter.Depth().Controller() == nil {
+		return runner.Learned{}
+	}
+	return m.draft.Drafter.Depth().Controller().Learned()
+}
+
 // LastStats are the runner's statistics of the latest generation (Reused shows prefix reuse).
 // Tests and diagnostics only; it is not synchronised with a running generation.
 func (m *Model) LastStats() runner.Stats { return m.last }
@@ -259,6 +271,7 @@ func (m *Model) Close() error {
 		return errors.New("backend: model closed twice")
 	}
 	m.closed = true
+	m.learned.save()
 	m.closeSession()
 	m.e, m.seq, m.draft, m.tmpl = nil, nil, nil, engine.Template{}
 	return nil

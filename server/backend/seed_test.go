@@ -45,3 +45,27 @@ func TestSeededRequestsReproduce(t *testing.T) {
 		}
 	}
 }
+
+// TestCoupledRequestsIgnoreTheDraft: a coupled request (what the server makes of a seeded one by
+// default) gives the same tokens from a model served with a draft as from one served without,
+// though the drafted model's adaptive controller keeps choosing depths by wall time.
+func TestCoupledRequestsIgnoreTheDraft(t *testing.T) {
+	prompt := []int{1, 403, 407, 261, 378, 434, 267}
+	opts := sample.Options{Temperature: 0.8, TopP: 0.95, RepeatPenalty: 1.1, PenaltyWindow: 64, Seed: 78, Coupled: true}
+	var outs [2][]int
+	for i, withDraft := range []bool{false, true} {
+		m := loadStories(t, withDraft)
+		var c collected
+		res, err := m.Generate(context.Background(), server.GenRequest{Prompt: prompt, MaxTokens: 100, Options: opts, Seeded: true}, c.emit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if withDraft && res.Speculation.Drafted == 0 {
+			t.Fatal("nothing was drafted: the draft case compared plain with plain")
+		}
+		outs[i] = c.ids
+	}
+	if !slices.Equal(outs[0], outs[1]) {
+		t.Fatalf("coupled output differs with the draft:\n got %v\nwant %v", outs[1], outs[0])
+	}
+}

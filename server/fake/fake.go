@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dflash/dflash/runner/stop"
+	"github.com/dflash/dflash/sample"
 	"github.com/dflash/dflash/server"
 )
 
@@ -88,6 +89,9 @@ type Backend struct {
 	// Pieces, when set, are every generation's tokens instead of Words or the script: a test
 	// chooses exactly what the "model" writes and where the token boundaries fall.
 	Pieces []string
+	// Options are every model's default request options (ModelInfo.Options: a JSON object by
+	// ollama's option names, as an ollama params layer gives them).
+	Options string
 
 	loads     atomic.Int64
 	cancelled atomic.Int64
@@ -97,6 +101,7 @@ type Backend struct {
 	longest   atomic.Int64 // bytes of the longest text tokenized
 	last      atomic.Pointer[[]int]
 	rendered  atomic.Pointer[string]
+	lastOpts  atomic.Pointer[sample.Options]
 }
 
 func (b *Backend) names() []string {
@@ -133,6 +138,7 @@ func (b *Backend) info(name string) server.ModelInfo {
 		mi.Draft = name + "-dflash"
 	}
 	mi.Error = b.Unavailable[name]
+	mi.Options = b.Options
 	return mi
 }
 
@@ -154,6 +160,15 @@ func (b *Backend) Tokenizes() int64 { return b.tokenizes.Load() }
 
 // LongestTokenized is the length in bytes of the longest text Tokenize was given.
 func (b *Backend) LongestTokenized() int { return int(b.longest.Load()) }
+
+// LastOptions are the sampling options of the latest Generate, as the server passed them (false
+// before the first).
+func (b *Backend) LastOptions() (sample.Options, bool) {
+	if o := b.lastOpts.Load(); o != nil {
+		return *o, true
+	}
+	return sample.Options{}, false
+}
 
 // LastPrompt is the prompt of the latest Generate (nil before the first).
 func (b *Backend) LastPrompt() []int {
@@ -326,6 +341,8 @@ func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(s
 	start := time.Now()
 	prompt := append([]int(nil), req.Prompt...)
 	m.b.last.Store(&prompt)
+	opts := req.Options
+	m.b.lastOpts.Store(&opts)
 	res = server.GenResult{PromptTokens: len(req.Prompt), PromptDuration: time.Microsecond}
 	if m.info.Draft != "" {
 		res.Speculation = &server.SpecStats{}
