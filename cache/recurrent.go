@@ -144,6 +144,23 @@ func (h *Hybrid) EnableSnapshots(rows int) {
 
 func (h *Hybrid) SnapshotRows() int { return h.snapRows }
 
+// StateBytes is the memory of one whole recurrent state (every layer's conv window and state):
+// what the live state, each snapshot slot and each Checkpoint hold.
+func (h *Hybrid) StateBytes() int64 { return StateBytes(h.Layers) }
+
+// SnapshotBytes is the memory the snapshot slots hold: SnapshotRows()-1 states, or more when
+// an earlier EnableSnapshots asked for more rows (slots are kept, never shrunk, until disabled).
+func (h *Hybrid) SnapshotBytes() int64 { return int64(len(h.snapConv)) * h.StateBytes() }
+
+// StateBytes is the memory of one recurrent state of the given layers, float32.
+func StateBytes(layers []RecurrentShape) int64 {
+	var n int64
+	for _, s := range layers {
+		n += int64(s.ConvLen + s.StateLen)
+	}
+	return 4 * n
+}
+
 // Records reports whether a forward of rows rows records per-row snapshots.
 func (h *Hybrid) Records(rows int) bool { return h.snapRows > 1 && rows > 1 && rows <= h.snapRows }
 
@@ -197,6 +214,15 @@ type Checkpoint struct {
 // Offset is the number of rows the checkpoint's state has folded in.
 func (cp *Checkpoint) Offset() int { return cp.offset }
 
+// Bytes is the memory the checkpoint holds (0 before its first save).
+func (cp *Checkpoint) Bytes() int64 {
+	var n int
+	for l := range cp.conv {
+		n += cap(cp.conv[l]) + cap(cp.state[l])
+	}
+	return 4 * int64(n)
+}
+
 // Checkpointer is a cache that cannot rewind but can save its state at the current offset and
 // later go back to it.
 type Checkpointer interface {
@@ -214,8 +240,13 @@ func (h *Hybrid) SaveCheckpoint(cp *Checkpoint) {
 		cp.state = make([][]float32, len(h.Layers))
 	}
 	for l := range h.Layers {
-		cp.conv[l] = append(cp.conv[l][:0], h.Conv[l]...)
-		cp.state[l] = append(cp.state[l][:0], h.State[l]...)
+		// Exact sizes (append would round capacity up): a checkpoint holds one state, no more.
+		if len(cp.conv[l]) != len(h.Conv[l]) || len(cp.state[l]) != len(h.State[l]) {
+			cp.conv[l] = make([]float32, len(h.Conv[l]))
+			cp.state[l] = make([]float32, len(h.State[l]))
+		}
+		copy(cp.conv[l], h.Conv[l])
+		copy(cp.state[l], h.State[l])
 	}
 	cp.offset = h.Offset()
 }

@@ -116,3 +116,34 @@ func TestHybridCheckpoint(t *testing.T) {
 		t.Errorf("restore of another shape's checkpoint: err %v, offset %d", err, other.Offset())
 	}
 }
+
+// The memory a hybrid cache's extra states hold: one state is every layer's conv window and
+// state, 4 bytes a float; snapshot slots are one state per verify row but the last; a
+// checkpoint is one state once saved.
+func TestHybridStateBytes(t *testing.T) {
+	kv := NewKV(1, 16, 2)
+	h := NewHybrid(kv, []RecurrentShape{{ConvLen: 1, StateLen: 3}, {ConvLen: 2, StateLen: 5}})
+	if got := h.StateBytes(); got != 4*(1+3+2+5) {
+		t.Fatalf("StateBytes %d, want 44", got)
+	}
+	if h.SnapshotBytes() != 0 {
+		t.Fatalf("SnapshotBytes %d before snapshots are enabled", h.SnapshotBytes())
+	}
+	h.EnableSnapshots(4)
+	if got := h.SnapshotBytes(); got != 3*44 {
+		t.Fatalf("SnapshotBytes %d for 4 rows, want 3 states (132)", got)
+	}
+	h.EnableSnapshots(2) // fewer rows keep the slots
+	if got := h.SnapshotBytes(); got != 3*44 {
+		t.Fatalf("SnapshotBytes %d after asking fewer rows, want the 132 still held", got)
+	}
+	var cp Checkpoint
+	if cp.Bytes() != 0 {
+		t.Fatalf("unsaved checkpoint holds %d bytes", cp.Bytes())
+	}
+	fakeForward(t, h, kv, 1, 2)
+	h.SaveCheckpoint(&cp)
+	if cp.Bytes() != 44 || cp.Offset() != 2 {
+		t.Fatalf("checkpoint at %d holds %d bytes, want 2 and 44", cp.Offset(), cp.Bytes())
+	}
+}

@@ -103,6 +103,7 @@ type Token struct {
 // GenResult reports what a generation did. Durations are wall time.
 type GenResult struct {
 	PromptTokens   int           // prompt tokens evaluated (after any cache reuse)
+	ReusedTokens   int           // prompt tokens whose cached rows were kept instead (prefix reuse)
 	PromptDuration time.Duration // prefill time
 	EvalTokens     int           // tokens generated
 	EvalDuration   time.Duration // time from the end of prefill to the last token

@@ -159,6 +159,7 @@ func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(s
 func result(st runner.Stats, prompt int, drafted bool) server.GenResult {
 	r := server.GenResult{
 		PromptTokens:   prompt,
+		ReusedTokens:   st.Reused,
 		PromptDuration: st.PromptTime,
 		EvalTokens:     st.DecodeTokens,
 		EvalDuration:   st.DecodeTime,

@@ -1,0 +1,149 @@
+package runner_test
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/dflash/dflash/cache"
+	"github.com/dflash/dflash/internal/testmodel"
+	"github.com/dflash/dflash/kernel"
+	"github.com/dflash/dflash/model/dflash"
+	"github.com/dflash/dflash/model/dflash2"
+	"github.com/dflash/dflash/runner"
+)
+
+// A long prompt on a hybrid sequence leaves a checkpoint every Every rows and one at its end. A
+// second prompt that diverges from the rows held at any point d resumes from the longest
+// checkpoint at or below d: at each boundary, between two, and past the prompt's end. The
+// resumed request must then be indistinguishable from one on a fresh sequence: the same output
+// (plain greedy's), the same recurrent state bitwise, and, for the DFlash and DFlash2 drafts
+// restored by rewinding their context caches to the same rows, the same proposals every round.
+func TestHybridResumesAtEveryCheckpoint(t *testing.T) {
+	target := testmodel.TinyQwen35(t)
+	vocab := target.Config().Vocab
+	d1, err := dflash.Random(target, dflash.ConfigFor(target.Config(), 2, 6), 4, kernel.F32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg2 := dflash2.ConfigFor(target.Config(), 2, 6)
+	cfg2.SelectorRank, cfg2.SelectorTopK = 8, 6
+	dir := t.TempDir()
+	if err := dflash2.WriteRandom(dir, target.Config(), cfg2, 5, kernel.F32); err != nil {
+		t.Fatal(err)
+	}
+	d2, err := dflash2.Load(dir, target, dflash2.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	drafts := map[string]func() runner.Session{
+		"dflash":  func() runner.Session { return runner.NewBlockSession(d1, 128) },
+		"dflash2": func() runner.Session { return runner.NewSelectorSession(d2, 128) },
+	}
+	const every = 4
+	policy := runner.CheckpointPolicy{Every: every, Max: 16}
+	rng := rand.New(rand.NewPCG(16, 4))
+	base := make([]int, 23)
+	for i := range base {
+		base[i] = rng.IntN(vocab)
+	}
+	// run decodes prompt on seq with session s (plainly when nil), recording the proposals.
+	run := func(seq *runner.Sequence, s runner.Session, prompt []int) ([]int, runner.Stats, [][]int) {
+		t.Helper()
+		var proposed [][]int
+		req := runner.Request{Prompt: prompt, MaxTokens: 8, Trace: func(r runner.Round) { proposed = append(proposed, slices.Clone(r.Proposed)) }}
+		if s != nil {
+			req.Session, req.Depth = s, runner.Fixed(3)
+		}
+		out, st := gen(t, seq, req)
+		return out, st, proposed
+	}
+	for name, open := range drafts {
+		for d := 0; d <= len(base)+1; d++ {
+			seq := runner.NewSequence(target, 128)
+			seq.SetCheckpoints(policy)
+			s := open()
+			run(seq, s, base)
+			// Boundaries 4, 8, ..., 20 and the prompt's end at 22 (its last token is decoded).
+			if want := []int{4, 8, 12, 16, 20, 22}; !slices.Equal(seq.Checkpoints(), want) {
+				t.Fatalf("checkpoints %v after a %d-token prompt, want %v", seq.Checkpoints(), len(base), want)
+			}
+			held := seq.Tokens()
+			// The second prompt shares exactly d rows with the ones held, then two others.
+			prompt := append(slices.Clone(held[:d]), (held[d]+1)%vocab, (held[d]+7)%vocab)
+			reuse := 0
+			for _, c := range seq.Checkpoints() {
+				if c <= d {
+					reuse = c
+				}
+			}
+			got, st, gotProp := run(seq, s, prompt)
+			if st.Reused != reuse || st.PromptTokens != len(prompt)-1-reuse {
+				t.Fatalf("%s d=%d: reused %d and prefilled %d rows, want %d and %d", name, d, st.Reused, st.PromptTokens, reuse, len(prompt)-1-reuse)
+			}
+			fresh := runner.NewSequence(target, 128)
+			fs := open()
+			want, _, wantProp := run(fresh, fs, prompt)
+			plain, _, _ := run(runner.NewSequence(target, 128), nil, prompt)
+			if !slices.Equal(got, want) || !slices.Equal(got, plain) {
+				t.Fatalf("%s d=%d: resumed %v, fresh %v, plain %v", name, d, got, want, plain)
+			}
+			if !slices.ContainsFunc(gotProp, func(p []int) bool { return len(p) > 0 }) {
+				t.Fatalf("%s d=%d: nothing drafted", name, d)
+			}
+			if !slices.EqualFunc(gotProp, wantProp, slices.Equal[[]int]) {
+				t.Fatalf("%s d=%d: the restored draft proposed %v, a fresh one %v", name, d, gotProp, wantProp)
+			}
+			h, f := seq.Cache().(*cache.Hybrid), fresh.Cache().(*cache.Hybrid)
+			for l := range h.State {
+				if !slices.Equal(h.State[l], f.State[l]) || !slices.Equal(h.Conv[l], f.Conv[l]) {
+					t.Fatalf("%s d=%d: recurrent layer %d differs from a fresh sequence's", name, d, l)
+				}
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := fs.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// The checkpoint budget: with Every 2 and Max 4, a prompt of 15 tokens saves at 2, 4, ..., 14
+// and evicts, at each save past four, the older checkpoint whose removal leaves the smallest
+// gap (ties to the later one), never the newest:
+//
+//	[2 4 6 8] +10: gaps 4 4 4 -> drop 6 -> [2 4 8 10]
+//	+12: gaps 4 6 6 -> drop 2 -> [4 8 10 12]
+//	+14: gaps 8 6 4 -> drop 10 -> [4 8 12 14]
+//
+// The memory held is four states, and lowering Max evicts the same way.
+func TestHybridCheckpointBudget(t *testing.T) {
+	target := testmodel.TinyQwen35(t)
+	seq := runner.NewSequence(target, 64)
+	seq.SetCheckpoints(runner.CheckpointPolicy{Every: 2, Max: 4})
+	prompt := make([]int, 15)
+	for i := range prompt {
+		prompt[i] = (5*i + 3) % target.Config().Vocab
+	}
+	gen(t, seq, runner.Request{Prompt: prompt, MaxTokens: 2})
+	if want := []int{4, 8, 12, 14}; !slices.Equal(seq.Checkpoints(), want) {
+		t.Fatalf("checkpoints %v, want %v", seq.Checkpoints(), want)
+	}
+	state := seq.Cache().(*cache.Hybrid).StateBytes()
+	if got := seq.CheckpointBytes(); got != 4*state {
+		t.Fatalf("checkpoints hold %d bytes, want 4 states of %d", got, state)
+	}
+	// Max 2: [4 8 12 14] gaps 8 8 6 -> drop 12 -> [4 8 14]: gaps 8 10 -> drop 4 -> [8 14].
+	seq.SetCheckpoints(runner.CheckpointPolicy{Every: 2, Max: 2})
+	if want := []int{8, 14}; !slices.Equal(seq.Checkpoints(), want) {
+		t.Fatalf("checkpoints %v after Max 2, want %v", seq.Checkpoints(), want)
+	}
+	// Max 0 keeps none, and a diverging prompt then starts over.
+	seq.SetCheckpoints(runner.CheckpointPolicy{})
+	_, st := gen(t, seq, runner.Request{Prompt: append(slices.Clone(prompt[:10]), 1, 2), MaxTokens: 2})
+	if len(seq.Checkpoints()) != 0 || st.Reused != 0 {
+		t.Fatalf("no-checkpoint policy: checkpoints %v, reused %d", seq.Checkpoints(), st.Reused)
+	}
+}
