@@ -1,6 +1,7 @@
 package runner_test
 
 import (
+	"context"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -145,5 +146,55 @@ func TestHybridCheckpointBudget(t *testing.T) {
 	_, st := gen(t, seq, runner.Request{Prompt: append(slices.Clone(prompt[:10]), 1, 2), MaxTokens: 2})
 	if len(seq.Checkpoints()) != 0 || st.Reused != 0 {
 		t.Fatalf("no-checkpoint policy: checkpoints %v, reused %d", seq.Checkpoints(), st.Reused)
+	}
+}
+
+// The snapshot slots of a hybrid sequence are allocated once, when its first drafting round
+// enables them, and reused by every later round and request: the slots stay the same memory
+// (Limit() states), and a request of many more rounds allocates hardly more than a short one
+// (a per-round allocation of slots would add one per layer and slot every round).
+func TestHybridSnapshotsAllocatedOnce(t *testing.T) {
+	target := testmodel.TinyQwen35(t)
+	d, err := dflash.Random(target, dflash.ConfigFor(target.Config(), 2, 8), 4, kernel.F32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := runner.NewSequence(target, 256)
+	s := runner.NewBlockSession(d, 256)
+	defer s.Close()
+	prompt := []int{5, 17, 3, 3, 42, 8}
+	req := func(n int) runner.Request {
+		return runner.Request{Prompt: prompt, MaxTokens: n, Session: s, Depth: runner.Fixed(7)}
+	}
+	gen(t, seq, req(10))
+	h := seq.Cache().(*cache.Hybrid)
+	slot, _ := h.Snapshot(0, 0)
+	first, bytes := &slot[0], h.SnapshotBytes()
+	if want := int64(s.Limit()) * h.StateBytes(); bytes != want {
+		t.Fatalf("snapshot slots hold %d bytes, want %d (one state per draft of a full block)", bytes, want)
+	}
+	var rounds [2]int
+	var allocs [2]float64
+	for i, n := range []int{8, 48} {
+		allocs[i] = testing.AllocsPerRun(5, func() {
+			// The same prompt each time: it resumes from its own checkpoint, so every run does
+			// the same work.
+			st, err := runner.Generate(context.Background(), seq, req(n), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rounds[i] = st.Rounds
+		})
+	}
+	if slot, _ := h.Snapshot(0, 0); &slot[0] != first || h.SnapshotBytes() != bytes {
+		t.Fatalf("snapshot slots were reallocated (%d bytes, first %d)", h.SnapshotBytes(), bytes)
+	}
+	extra := rounds[1] - rounds[0]
+	t.Logf("%v allocations for %d rounds, %v for %d", allocs[0], rounds[0], allocs[1], rounds[1])
+	if extra < 20 {
+		t.Fatalf("only %d more rounds: the comparison shows nothing", extra)
+	}
+	if grown := allocs[1] - allocs[0]; grown >= float64(extra)/2 {
+		t.Errorf("%v more allocations for %d more rounds: something is allocated per round", grown, extra)
 	}
 }

@@ -143,13 +143,7 @@ func (m *Model) NewCache(capacity int) cache.Cache {
 	capacity = min(max(capacity, 1), m.cfg.MaxSeq)
 	m.grow(capacity)
 	kv := m.heads.NewKV(m.nFull, capacity)
-	c := m.cfg.ConvChannels()
-	shape := cache.RecurrentShape{ConvLen: (m.cfg.ConvKernel - 1) * c, StateLen: m.cfg.ValueHeads * m.cfg.KeyDim * m.cfg.ValueDim}
-	shapes := make([]cache.RecurrentShape, m.cfg.Layers-m.nFull)
-	for i := range shapes {
-		shapes[i] = shape
-	}
-	return cache.NewHybrid(kv, shapes)
+	return cache.NewHybrid(kv, m.cfg.RecurrentShapes())
 }
 
 func (m *Model) grow(positions int) {
