@@ -37,6 +37,11 @@ type RowSnapshots interface {
 	// outside the rows of the last forward still held, or that forward was not recorded (it had
 	// more rows than SnapshotRows, or snapshots are disabled and k is not its last row).
 	RestoreRow(k int) error
+	// SetKeepAll says whether the coming forwards will be kept whole (a prompt's prefill), so
+	// that they record nothing: a short prefill chunk would otherwise copy the whole state after
+	// each of its rows, for nothing. While it is on, RestoreRow goes back only to a forward's
+	// last row.
+	SetKeepAll(on bool)
 }
 
 // ErrNoRewind is returned (wrapped) by the Rewind of a cache that cannot rewind to the offset
@@ -68,6 +73,7 @@ type Hybrid struct {
 	Conv, State [][]float32
 
 	snapRows          int
+	keepAll           bool          // SetKeepAll: forwards record nothing
 	snapConv, snapSta [][][]float32 // [slot][layer]
 	last              lastForward
 }
@@ -162,7 +168,11 @@ func StateBytes(layers []RecurrentShape) int64 {
 }
 
 // Records reports whether a forward of rows rows records per-row snapshots.
-func (h *Hybrid) Records(rows int) bool { return h.snapRows > 1 && rows > 1 && rows <= h.snapRows }
+func (h *Hybrid) Records(rows int) bool {
+	return !h.keepAll && h.snapRows > 1 && rows > 1 && rows <= h.snapRows
+}
+
+func (h *Hybrid) SetKeepAll(on bool) { h.keepAll = on }
 
 // Snapshot is slot t's conv window and state of recurrent layer l, for the model to write the
 // states after row t of a recording forward into (t < rows-1).

@@ -147,3 +147,27 @@ func TestHybridStateBytes(t *testing.T) {
 		t.Fatalf("checkpoint at %d holds %d bytes, want 2 and 44", cp.Offset(), cp.Bytes())
 	}
 }
+
+// While forwards are marked kept whole (a prefill), nothing is recorded, so a short forward
+// costs no state copies; RestoreRow can then only keep its last row. Unmarked, recording is back.
+func TestHybridKeepAllRecordsNothing(t *testing.T) {
+	kv := NewKV(1, 16, 2)
+	h := NewHybrid(kv, []RecurrentShape{{ConvLen: 1, StateLen: 2}})
+	h.EnableSnapshots(4)
+	h.SetKeepAll(true)
+	if h.Records(3) {
+		t.Fatal("a kept-whole forward records")
+	}
+	fakeForward(t, h, kv, 1, 2, 3)
+	if err := h.RestoreRow(0); err == nil {
+		t.Error("RestoreRow(0) of an unrecorded forward succeeded")
+	}
+	if err := h.RestoreRow(2); err != nil || h.Offset() != 3 {
+		t.Errorf("RestoreRow of the last row: %v, offset %d", err, h.Offset())
+	}
+	h.SetKeepAll(false)
+	fakeForward(t, h, kv, 10, 20)
+	if err := h.RestoreRow(0); err != nil || h.Offset() != 4 || h.State[0][0] != 16 {
+		t.Errorf("after SetKeepAll(false): %v, offset %d, state %v", err, h.Offset(), h.State)
+	}
+}

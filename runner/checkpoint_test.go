@@ -9,6 +9,7 @@ import (
 	"github.com/dflash/dflash/cache"
 	"github.com/dflash/dflash/internal/testmodel"
 	"github.com/dflash/dflash/kernel"
+	"github.com/dflash/dflash/model"
 	"github.com/dflash/dflash/model/dflash"
 	"github.com/dflash/dflash/model/dflash2"
 	"github.com/dflash/dflash/runner"
@@ -197,4 +198,56 @@ func TestHybridSnapshotsAllocatedOnce(t *testing.T) {
 	if grown := allocs[1] - allocs[0]; grown >= float64(extra)/2 {
 		t.Errorf("%v more allocations for %d more rounds: something is allocated per round", grown, extra)
 	}
+}
+
+// Prefill forwards on a hybrid sequence record no row snapshots (every row of them is kept, so
+// the copies would be wasted), also when a chunk is short enough to be recorded, while verify
+// rounds still do; the output stays plain greedy's.
+func TestHybridPrefillRecordsNothing(t *testing.T) {
+	inner := testmodel.TinyQwen35(t)
+	target := &recordSpy{Target: inner}
+	d, err := dflash.Random(inner, dflash.ConfigFor(inner.Config(), 2, 8), 4, kernel.F32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := runner.NewSequence(target, 256)
+	seq.SetCheckpoints(runner.CheckpointPolicy{Every: 4, Max: 4})
+	s := runner.NewBlockSession(d, 256)
+	defer s.Close()
+	first := []int{5, 17, 3, 3, 42, 8, 9, 1, 4}
+	out, _ := gen(t, seq, runner.Request{Prompt: first, MaxTokens: 10, Session: s, Depth: runner.Fixed(7)})
+	// The second prompt extends the rows held by a few tokens: short prefill chunks, cut at the
+	// checkpoint boundaries, on a cache whose snapshots are on.
+	second := append(append(slices.Clone(first), out...), 7, 7, 2, 60, 11)
+	got, _ := gen(t, seq, runner.Request{Prompt: second, MaxTokens: 10, Session: s, Depth: runner.Fixed(7)})
+	want, _ := gen(t, runner.NewSequence(inner, 256), runner.Request{Prompt: second, MaxTokens: 10})
+	if !slices.Equal(got, want) {
+		t.Fatalf("got %v, plain %v", got, want)
+	}
+	if target.prefillRecorded != 0 || target.shortPrefill == 0 || target.verifyRecorded == 0 {
+		t.Fatalf("%d prefill forwards recorded (%d short enough to), %d verify forwards did", target.prefillRecorded, target.shortPrefill, target.verifyRecorded)
+	}
+}
+
+// recordSpy counts, per kind of forward, whether the hybrid cache recorded it.
+type recordSpy struct {
+	model.Target
+	prefillRecorded, shortPrefill, verifyRecorded int
+}
+
+func (r *recordSpy) Forward(c cache.Cache, req model.Request) (model.Result, error) {
+	h := c.(*cache.Hybrid)
+	n := len(req.Tokens)
+	switch {
+	case req.Logits == model.LogitsNone:
+		if n > 1 && n <= h.SnapshotRows() {
+			r.shortPrefill++
+		}
+		if h.Records(n) {
+			r.prefillRecorded++
+		}
+	case req.Logits == model.LogitsAll && h.Records(n):
+		r.verifyRecorded++
+	}
+	return r.Target.Forward(c, req)
 }

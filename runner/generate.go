@@ -290,6 +290,12 @@ func (g *generation) prefill(ctx context.Context) error {
 	}
 	every := seq.checkpointEvery()
 	rest := prompt[keep : len(prompt)-1]
+	if k, ok := seq.cache.(cache.RowSnapshots); ok && !cache.CanRewind(seq.cache) && len(rest) > 0 {
+		// Prefill keeps every row it forwards: a cache that records row snapshots for verify
+		// rounds need not record these.
+		k.SetKeepAll(true)
+		defer k.SetKeepAll(false)
+	}
 	for len(rest) > 0 {
 		if err := ctx.Err(); err != nil {
 			g.st.Reason = StopCanceled
@@ -432,8 +438,8 @@ func (g *generation) keep(tokens []int, kept int) error {
 
 // snapshots makes sure a verify of rows rows on a cache that cannot rewind records the state
 // after each row (cache.RowSnapshots), so that keep can go back to the last accepted one. The
-// slots are allocated once per sequence, sized for the session's deepest round (Limit()+1); a
-// prefill chunk no longer than that records too, which costs copies but changes nothing kept.
+// slots are allocated once per sequence, sized for the session's deepest round (Limit()+1);
+// prefill forwards record nothing (RowSnapshots.SetKeepAll), as every row of them is kept.
 func (g *generation) snapshots(rows int) error {
 	c := g.seq.cache
 	if cache.CanRewind(c) {
