@@ -251,3 +251,37 @@ func (r *recordSpy) Forward(c cache.Cache, req model.Request) (model.Result, err
 	}
 	return r.Target.Forward(c, req)
 }
+
+// A chat turn's prompt is the history and a generation prompt; the next turn's template may
+// render the reply without how the generation prompt began it, so the next prompt diverges
+// right after the history, before this prompt's end, where its end checkpoint lies.
+// Request.Checkpoint asks for one where the history ends: with it the next turn reuses the
+// history, without it (and no boundary checkpoints, Every 0) it starts over. Both decode what a
+// fresh sequence does.
+func TestHybridCheckpointAtHistoryEnd(t *testing.T) {
+	target := testmodel.TinyQwen35(t)
+	history := []int{5, 17, 3, 3, 42, 8, 9, 1, 4, 30, 31}
+	genPrompt := []int{60, 61, 62} // "assistant\n<think>\n", say
+	first := append(slices.Clone(history), genPrompt...)
+	next := append(slices.Clone(history), 60, 70, 71, 72) // the reply rendered without <think>
+	for _, at := range []int{0, len(history)} {
+		seq := runner.NewSequence(target, 128)
+		seq.SetCheckpoints(runner.CheckpointPolicy{Max: 4})
+		gen(t, seq, runner.Request{Prompt: first, MaxTokens: 6, Checkpoint: at})
+		want := []int{len(first) - 1}
+		if at > 0 {
+			want = []int{at, len(first) - 1}
+		}
+		if !slices.Equal(seq.Checkpoints(), want) {
+			t.Fatalf("Checkpoint %d: checkpoints %v, want %v", at, seq.Checkpoints(), want)
+		}
+		got, st := gen(t, seq, runner.Request{Prompt: next, MaxTokens: 6})
+		if st.Reused != at {
+			t.Errorf("Checkpoint %d: the next turn reused %d rows, want %d", at, st.Reused, at)
+		}
+		fresh, _ := gen(t, runner.NewSequence(target, 128), runner.Request{Prompt: next, MaxTokens: 6})
+		if !slices.Equal(got, fresh) {
+			t.Fatalf("Checkpoint %d: got %v, a fresh sequence %v", at, got, fresh)
+		}
+	}
+}

@@ -128,6 +128,14 @@ type Request struct {
 	// call.
 	Trace func(Round)
 
+	// Checkpoint, when inside the prompt's prefill (after the rows reused, before its last
+	// token), asks a sequence that keeps checkpoints (CheckpointPolicy) to save one after that
+	// many prompt rows as well. A chat caller gives the rows of the conversation before the
+	// generation prompt: the next turn surely shares them, while a template may render this
+	// turn's reply otherwise than the generation prompt began it (without its think block, say),
+	// so the checkpoint at this prompt's end would lie past where the next prompt diverges.
+	Checkpoint int
+
 	PrefillChunk int              // rows per prefill forward (default DefaultPrefillChunk)
 	Clock        func() time.Time // nil: time.Now; tests inject a fake clock
 }
@@ -288,7 +296,11 @@ func (g *generation) prefill(ctx context.Context) error {
 	if chunk <= 0 {
 		chunk = DefaultPrefillChunk
 	}
-	every := seq.checkpointEvery()
+	keeps := seq.keepsCheckpoints()
+	every := 0
+	if keeps {
+		every = max(seq.policy.Every, 0)
+	}
 	rest := prompt[keep : len(prompt)-1]
 	if k, ok := seq.cache.(cache.RowSnapshots); ok && !cache.CanRewind(seq.cache) && len(rest) > 0 {
 		// Prefill keeps every row it forwards: a cache that records row snapshots for verify
@@ -302,16 +314,21 @@ func (g *generation) prefill(ctx context.Context) error {
 			return err
 		}
 		n := min(chunk, len(rest))
+		off := seq.cache.Offset()
+		// Cut the chunk at the next multiple of every and at the asked checkpoint, where
+		// checkpoints are saved.
 		if every > 0 {
-			// Cut the chunk at the next multiple of every, where a checkpoint is saved.
-			n = min(n, every-seq.cache.Offset()%every)
+			n = min(n, every-off%every)
+		}
+		if at := g.req.Checkpoint; keeps && at > off {
+			n = min(n, at-off)
 		}
 		if err := g.forward(rest[:n], model.LogitsNone, n); err != nil {
 			return fmt.Errorf("generate: prefill at %d: %w", seq.cache.Offset(), err)
 		}
 		g.st.PromptTokens += n
 		rest = rest[n:]
-		if every > 0 && seq.cache.Offset()%every == 0 {
+		if off = seq.cache.Offset(); keeps && (every > 0 && off%every == 0 || off == g.req.Checkpoint) {
 			seq.checkpoint()
 		}
 	}
@@ -321,24 +338,22 @@ func (g *generation) prefill(ctx context.Context) error {
 	return nil
 }
 
-// checkpointEvery is the policy's Every when the cache keeps checkpoints (it cannot rewind and
-// is a cache.Checkpointer, and the policy keeps any), else 0.
-func (s *Sequence) checkpointEvery() int {
-	if _, ok := s.cache.(cache.Checkpointer); !ok || cache.CanRewind(s.cache) || s.policy.Max <= 0 {
-		return 0
-	}
-	return max(s.policy.Every, 0)
+// keepsCheckpoints reports whether the sequence saves checkpoints: its cache cannot rewind but
+// is a cache.Checkpointer, and the policy keeps some.
+func (s *Sequence) keepsCheckpoints() bool {
+	_, ok := s.cache.(cache.Checkpointer)
+	return ok && !cache.CanRewind(s.cache) && s.policy.Max > 0
 }
 
 // checkpoint saves the state at the cache's offset, when the cache cannot rewind but keeps
 // checkpoints and none is saved there yet, evicting one as CheckpointPolicy says when the
 // sequence holds Max already (its memory is reused for the new one).
 func (s *Sequence) checkpoint() {
-	c, ok := s.cache.(cache.Checkpointer)
 	off := s.cache.Offset()
-	if !ok || cache.CanRewind(s.cache) || off == 0 || s.policy.Max <= 0 {
+	if !s.keepsCheckpoints() || off == 0 {
 		return
 	}
+	c := s.cache.(cache.Checkpointer)
 	if n := len(s.checkpoints); n > 0 && s.checkpoints[n-1].Offset() >= off {
 		// Saves go in ascending order along the rows held (the prefill drops every checkpoint
 		// past the rows it keeps), so one at or past off must be at off itself.

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -112,5 +115,37 @@ func TestServeQwen35(t *testing.T) {
 	_, stop = startServe(t, "--model", dir, "--name", "q35", "--draft", draft)
 	if exit, logs := stop(); exit != 0 {
 		t.Errorf("serve with a draft on a hybrid target exited with %d: %s", exit, logs)
+	}
+}
+
+// --chat on a hybrid target with a Qwen3.5-style template (tokenizer/chat/testdata's, which
+// renders an earlier reply without the think block its generation prompt opened): the second
+// turn's prompt diverges from the first's a few tokens before its end, past the checkpoint at
+// that end, so it reuses the rows up to where the first conversation ended (the checkpoint the
+// chat loop asks for there), not nothing.
+func TestChatOnHybridReusesTheHistory(t *testing.T) {
+	src, err := os.ReadFile("../../tokenizer/chat/testdata/qwen35-like.jinja")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := testmodel.Qwen35(t, testmodel.Qwen35Folder{Tokenizer: true, ChatTemplate: string(src)})
+	code, _, errs := runCLI(t, "hello there\nand again\n", "run", "--model", dir, "--chat", "--system", "Be brief.", "-n", "5", "--stats")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	m := regexp.MustCompile(`prompt: (\d+) tokens \((\d+) reused\)`).FindAllStringSubmatch(errs, -1)
+	if len(m) < 2 {
+		t.Fatalf("no per-turn statistics in %q", errs)
+	}
+	e, err := engine.Open(engine.Options{Model: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	history, err := e.EncodePrompt("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhello there<|im_end|>\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first, second := m[0][2], m[1][2]; first != "0" || second != strconv.Itoa(len(history)) {
+		t.Errorf("reused rows: first turn %s (want 0), second %s (want the %d of the first conversation)", first, second, len(history))
 	}
 }
