@@ -92,6 +92,19 @@ type GenRequest struct {
 	// may begin one is held back until it cannot (package runner/stop does all of this). The
 	// backend applies them together with its own end-of-sequence tokens.
 	Stop []string
+	// Checkpoint, for a chat on a model that asked for it (HistoryCheckpointer), is how many
+	// prompt tokens are the conversation before the generation prompt (0: unknown): where a
+	// model whose cache cannot rewind saves a state checkpoint, since the next turn surely
+	// shares those tokens while its template may render this reply otherwise than the
+	// generation prompt began it.
+	Checkpoint int
+}
+
+// HistoryCheckpointer is a Model whose prefix reuse gains from GenRequest.Checkpoint (a
+// hybrid target's, whose recurrent state resumes only from checkpoints). For it the server
+// tokenizes a chat's history without the generation prompt as well.
+type HistoryCheckpointer interface {
+	WantsHistoryCheckpoint() bool
 }
 
 // Token is one generated token.

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -137,7 +138,11 @@ func (s *Server) execute(r *http.Request, j *job, piece func(string) error) (*ou
 	}
 
 	out.Context = ids[:len(ids):len(ids)]
-	res, err := m.Generate(ctx, GenRequest{Prompt: ids, MaxTokens: maxTokens, Options: j.Opts.Sample, Seeded: j.Opts.Seeded, Stop: j.Opts.Stop},
+	history := 0
+	if hc, ok := m.(HistoryCheckpointer); ok && len(j.Messages) > 0 && !cut && hc.WantsHistoryCheckpoint() {
+		history = historyTokens(m, j.Messages, text, ids)
+	}
+	res, err := m.Generate(ctx, GenRequest{Prompt: ids, MaxTokens: maxTokens, Options: j.Opts.Sample, Seeded: j.Opts.Seeded, Stop: j.Opts.Stop, Checkpoint: history},
 		func(t Token) error {
 			if t.ID >= 0 { // -1: a flushed tail of text, no token of its own
 				out.Context = append(out.Context, t.ID)
@@ -301,4 +306,18 @@ func readBody(r *http.Request) ([]byte, *RequestError) {
 		return nil, &RequestError{Status: http.StatusBadRequest, Msg: fmt.Sprintf("read request body: %v", err)}
 	}
 	return body, nil
+}
+
+// historyTokens is how many of ids (text, the chat rendered with its generation prompt,
+// tokenized) are msgs rendered without it, when that rendering prefixes both; else 0.
+func historyTokens(m Model, msgs []ChatMessage, text string, ids []int) int {
+	h, err := m.RenderChat(msgs, ChatOptions{})
+	if err != nil || !strings.HasPrefix(text, h) {
+		return 0
+	}
+	hid, err := m.Tokenize(h)
+	if err != nil || len(hid) >= len(ids) || !slices.Equal(hid, ids[:len(hid)]) {
+		return 0
+	}
+	return len(hid)
 }

@@ -1,6 +1,10 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -147,5 +151,53 @@ func TestChatOnHybridReusesTheHistory(t *testing.T) {
 	}
 	if first, second := m[0][2], m[1][2]; first != "0" || second != strconv.Itoa(len(history)) {
 		t.Errorf("reused rows: first turn %s (want 0), second %s (want the %d of the first conversation)", first, second, len(history))
+	}
+}
+
+// The server does for a chat what --chat does: on a hybrid target it asks for a checkpoint where
+// the conversation ends, so the second /api/chat turn (the reply rendered without its think
+// block) reuses the first conversation's tokens, as dflash_prompt_reused_tokens_total counts.
+func TestServeChatOnHybridReusesTheHistory(t *testing.T) {
+	src, err := os.ReadFile("../../tokenizer/chat/testdata/qwen35-like.jinja")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := testmodel.Qwen35(t, testmodel.Qwen35Folder{Tokenizer: true, ChatTemplate: string(src)})
+	url, stop := startServe(t, "--model", dir, "--name", "q35")
+	defer stop()
+	msgs := `{"role":"system","content":"Be brief."},{"role":"user","content":"hello there"}`
+	chat := func(msgs string) string {
+		code, body := postJSON(t, url+"/api/chat", `{"model":"q35","stream":false,"options":{"num_predict":5,"temperature":0},"messages":[`+msgs+`]}`)
+		var r struct {
+			Message struct{ Content string } `json:"message"`
+		}
+		if err := json.Unmarshal(body, &r); err != nil || code != 200 {
+			t.Fatalf("chat: %d %s", code, body)
+		}
+		return r.Message.Content
+	}
+	reply, err := json.Marshal(chat(msgs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chat(msgs + `,{"role":"assistant","content":` + string(reply) + `},{"role":"user","content":"and again"}`)
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	metrics, _ := io.ReadAll(resp.Body)
+	e, err := engine.Open(engine.Options{Model: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	history, err := e.EncodePrompt("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhello there<|im_end|>\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf(`dflash_prompt_reused_tokens_total{model="q35:latest"} %d`, len(history))
+	if !strings.Contains(string(metrics), want) {
+		m := regexp.MustCompile(`dflash_prompt_reused_tokens_total\{.*`).FindString(string(metrics))
+		t.Errorf("metrics say %q, want %q", m, want)
 	}
 }

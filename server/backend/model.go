@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/dflash/dflash/cache"
 	"github.com/dflash/dflash/engine"
 	"github.com/dflash/dflash/model/transformer"
 	"github.com/dflash/dflash/runner"
@@ -32,6 +33,10 @@ type Model struct {
 	ctxLen int
 	draft  *engine.Draft // nil: plain decoding
 
+	// checkpoints says the target's cache cannot rewind (a hybrid target): prefix reuse goes
+	// through state checkpoints, which a chat's history end is worth one of. Set at open.
+	checkpoints bool
+
 	turn    chan struct{} // holds one token while a generation runs
 	seq     *runner.Sequence
 	session runner.Session
@@ -54,6 +59,7 @@ func open(d *engine.Description, info server.ModelInfo, ctxCap int) (*Model, err
 		m.draft = dr
 	}
 	m.reset()
+	m.checkpoints = !cache.CanRewind(m.seq.Cache())
 	return m, nil
 }
 
@@ -134,7 +140,7 @@ func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(s
 	stream.Flush()
 	rr := runner.Request{
 		Prompt: req.Prompt, Options: req.Options, Seeded: req.Seeded, MaxTokens: req.MaxTokens,
-		Stop: m.e.Stop, StopStrings: req.Stop, Text: stream,
+		Stop: m.e.Stop, StopStrings: req.Stop, Text: stream, Checkpoint: req.Checkpoint,
 	}
 	if m.session != nil {
 		rr.Session, rr.Depth = m.session, m.draft.Drafter.Depth()
@@ -173,6 +179,10 @@ func result(st runner.Stats, prompt int, drafted bool) server.GenResult {
 	}
 	return r
 }
+
+// WantsHistoryCheckpoint implements server.HistoryCheckpointer: a target whose cache cannot
+// rewind (a hybrid one) resumes a chat's next turn from the checkpoint at its history's end.
+func (m *Model) WantsHistoryCheckpoint() bool { return m.checkpoints }
 
 // LastStats are the runner's statistics of the latest generation (Reused shows prefix reuse).
 // Tests and diagnostics only; it is not synchronised with a running generation.
