@@ -201,3 +201,23 @@ func TestServeChatOnHybridReusesTheHistory(t *testing.T) {
 		t.Errorf("metrics say %q, want %q", m, want)
 	}
 }
+
+// dflash bench on a hybrid target reports the recurrent memory a sequence holds, measured on its
+// cache: one state, 15 snapshot slots of it (depth 15), and the default checkpoints. The
+// folder's linear layers: 3 of (conv 3 x C + state Hv x dk x dv) floats, C = 2*2*8 + 4*6 = 56.
+func TestBenchQwen35RecurrentMemory(t *testing.T) {
+	dir := testmodel.Qwen35(t, testmodel.Qwen35Folder{})
+	code, out, errs := runCLI(t, "", "bench", "--model", dir, "-n", "4", "--prefill", "8", "--reps", "1", "--probe=false", "--verify", "", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var r benchReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("no JSON: %v\n%s", err, out)
+	}
+	const state = 4 * 3 * (3*56 + 4*8*6)
+	m := r.Recurrent
+	if m == nil || m.StateBytes != state || m.Depth != 15 || m.SnapshotBytes != 15*state || m.Checkpoints != 4 || m.CheckpointBytes != 4*state {
+		t.Errorf("recurrent memory %+v, want a state of %d bytes, 15 slots and 4 checkpoints of it", m, state)
+	}
+}
