@@ -37,6 +37,11 @@ type RowSnapshots interface {
 	// outside the rows of the last forward still held, or that forward was not recorded (it had
 	// more rows than SnapshotRows, or snapshots are disabled and k is not its last row).
 	RestoreRow(k int) error
+	// SetKeepAll says whether the coming forwards will be kept whole (a prompt's prefill), so
+	// that they record nothing: a short prefill chunk would otherwise copy the whole state after
+	// each of its rows, for nothing. While it is on, RestoreRow goes back only to a forward's
+	// last row.
+	SetKeepAll(on bool)
 }
 
 // ErrNoRewind is returned (wrapped) by the Rewind of a cache that cannot rewind to the offset
@@ -68,6 +73,7 @@ type Hybrid struct {
 	Conv, State [][]float32
 
 	snapRows          int
+	keepAll           bool          // SetKeepAll: forwards record nothing
 	snapConv, snapSta [][][]float32 // [slot][layer]
 	last              lastForward
 }
@@ -144,8 +150,29 @@ func (h *Hybrid) EnableSnapshots(rows int) {
 
 func (h *Hybrid) SnapshotRows() int { return h.snapRows }
 
+// StateBytes is the memory of one whole recurrent state (every layer's conv window and state):
+// what the live state, each snapshot slot and each Checkpoint hold.
+func (h *Hybrid) StateBytes() int64 { return StateBytes(h.Layers) }
+
+// SnapshotBytes is the memory the snapshot slots hold: SnapshotRows()-1 states, or more when
+// an earlier EnableSnapshots asked for more rows (slots are kept, never shrunk, until disabled).
+func (h *Hybrid) SnapshotBytes() int64 { return int64(len(h.snapConv)) * h.StateBytes() }
+
+// StateBytes is the memory of one recurrent state of the given layers, float32.
+func StateBytes(layers []RecurrentShape) int64 {
+	var n int64
+	for _, s := range layers {
+		n += int64(s.ConvLen + s.StateLen)
+	}
+	return 4 * n
+}
+
 // Records reports whether a forward of rows rows records per-row snapshots.
-func (h *Hybrid) Records(rows int) bool { return h.snapRows > 1 && rows > 1 && rows <= h.snapRows }
+func (h *Hybrid) Records(rows int) bool {
+	return !h.keepAll && h.snapRows > 1 && rows > 1 && rows <= h.snapRows
+}
+
+func (h *Hybrid) SetKeepAll(on bool) { h.keepAll = on }
 
 // Snapshot is slot t's conv window and state of recurrent layer l, for the model to write the
 // states after row t of a recording forward into (t < rows-1).
@@ -197,6 +224,15 @@ type Checkpoint struct {
 // Offset is the number of rows the checkpoint's state has folded in.
 func (cp *Checkpoint) Offset() int { return cp.offset }
 
+// Bytes is the memory the checkpoint holds (0 before its first save).
+func (cp *Checkpoint) Bytes() int64 {
+	var n int
+	for l := range cp.conv {
+		n += cap(cp.conv[l]) + cap(cp.state[l])
+	}
+	return 4 * int64(n)
+}
+
 // Checkpointer is a cache that cannot rewind but can save its state at the current offset and
 // later go back to it.
 type Checkpointer interface {
@@ -214,8 +250,13 @@ func (h *Hybrid) SaveCheckpoint(cp *Checkpoint) {
 		cp.state = make([][]float32, len(h.Layers))
 	}
 	for l := range h.Layers {
-		cp.conv[l] = append(cp.conv[l][:0], h.Conv[l]...)
-		cp.state[l] = append(cp.state[l][:0], h.State[l]...)
+		// Exact sizes (append would round capacity up): a checkpoint holds one state, no more.
+		if len(cp.conv[l]) != len(h.Conv[l]) || len(cp.state[l]) != len(h.State[l]) {
+			cp.conv[l] = make([]float32, len(h.Conv[l]))
+			cp.state[l] = make([]float32, len(h.State[l]))
+		}
+		copy(cp.conv[l], h.Conv[l])
+		copy(cp.state[l], h.State[l])
 	}
 	cp.offset = h.Offset()
 }

@@ -116,3 +116,58 @@ func TestHybridCheckpoint(t *testing.T) {
 		t.Errorf("restore of another shape's checkpoint: err %v, offset %d", err, other.Offset())
 	}
 }
+
+// The memory a hybrid cache's extra states hold: one state is every layer's conv window and
+// state, 4 bytes a float; snapshot slots are one state per verify row but the last; a
+// checkpoint is one state once saved.
+func TestHybridStateBytes(t *testing.T) {
+	kv := NewKV(1, 16, 2)
+	h := NewHybrid(kv, []RecurrentShape{{ConvLen: 1, StateLen: 3}, {ConvLen: 2, StateLen: 5}})
+	if got := h.StateBytes(); got != 4*(1+3+2+5) {
+		t.Fatalf("StateBytes %d, want 44", got)
+	}
+	if h.SnapshotBytes() != 0 {
+		t.Fatalf("SnapshotBytes %d before snapshots are enabled", h.SnapshotBytes())
+	}
+	h.EnableSnapshots(4)
+	if got := h.SnapshotBytes(); got != 3*44 {
+		t.Fatalf("SnapshotBytes %d for 4 rows, want 3 states (132)", got)
+	}
+	h.EnableSnapshots(2) // fewer rows keep the slots
+	if got := h.SnapshotBytes(); got != 3*44 {
+		t.Fatalf("SnapshotBytes %d after asking fewer rows, want the 132 still held", got)
+	}
+	var cp Checkpoint
+	if cp.Bytes() != 0 {
+		t.Fatalf("unsaved checkpoint holds %d bytes", cp.Bytes())
+	}
+	fakeForward(t, h, kv, 1, 2)
+	h.SaveCheckpoint(&cp)
+	if cp.Bytes() != 44 || cp.Offset() != 2 {
+		t.Fatalf("checkpoint at %d holds %d bytes, want 2 and 44", cp.Offset(), cp.Bytes())
+	}
+}
+
+// While forwards are marked kept whole (a prefill), nothing is recorded, so a short forward
+// costs no state copies; RestoreRow can then only keep its last row. Unmarked, recording is back.
+func TestHybridKeepAllRecordsNothing(t *testing.T) {
+	kv := NewKV(1, 16, 2)
+	h := NewHybrid(kv, []RecurrentShape{{ConvLen: 1, StateLen: 2}})
+	h.EnableSnapshots(4)
+	h.SetKeepAll(true)
+	if h.Records(3) {
+		t.Fatal("a kept-whole forward records")
+	}
+	fakeForward(t, h, kv, 1, 2, 3)
+	if err := h.RestoreRow(0); err == nil {
+		t.Error("RestoreRow(0) of an unrecorded forward succeeded")
+	}
+	if err := h.RestoreRow(2); err != nil || h.Offset() != 3 {
+		t.Errorf("RestoreRow of the last row: %v, offset %d", err, h.Offset())
+	}
+	h.SetKeepAll(false)
+	fakeForward(t, h, kv, 10, 20)
+	if err := h.RestoreRow(0); err != nil || h.Offset() != 4 || h.State[0][0] != 16 {
+		t.Errorf("after SetKeepAll(false): %v, offset %d, state %v", err, h.Offset(), h.State)
+	}
+}

@@ -279,6 +279,60 @@ func TestQwen35ChatTemplate(t *testing.T) {
 	}
 }
 
+// A Qwen3.5 folder whose tokenizer_config.json carries the fuller template of
+// tokenizer/chat/testdata (ours, after Qwen3.5's behaviour: thinking on and off, reasoning kept
+// after the last query, XML tool calls, grouped tool results) renders a tool loop, and the
+// rendered prompt encodes, through the Qwen3 tokenizer (no Qwen3.5 tokenizer.json is in the
+// shared test data, so the ids are Qwen3's, not Qwen3.5's), with every ChatML, think and tool
+// marker as the one special token it names.
+func TestQwen35ToolLoopPrompt(t *testing.T) {
+	src, err := os.ReadFile("../tokenizer/chat/testdata/qwen35-like.jinja")
+	must(t, err)
+	dir := testmodel.Qwen35(t, testmodel.Qwen35Folder{Conditional: true, Tokenizer: true, ChatTemplate: string(src)})
+	d, err := Describe(Options{Model: dir})
+	must(t, err)
+	msgs := []chat.Message{
+		{Role: "user", Content: "Weather in Paris?"},
+		{Role: "assistant", ReasoningContent: "Need it.", ToolCalls: []chat.ToolCall{{Name: "get_weather", Arguments: `{"city":"Paris"}`}}},
+		{Role: "tool", Content: "sunny"},
+	}
+	off := false
+	text, err := d.Template.Render(msgs, chat.Options{AddGenerationPrompt: true, EnableThinking: &off})
+	must(t, err)
+	must(t, d.Validate())
+	e, err := d.Load(transformer.KeepDType)
+	must(t, err)
+	ids, err := e.EncodePrompt(text)
+	must(t, err)
+	// Two user turns, one assistant turn and the generation prompt open a turn each; the think
+	// block appears twice (the kept reasoning, the empty one thinking off writes).
+	for marker, want := range map[string]int{
+		"<|im_start|>": 4, "<|im_end|>": 3, "<think>": 2, "</think>": 2,
+		"<tool_call>": 1, "</tool_call>": 1, "<tool_response>": 1, "</tool_response>": 1,
+	} {
+		id, ok := d.Tok.TokenID(marker)
+		if !ok {
+			t.Fatalf("the tokenizer has no %s", marker)
+		}
+		if got := countOf(ids, id); got != want {
+			t.Errorf("%s (id %d) appears %d times in the encoded prompt, want %d", marker, id, got, want)
+		}
+	}
+	if !strings.HasSuffix(text, "<|im_start|>assistant\n<think>\n\n</think>\n\n") {
+		t.Errorf("prompt ends %q, want the empty think block of thinking off", text[max(0, len(text)-40):])
+	}
+}
+
+func countOf(ids []int, id int) int {
+	n := 0
+	for _, v := range ids {
+		if v == id {
+			n++
+		}
+	}
+	return n
+}
+
 // A DFlash draft for a Qwen3.5 target is described and checked against the hybrid description
 // (taps below the layer count, hidden width, vocabulary, mask id 248070 inside it); loading it
 // is refused until the runner can speculate on caches that cannot rewind.

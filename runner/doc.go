@@ -2,8 +2,9 @@
 // decoding, speculative rounds (a session proposes, one target forward verifies, the target cache
 // is rewound to the last kept row), the DFlash drafting sessions, the depth policy and the
 // statistics of a request. A target cache that cannot rewind (a hybrid target's recurrent state)
-// is cut back instead by restoring the kept row's snapshot (cache.RowSnapshots), and reuses a
-// previous request's rows only when all of them prefix the new prompt.
+// is cut back instead by restoring the kept row's snapshot (cache.RowSnapshots); a new prompt
+// reuses its rows when all of them prefix it, else resumes from the longest state checkpoint within
+// the shared prefix (CheckpointPolicy: every few prefill rows and at each prompt's end).
 //
 // Speculation has two lifetimes. A Drafter is per model pair and long-lived: it holds the draft
 // (weights live in the model) and its depth policy, whose adaptive controller learns across

@@ -26,21 +26,67 @@ type Sequence struct {
 	cache    cache.Cache
 	capacity int
 	tokens   []int
-	// checkpoints, on a cache that cannot rewind (cache.Checkpointer), are its states at the
-	// ends of recent prompts' prefills, so a new prompt that diverges from the rows held can
-	// resume from the longest one within its shared prefix. Each is one full recurrent state,
-	// so there are at most maxCheckpoints, replaced oldest first. Invariant: every one is at an
-	// offset <= len(tokens), and the rows below it have not changed since it was saved.
-	checkpoints []*cache.Checkpoint // oldest first
+	// checkpoints, on a cache that cannot rewind (cache.Checkpointer), are its states at
+	// prefill chunk boundaries (every policy.Every rows) and at the ends of recent prompts'
+	// prefills, so a new prompt that diverges from the rows held resumes from the longest one
+	// within its shared prefix. Invariants: sorted by offset, all distinct, every one at an
+	// offset <= len(tokens) whose rows below it have not changed since it was saved, at most
+	// policy.Max of them.
+	checkpoints []*cache.Checkpoint
+	policy      CheckpointPolicy
 }
 
-// maxCheckpoints bounds Sequence.checkpoints: two covers a regenerated answer (back to the end
-// of the last prompt) and one edited turn further back, at two states' memory per sequence.
-const maxCheckpoints = 2
+// CheckpointPolicy says where a sequence whose cache cannot rewind (a hybrid target's recurrent
+// state) saves state checkpoints for prompt-prefix reuse, and how many it keeps. Each checkpoint
+// is one whole recurrent state (cache.Hybrid.StateBytes: about 19 MiB for Qwen3.5-0.8B, 50 MiB
+// for 4B and 9B), allocated on its first save and reused after, so Max bounds the memory.
+//
+// A prompt's prefill is cut at every multiple of Every (absolute positions) and a checkpoint
+// saved at each cut and at the end of the prompt (its last token excluded: that one is the first
+// round's current token). When a save would exceed Max, one older checkpoint is evicted: the one
+// whose removal leaves the smallest gap between its neighbours (offset 0 before the first), ties
+// going to the later one; the newest is never evicted. The kept ones thus spread over the rows
+// held, spacing widening as the rows grow, with the first (a shared system prompt or document)
+// and the newest (a regenerated answer) kept.
+type CheckpointPolicy struct {
+	Every int // rows between prefill checkpoints; <= 0 saves only at prompt ends
+	Max   int // checkpoints kept at most; <= 0 keeps none (a diverging prompt starts over)
+}
+
+// DefaultCheckpoints is the policy a new sequence starts with: a checkpoint every prefill chunk
+// and at most four, 200 MiB per sequence for Qwen3.5-4B.
+var DefaultCheckpoints = CheckpointPolicy{Every: DefaultPrefillChunk, Max: 4}
 
 // NewSequence allocates a target cache for capacity positions.
 func NewSequence(t model.Target, capacity int) *Sequence {
-	return &Sequence{target: t, cache: t.NewCache(capacity), capacity: capacity}
+	return &Sequence{target: t, cache: t.NewCache(capacity), capacity: capacity, policy: DefaultCheckpoints}
+}
+
+// SetCheckpoints replaces the checkpoint policy, dropping the checkpoints past the new Max
+// (those evicted as the policy would have).
+func (s *Sequence) SetCheckpoints(p CheckpointPolicy) {
+	s.policy = p
+	for len(s.checkpoints) > max(p.Max, 0) {
+		s.evict()
+	}
+}
+
+// Checkpoints lists the offsets of the checkpoints held, ascending.
+func (s *Sequence) Checkpoints() []int {
+	offs := make([]int, len(s.checkpoints))
+	for i, cp := range s.checkpoints {
+		offs[i] = cp.Offset()
+	}
+	return offs
+}
+
+// CheckpointBytes is the memory the sequence's checkpoints hold.
+func (s *Sequence) CheckpointBytes() int64 {
+	var n int64
+	for _, cp := range s.checkpoints {
+		n += cp.Bytes()
+	}
+	return n
 }
 
 // Tokens are the tokens whose rows the cache holds; the slice must not be modified.
@@ -89,6 +135,14 @@ type Request struct {
 	// (TraceWriter.Round writes it as a JSON line). The Round's slices are valid only during the
 	// call.
 	Trace func(Round)
+
+	// Checkpoint, when inside the prompt's prefill (after the rows reused, before its last
+	// token), asks a sequence that keeps checkpoints (CheckpointPolicy) to save one after that
+	// many prompt rows as well. A chat caller gives the rows of the conversation before the
+	// generation prompt: the next turn surely shares them, while a template may render this
+	// turn's reply otherwise than the generation prompt began it (without its think block, say),
+	// so the checkpoint at this prompt's end would lie past where the next prompt diverges.
+	Checkpoint int
 
 	PrefillChunk int              // rows per prefill forward (default DefaultPrefillChunk)
 	Clock        func() time.Time // nil: time.Now; tests inject a fake clock
@@ -256,18 +310,41 @@ func (g *generation) prefill(ctx context.Context) error {
 	if chunk <= 0 {
 		chunk = DefaultPrefillChunk
 	}
+	keeps := seq.keepsCheckpoints()
+	every := 0
+	if keeps {
+		every = max(seq.policy.Every, 0)
+	}
 	rest := prompt[keep : len(prompt)-1]
+	if k, ok := seq.cache.(cache.RowSnapshots); ok && !cache.CanRewind(seq.cache) && len(rest) > 0 {
+		// Prefill keeps every row it forwards: a cache that records row snapshots for verify
+		// rounds need not record these.
+		k.SetKeepAll(true)
+		defer k.SetKeepAll(false)
+	}
 	for len(rest) > 0 {
 		if err := ctx.Err(); err != nil {
 			g.st.Reason = StopCanceled
 			return err
 		}
 		n := min(chunk, len(rest))
+		off := seq.cache.Offset()
+		// Cut the chunk at the next multiple of every and at the asked checkpoint, where
+		// checkpoints are saved.
+		if every > 0 {
+			n = min(n, every-off%every)
+		}
+		if at := g.req.Checkpoint; keeps && at > off {
+			n = min(n, at-off)
+		}
 		if err := g.forward(rest[:n], model.LogitsNone, n); err != nil {
 			return fmt.Errorf("generate: prefill at %d: %w", seq.cache.Offset(), err)
 		}
 		g.st.PromptTokens += n
 		rest = rest[n:]
+		if off = seq.cache.Offset(); keeps && (every > 0 && off%every == 0 || off == g.req.Checkpoint) {
+			seq.checkpoint()
+		}
 	}
 	g.st.PromptTime = g.now().Sub(start)
 	g.all = append(g.all[:0], prompt...)
@@ -275,26 +352,58 @@ func (g *generation) prefill(ctx context.Context) error {
 	return nil
 }
 
+// keepsCheckpoints reports whether the sequence saves checkpoints: its cache cannot rewind but
+// is a cache.Checkpointer, and the policy keeps some.
+func (s *Sequence) keepsCheckpoints() bool {
+	_, ok := s.cache.(cache.Checkpointer)
+	return ok && !cache.CanRewind(s.cache) && s.policy.Max > 0
+}
+
 // checkpoint saves the state at the cache's offset, when the cache cannot rewind but keeps
-// checkpoints and none is saved there yet.
+// checkpoints and none is saved there yet, evicting one as CheckpointPolicy says when the
+// sequence holds Max already (its memory is reused for the new one).
 func (s *Sequence) checkpoint() {
-	c, ok := s.cache.(cache.Checkpointer)
 	off := s.cache.Offset()
-	if !ok || cache.CanRewind(s.cache) || off == 0 {
+	if !s.keepsCheckpoints() || off == 0 {
 		return
 	}
-	for _, cp := range s.checkpoints {
-		if cp.Offset() == off {
-			return
-		}
+	c := s.cache.(cache.Checkpointer)
+	if n := len(s.checkpoints); n > 0 && s.checkpoints[n-1].Offset() >= off {
+		// Saves go in ascending order along the rows held (the prefill drops every checkpoint
+		// past the rows it keeps), so one at or past off must be at off itself.
+		return
 	}
-	cp := new(cache.Checkpoint)
-	if len(s.checkpoints) == maxCheckpoints {
-		cp = s.checkpoints[0] // its memory is reused
-		s.checkpoints = slices.Delete(s.checkpoints, 0, 1)
+	var cp *cache.Checkpoint
+	if len(s.checkpoints) >= s.policy.Max {
+		cp = s.evict()
+	}
+	if cp == nil {
+		cp = new(cache.Checkpoint)
 	}
 	c.SaveCheckpoint(cp)
 	s.checkpoints = append(s.checkpoints, cp)
+}
+
+// evict removes the checkpoint CheckpointPolicy says goes first and returns it.
+func (s *Sequence) evict() *cache.Checkpoint {
+	cps := s.checkpoints
+	if len(cps) == 0 {
+		return nil
+	}
+	// The newest (last) is never evicted while another is left.
+	victim, gap := len(cps)-1, -1
+	for i := 0; i < len(cps)-1; i++ {
+		prev := 0
+		if i > 0 {
+			prev = cps[i-1].Offset()
+		}
+		if g := cps[i+1].Offset() - prev; gap < 0 || g <= gap {
+			victim, gap = i, g
+		}
+	}
+	cp := cps[victim]
+	s.checkpoints = slices.Delete(cps, victim, victim+1)
+	return cp
 }
 
 // forward runs the target over tokens at the cache's offset, keeps the first kept rows (rewinding
@@ -358,8 +467,8 @@ func (g *generation) keep(tokens []int, kept int) error {
 
 // snapshots makes sure a verify of rows rows on a cache that cannot rewind records the state
 // after each row (cache.RowSnapshots), so that keep can go back to the last accepted one. The
-// slots are allocated once per sequence, sized for the session's deepest round (Limit()+1); a
-// prefill chunk no longer than that records too, which costs copies but changes nothing kept.
+// slots are allocated once per sequence, sized for the session's deepest round (Limit()+1);
+// prefill forwards record nothing (RowSnapshots.SetKeepAll), as every row of them is kept.
 func (g *generation) snapshots(rows int) error {
 	c := g.seq.cache
 	if cache.CanRewind(c) {

@@ -217,8 +217,8 @@ func TestHybridResumesFromCheckpoint(t *testing.T) {
 	out2 := check("second", second, s, len(first)-1)
 	third := append(slices.Clone(second), (out2[0]+1)%vocab, 2)
 	check("third", third, nil, len(second)-1)
-	// The checkpoints are now at len(second)-1 and len(third)-1 (two at most: first's was
-	// replaced); a prompt sharing only 5 rows, short of both, starts over.
+	// The checkpoints are now at the ends of the three prompts (len(first)-1, len(second)-1 and
+	// len(third)-1); a prompt sharing only 5 rows, short of all, starts over.
 	check("fourth", append(slices.Clone(first[:5]), 60, 2), s, 0)
 	// Everything past the fourth prompt's rows is gone: the checkpoints with it.
 	check("fifth", third, nil, 0)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dflash/dflash/internal/splitmix"
+	"github.com/dflash/dflash/internal/testmodel"
 	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/kernel/kerneltest"
 	"github.com/dflash/dflash/model/dflash"
@@ -164,4 +165,46 @@ func TestSimulatedDrafterIsExactAndAcceptsTheDraws(t *testing.T) {
 			t.Errorf("draws in the loop do not follow the histogram: chi-square %.1f > %.1f (df %d) over %d rounds: %v", stat, crit, df, rounds, drawn)
 		}
 	})
+}
+
+// The simulation on a hybrid target (the snapshot verify path): a Qwen3.5-shaped target with a
+// random DFlash draft of block 16 still decodes its plain greedy output, and every round accepts
+// exactly what the drafter allowed, as on a dense target. This is what `dflash bench --synthetic
+// qwen3.5-4b --draft synthetic: --acceptance FILE` runs at full scale.
+func TestSimulatedDrafterOnHybridTarget(t *testing.T) {
+	target := testmodel.TinyQwen35(t)
+	vocab := target.Config().Vocab
+	draft, err := dflash.Random(target, dflash.ConfigFor(target.Config(), 2, 16), 9, kernel.BF16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := runner.NewAcceptance(publishedLike())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 5))
+	for trial := range 3 {
+		prompt := make([]int, 1+rng.IntN(12))
+		for i := range prompt {
+			prompt[i] = rng.IntN(vocab)
+		}
+		const n = 120
+		want, _ := generate(t, target, prompt, n, nil, sample.Options{}, nil, runner.Depth{})
+		allowed := make([]int, 16)
+		sim := &runner.SimulatedDrafter{
+			Inner: runner.NewBlockDrafter(draft), Tokens: append(slices.Clone(prompt), want...), Accept: a, Vocab: vocab, Seed: uint64(trial),
+			OnDraw: func(k, al int) { allowed[al]++ },
+		}
+		got, st := generate(t, target, prompt, n, nil, sample.Options{}, sim.Open(512), runner.Fixed(15))
+		if !slices.Equal(got, want) {
+			t.Fatalf("trial %d: simulated speculation left the target's output:\n got %v\nwant %v", trial, got, want)
+		}
+		hist := runner.AcceptanceOf(st)
+		for len(hist) < 16 {
+			hist = append(hist, 0)
+		}
+		if !slices.Equal(hist[:16], allowed) || st.Accepted == 0 {
+			t.Fatalf("trial %d: rounds accepted %v, the drafter allowed %v", trial, hist, allowed)
+		}
+	}
 }

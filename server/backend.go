@@ -129,6 +129,19 @@ type GenRequest struct {
 	// likely alternatives each.
 	Logprobs    bool
 	TopLogprobs int
+	// Checkpoint, for a chat on a model that asked for it (HistoryCheckpointer), is how many
+	// prompt tokens are the conversation before the generation prompt (0: unknown): where a
+	// model whose cache cannot rewind saves a state checkpoint, since the next turn surely
+	// shares those tokens while its template may render this reply otherwise than the
+	// generation prompt began it.
+	Checkpoint int
+}
+
+// HistoryCheckpointer is a Model whose prefix reuse gains from GenRequest.Checkpoint (a
+// hybrid target's, whose recurrent state resumes only from checkpoints). For it the server
+// tokenizes a chat's history without the generation prompt as well.
+type HistoryCheckpointer interface {
+	WantsHistoryCheckpoint() bool
 }
 
 // Token is one generated token.
@@ -159,6 +172,7 @@ type TokenLogprob struct {
 // GenResult reports what a generation did. Durations are wall time.
 type GenResult struct {
 	PromptTokens   int           // prompt tokens evaluated (after any cache reuse)
+	ReusedTokens   int           // prompt tokens whose cached rows were kept instead (prefix reuse)
 	PromptDuration time.Duration // prefill time
 	EvalTokens     int           // tokens generated
 	EvalDuration   time.Duration // time from the end of prefill to the last token

@@ -37,6 +37,7 @@ func TestOperationalEndpoints(t *testing.T) {
 			`dflash_http_requests_total{endpoint="/api/generate",status="200"} 1`,
 			`dflash_generated_tokens_total{model="` + bc.model + `"}`,
 			`dflash_prompt_tokens_total{model="` + bc.model + `"}`,
+			`dflash_prompt_reused_tokens_total{model="` + bc.model + `"}`,
 			"dflash_queue_depth 0",
 			"dflash_time_per_output_token_seconds_bucket",
 			"dflash_model_load_duration_seconds_count{model=\"" + bc.model + "\"} 1",

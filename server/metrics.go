@@ -12,6 +12,7 @@ type metrics struct {
 	duration     *prometheus.HistogramVec // endpoint
 	genTokens    *prometheus.CounterVec   // model
 	promptTokens *prometheus.CounterVec   // model
+	reusedTokens *prometheus.CounterVec   // model
 	tau          *prometheus.HistogramVec // model
 	tpot         *prometheus.HistogramVec // model
 	loadSeconds  *prometheus.HistogramVec // model
@@ -36,6 +37,9 @@ func newMetrics() *metrics {
 		promptTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dflash_prompt_tokens_total", Help: "Prompt tokens evaluated.",
 		}, []string{"model"}),
+		reusedTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dflash_prompt_reused_tokens_total", Help: "Prompt tokens whose cached rows were reused (prefix reuse, a hybrid target's checkpoints included) instead of evaluated.",
+		}, []string{"model"}),
 		tau: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "dflash_speculation_tau", Help: "Mean tokens committed per verification round, per generation.",
 			Buckets: []float64{1, 1.5, 2, 2.5, 3, 3.5, 4, 5, 6, 8, 10, 12, 16},
@@ -58,7 +62,7 @@ func newMetrics() *metrics {
 			Name: "dflash_running_generations", Help: "Generations holding a slot.",
 		}),
 	}
-	m.reg.MustRegister(m.requests, m.duration, m.genTokens, m.promptTokens, m.tau, m.tpot,
+	m.reg.MustRegister(m.requests, m.duration, m.genTokens, m.promptTokens, m.reusedTokens, m.tau, m.tpot,
 		m.loadSeconds, m.loadFailures, m.queueDepth, m.running,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -67,6 +71,7 @@ func newMetrics() *metrics {
 func (m *metrics) observeGeneration(model string, res GenResult) {
 	m.genTokens.WithLabelValues(model).Add(float64(res.EvalTokens))
 	m.promptTokens.WithLabelValues(model).Add(float64(res.PromptTokens))
+	m.reusedTokens.WithLabelValues(model).Add(float64(res.ReusedTokens))
 	if res.EvalTokens > 0 && res.EvalDuration > 0 {
 		m.tpot.WithLabelValues(model).Observe(res.EvalDuration.Seconds() / float64(res.EvalTokens))
 	}

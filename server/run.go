@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -167,10 +168,14 @@ func (s *Server) execute(r *http.Request, j *job, emit func(p reply.Part, lps []
 		}
 		return nil
 	}
+	history := 0
+	if hc, ok := m.(HistoryCheckpointer); ok && len(j.Messages) > 0 && !cut && hc.WantsHistoryCheckpoint() {
+		history = historyTokens(m, j.Messages, ChatOptions{Tools: j.Tools, Think: j.Think}, text, ids)
+	}
 	opts := j.Opts.Sample
 	opts.Coupled = s.cfg.Coupling.applies(j.Opts.Seeded)
 	res, err := m.Generate(ctx, GenRequest{Prompt: ids, MaxTokens: maxTokens, Options: opts, Seeded: j.Opts.Seeded, Stop: j.Opts.Stop,
-		Logprobs: j.Opts.Logprobs, TopLogprobs: j.Opts.TopLogprobs},
+		Logprobs: j.Opts.Logprobs, TopLogprobs: j.Opts.TopLogprobs, Checkpoint: history},
 		func(t Token) error {
 			if t.ID >= 0 { // -1: a flushed tail of text, no token of its own
 				out.Context = append(out.Context, t.ID)
@@ -348,4 +353,18 @@ func readBody(r *http.Request) ([]byte, *RequestError) {
 		return nil, &RequestError{Status: http.StatusBadRequest, Msg: fmt.Sprintf("read request body: %v", err)}
 	}
 	return body, nil
+}
+
+// historyTokens is how many of ids (text, the chat rendered with its generation prompt,
+// tokenized) are msgs rendered without it, when that rendering prefixes both; else 0.
+func historyTokens(m Model, msgs []ChatMessage, opts ChatOptions, text string, ids []int) int {
+	h, err := m.RenderChat(msgs, opts) // the prompt's own tools and thinking, without its generation prompt
+	if err != nil || !strings.HasPrefix(text, h) {
+		return 0
+	}
+	hid, err := m.Tokenize(h)
+	if err != nil || len(hid) >= len(ids) || !slices.Equal(hid, ids[:len(hid)]) {
+		return 0
+	}
+	return len(hid)
 }

@@ -42,6 +42,19 @@ type benchReport struct {
 	DecodeOfProbe float64       `json:"decode_fraction_of_probe"`
 	VerifyCost    []verifyCost  `json:"verify_cost,omitempty"`
 	Speculation   []specFigures `json:"speculation,omitempty"`
+	// Recurrent is set for a hybrid target: what one sequence holds beyond its K/V cache.
+	Recurrent *recurrentMemory `json:"recurrent_memory,omitempty"`
+}
+
+// recurrentMemory is a hybrid target's per-sequence state memory, measured on the bench's cache:
+// the live recurrent state, the snapshot slots a verify of depth Depth needs (cache.Hybrid) and
+// the default prompt checkpoints (runner.DefaultCheckpoints), in bytes.
+type recurrentMemory struct {
+	StateBytes      int64 `json:"state_bytes"`
+	Depth           int   `json:"snapshot_depth"`
+	SnapshotBytes   int64 `json:"snapshot_bytes"`
+	Checkpoints     int   `json:"checkpoints"`
+	CheckpointBytes int64 `json:"checkpoint_bytes"`
 }
 
 // verifyCost is c(n)/c(1): the time of one target forward over n rows (a verification of n-1
@@ -144,6 +157,19 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 
 	// Prefill: one cache, the whole prompt, rewound between repetitions.
 	c := e.Target.NewCache(capacity)
+	if h, ok := c.(*cache.Hybrid); ok {
+		// Depth 15: z-lab's drafts' block of 16. The slots are allocated here to be counted,
+		// then dropped (the verify cost below enables what it needs).
+		const depth = 15
+		h.EnableSnapshots(depth + 1)
+		cps := runner.DefaultCheckpoints.Max
+		rep.Recurrent = &recurrentMemory{StateBytes: h.StateBytes(), Depth: depth, SnapshotBytes: h.SnapshotBytes(),
+			Checkpoints: cps, CheckpointBytes: int64(cps) * h.StateBytes()}
+		h.EnableSnapshots(0)
+		r := rep.Recurrent
+		logf("recurrent memory per sequence: state %.1f MiB, snapshot slots for depth %d %.1f MiB, %d checkpoints %.1f MiB (beyond the K/V cache)",
+			mib(r.StateBytes), depth, mib(r.SnapshotBytes), cps, mib(r.CheckpointBytes))
+	}
 	rep.PrefillTokens = *prefill
 	rep.PrefillTokS = float64(*prefill) / median(*reps, func() time.Duration {
 		_ = c.Rewind(0)
@@ -661,3 +687,6 @@ func medianF(v []float64) float64 {
 	sort.Float64s(s)
 	return s[len(s)/2]
 }
+
+// mib is bytes in MiB.
+func mib(b int64) float64 { return float64(b) / (1 << 20) }

@@ -1,7 +1,14 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -112,5 +119,105 @@ func TestServeQwen35(t *testing.T) {
 	_, stop = startServe(t, "--model", dir, "--name", "q35", "--draft", draft)
 	if exit, logs := stop(); exit != 0 {
 		t.Errorf("serve with a draft on a hybrid target exited with %d: %s", exit, logs)
+	}
+}
+
+// --chat on a hybrid target with a Qwen3.5-style template (tokenizer/chat/testdata's, which
+// renders an earlier reply without the think block its generation prompt opened): the second
+// turn's prompt diverges from the first's a few tokens before its end, past the checkpoint at
+// that end, so it reuses the rows up to where the first conversation ended (the checkpoint the
+// chat loop asks for there), not nothing.
+func TestChatOnHybridReusesTheHistory(t *testing.T) {
+	src, err := os.ReadFile("../../tokenizer/chat/testdata/qwen35-like.jinja")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := testmodel.Qwen35(t, testmodel.Qwen35Folder{Tokenizer: true, ChatTemplate: string(src)})
+	code, _, errs := runCLI(t, "hello there\nand again\n", "run", "--model", dir, "--chat", "--system", "Be brief.", "-n", "5", "--stats")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	m := regexp.MustCompile(`prompt: (\d+) tokens \((\d+) reused\)`).FindAllStringSubmatch(errs, -1)
+	if len(m) < 2 {
+		t.Fatalf("no per-turn statistics in %q", errs)
+	}
+	e, err := engine.Open(engine.Options{Model: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	history, err := e.EncodePrompt("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhello there<|im_end|>\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first, second := m[0][2], m[1][2]; first != "0" || second != strconv.Itoa(len(history)) {
+		t.Errorf("reused rows: first turn %s (want 0), second %s (want the %d of the first conversation)", first, second, len(history))
+	}
+}
+
+// The server does for a chat what --chat does: on a hybrid target it asks for a checkpoint where
+// the conversation ends, so the second /api/chat turn (the reply rendered without its think
+// block) reuses the first conversation's tokens, as dflash_prompt_reused_tokens_total counts.
+func TestServeChatOnHybridReusesTheHistory(t *testing.T) {
+	src, err := os.ReadFile("../../tokenizer/chat/testdata/qwen35-like.jinja")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := testmodel.Qwen35(t, testmodel.Qwen35Folder{Tokenizer: true, ChatTemplate: string(src)})
+	url, stop := startServe(t, "--model", dir, "--name", "q35")
+	defer stop()
+	msgs := `{"role":"system","content":"Be brief."},{"role":"user","content":"hello there"}`
+	chat := func(msgs string) string {
+		code, body := postJSON(t, url+"/api/chat", `{"model":"q35","stream":false,"options":{"num_predict":5,"temperature":0},"messages":[`+msgs+`]}`)
+		var r struct {
+			Message struct{ Content string } `json:"message"`
+		}
+		if err := json.Unmarshal(body, &r); err != nil || code != 200 {
+			t.Fatalf("chat: %d %s", code, body)
+		}
+		return r.Message.Content
+	}
+	reply, err := json.Marshal(chat(msgs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chat(msgs + `,{"role":"assistant","content":` + string(reply) + `},{"role":"user","content":"and again"}`)
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	metrics, _ := io.ReadAll(resp.Body)
+	e, err := engine.Open(engine.Options{Model: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	history, err := e.EncodePrompt("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhello there<|im_end|>\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf(`dflash_prompt_reused_tokens_total{model="q35:latest"} %d`, len(history))
+	if !strings.Contains(string(metrics), want) {
+		m := regexp.MustCompile(`dflash_prompt_reused_tokens_total\{.*`).FindString(string(metrics))
+		t.Errorf("metrics say %q, want %q", m, want)
+	}
+}
+
+// dflash bench on a hybrid target reports the recurrent memory a sequence holds, measured on its
+// cache: one state, 15 snapshot slots of it (depth 15), and the default checkpoints. The
+// folder's linear layers: 3 of (conv 3 x C + state Hv x dk x dv) floats, C = 2*2*8 + 4*6 = 56.
+func TestBenchQwen35RecurrentMemory(t *testing.T) {
+	dir := testmodel.Qwen35(t, testmodel.Qwen35Folder{})
+	code, out, errs := runCLI(t, "", "bench", "--model", dir, "-n", "4", "--prefill", "8", "--reps", "1", "--probe=false", "--verify", "", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var r benchReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("no JSON: %v\n%s", err, out)
+	}
+	const state = 4 * 3 * (3*56 + 4*8*6)
+	m := r.Recurrent
+	if m == nil || m.StateBytes != state || m.Depth != 15 || m.SnapshotBytes != 15*state || m.Checkpoints != 4 || m.CheckpointBytes != 4*state {
+		t.Errorf("recurrent memory %+v, want a state of %d bytes, 15 slots and 4 checkpoints of it", m, state)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dflash/dflash/cache"
 	"github.com/dflash/dflash/defaultmodel"
 	"github.com/dflash/dflash/engine"
 	"github.com/dflash/dflash/runner"
@@ -322,6 +323,21 @@ func isTerminalReader(r io.Reader) bool {
 // ollama run does.
 var chatCommands = []string{"/help", "/bye", "/clear"}
 
+// historyRows is how many of ids (msgs rendered with the generation prompt, encoded) are the
+// conversation alone, msgs rendered without it, when those are a prefix of ids; else 0.
+func historyRows(e *engine.Engine, tmpl engine.Template, msgs []chat.Message, copt chat.Options, ids []int) int {
+	copt.AddGenerationPrompt = false
+	text, err := tmpl.Render(msgs, copt)
+	if err != nil {
+		return 0
+	}
+	h, err := e.EncodePrompt(text)
+	if err != nil || len(h) >= len(ids) || !slices.Equal(h, ids[:len(h)]) {
+		return 0
+	}
+	return len(h)
+}
+
 const chatHelp = `Commands:
   /help, /?   show this help
   /clear      forget the conversation (and its cache); the system message stays
@@ -447,6 +463,11 @@ func runChat(ctx context.Context, e *engine.Engine, df *draftFlags, cs chatSetti
 		req := runner.Request{
 			Prompt: ids, Options: opts, MaxTokens: cs.n, Stop: e.Stop, StopStrings: cs.stops, Text: stream,
 			Session: session, Depth: depth,
+		}
+		if !cache.CanRewind(seq.Cache()) {
+			// A hybrid target resumes the next turn from a checkpoint: ask for one where the
+			// conversation ends and this turn's generation prompt begins.
+			req.Checkpoint = historyRows(e, tmpl, msgs, copt, ids)
 		}
 		if cs.trace != nil {
 			req.Trace = cs.trace.Round

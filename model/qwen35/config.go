@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/dflash/dflash/cache"
 	"github.com/dflash/dflash/model"
 )
 
@@ -46,6 +47,39 @@ type Config struct {
 
 // ConvChannels is C = 2*Hk*dk + Hv*dv, the width of the conv (rows [q ; k ; v]).
 func (c *Config) ConvChannels() int { return 2*c.KeyHeads*c.KeyDim + c.ValueHeads*c.ValueDim }
+
+// RecurrentShapes are the recurrent states of a cache for this shape, one per linear layer: a
+// conv window of K-1 rows of ConvChannels and a state [Hv][dk][dv], float32 (what NewCache
+// allocates, so cache.StateBytes of them is one sequence's state).
+func (c *Config) RecurrentShapes() []cache.RecurrentShape {
+	shape := cache.RecurrentShape{ConvLen: (c.ConvKernel - 1) * c.ConvChannels(), StateLen: c.ValueHeads * c.KeyDim * c.ValueDim}
+	var shapes []cache.RecurrentShape
+	for _, t := range c.LayerTypes {
+		if t == Linear {
+			shapes = append(shapes, shape)
+		}
+	}
+	return shapes
+}
+
+// SequenceMemory is what one sequence of a hybrid target holds beyond its key/value cache, in
+// bytes: the live recurrent state, the snapshot slots of a depth-Depth verify (Depth states:
+// every row of the Depth+1 but the last, whose state is the live one; cache.Hybrid) and
+// Checkpoints prompt checkpoints (one state each; runner.CheckpointPolicy).
+type SequenceMemory struct {
+	Depth, Checkpoints                    int
+	State, SnapshotBytes, CheckpointBytes int64
+}
+
+// Total is every byte of m.
+func (m SequenceMemory) Total() int64 { return m.State + m.SnapshotBytes + m.CheckpointBytes }
+
+// Memory is SequenceMemory for this shape at a verify depth and a checkpoint count.
+func (c *Config) Memory(depth, checkpoints int) SequenceMemory {
+	st := cache.StateBytes(c.RecurrentShapes())
+	return SequenceMemory{Depth: depth, Checkpoints: checkpoints, State: st,
+		SnapshotBytes: int64(max(depth, 0)) * st, CheckpointBytes: int64(max(checkpoints, 0)) * st}
+}
 
 // count returns how many layers are of type t.
 func (c *Config) count(t LayerType) int {

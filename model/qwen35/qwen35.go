@@ -80,8 +80,12 @@ type workspace struct {
 	conv []float32 // rows x C: silu(conv), q and k l2-normed (q scaled by dk^-1/2)
 	z    []float32 // rows x Hv*dv
 	b, a []float32 // rows x Hv
-	y    []float32 // rows x Hv*dv: gated norm of the recurrence output, out_proj's input
+	y    []float32 // rows x Hv*dv: the norm of the recurrence output, before its gate
 	scr  [nn.MaxParts][]float32
+	// ones is C floats of 1 and unit, per part, a C-float scratch: kernel.SiluMul(g, u) gives
+	// u*silu(g) and consumes u, so the conv's plain silu multiplies by a fresh copy of ones.
+	ones []float32
+	unit [nn.MaxParts][]float32
 	model.Outputs
 }
 
@@ -114,6 +118,11 @@ func newModel(cfg Config, emb, head *kernel.Matrix, layers []Layer, norm []float
 	}
 	for i := range m.ws.scr {
 		m.ws.scr[i] = make([]float32, 3*cfg.ValueDim)
+		m.ws.unit[i] = make([]float32, c)
+	}
+	m.ws.ones = make([]float32, c)
+	for i := range m.ws.ones {
+		m.ws.ones[i] = 1
 	}
 	m.partScores = nn.NewPartScratch(m.rope.MaxPos())
 	m.fwd.m = m
@@ -143,13 +152,7 @@ func (m *Model) NewCache(capacity int) cache.Cache {
 	capacity = min(max(capacity, 1), m.cfg.MaxSeq)
 	m.grow(capacity)
 	kv := m.heads.NewKV(m.nFull, capacity)
-	c := m.cfg.ConvChannels()
-	shape := cache.RecurrentShape{ConvLen: (m.cfg.ConvKernel - 1) * c, StateLen: m.cfg.ValueHeads * m.cfg.KeyDim * m.cfg.ValueDim}
-	shapes := make([]cache.RecurrentShape, m.cfg.Layers-m.nFull)
-	for i := range shapes {
-		shapes[i] = shape
-	}
-	return cache.NewHybrid(kv, shapes)
+	return cache.NewHybrid(kv, m.cfg.RecurrentShapes())
 }
 
 func (m *Model) grow(positions int) {
@@ -386,6 +389,7 @@ func (f *forward) convPart(i int) {
 		}
 		return mix[s*c+ch]
 	}
+	unit := m.ws.unit[i][:c1-c0]
 	for t := 0; t < n; t++ {
 		for ch := c0; ch < c1; ch++ {
 			wc := w[ch*kk : (ch+1)*kk]
@@ -393,8 +397,12 @@ func (f *forward) convPart(i int) {
 			for j, wj := range wc {
 				acc += wj * in(t-kk+1+j, ch)
 			}
-			out[t*c+ch] = nn.Silu(acc)
+			out[t*c+ch] = acc
 		}
+		// silu(acc) = 1*silu(acc), vectorised; each element's bits depend on it alone
+		// (kernel.ExpShift), not on where the part's channels start.
+		copy(unit, m.ws.ones)
+		kernel.SiluMul(out[t*c+c0:t*c+c1], unit)
 		for u := u0; u < u1 && u < 2*hk; u++ {
 			x := out[t*c+u*dk : t*c+(u+1)*dk]
 			scale := 1.0
@@ -440,7 +448,8 @@ func l2Norm(x []float32, scale float64) {
 //
 //	S ← exp(g_t) S;  u = β_t (v_t − Sᵀk_t);  S ← S + k_t uᵀ;  o_t = Sᵀq_t
 //
-// the decay before the read. Each row updates S in place and alone, so its bits depend on the
+// the decay before the read (computed as α times the read of the old S, the same in exact
+// arithmetic). Each row updates S in place and alone, so its bits depend on the
 // rows before it only through S, never on how many rows follow in the forward.
 func (f *forward) recurPart(i int) {
 	m := f.m
@@ -465,29 +474,26 @@ func (f *forward) recurPart(i int) {
 			beta := sigmoid(ws.b[t*hv+j])
 			alpha := float32(math.Exp(float64(d.NegA[j]) * softplus(float64(ws.a[t*hv+j])+float64(d.DtBias[j]))))
 			s := state[j*dk*dv : (j+1)*dk*dv]
-			clear(mem)
-			for e := 0; e < dk; e++ {
-				se := s[e*dv : (e+1)*dv]
-				for x := range se {
-					se[x] *= alpha
-				}
-				kernel.Axpy(mem, k[e], se)
-			}
+			// The decayed memory's read, (αS)ᵀk, is α(Sᵀk): one pass over the old S.
+			kernel.AxpyRowsMax(mem, k, s, dv)
 			for x := range u {
-				u[x] = beta * (v[x] - mem[x])
+				u[x] = beta * (v[x] - alpha*mem[x])
 			}
 			clear(o)
+			decay := alpha - 1
 			for e := 0; e < dk; e++ {
 				se := s[e*dv : (e+1)*dv]
+				// se += (α-1)·se is se·α, vectorised (with a fused multiply-add exactly
+				// round(α·se) whenever α >= 1/2, where α-1 is exact); then the delta.
+				kernel.Axpy(se, decay, se)
 				kernel.Axpy(se, k[e], u)
 				kernel.Axpy(o, q[e], se)
 			}
 			y := ws.y[t*vw+j*dv : t*vw+(j+1)*dv]
 			z := ws.z[t*vw+j*dv : t*vw+(j+1)*dv]
 			nn.RMSNorm(y, o, d.Norm, cfg.RMSEps)
-			for x := range y {
-				y[x] *= nn.Silu(z[x])
-			}
+			// z becomes norm(o)·silu(z), out_proj's input (y is scratch after).
+			kernel.SiluMul(z, y)
 			if g := f.snapRow + t; f.snapRow >= 0 && g < f.snapEnd {
 				_, snap := f.h.Snapshot(g, sl)
 				copy(snap[j*dk*dv:(j+1)*dk*dv], s)
@@ -512,7 +518,7 @@ func (f *forward) Close(p *nn.Part, li int) {
 	l := &m.layers[li]
 	if l.Type == Linear {
 		vw := cfg.ValueHeads * cfg.ValueDim
-		l.DeltaNet.Out.MatMul(p.Tmp, m.ws.y[p.Lo*vw:p.Hi*vw], p.Rows)
+		l.DeltaNet.Out.MatMul(p.Tmp, m.ws.z[p.Lo*vw:p.Hi*vw], p.Rows)
 		nn.Add(p.X, p.Tmp)
 	} else {
 		hd, nh := cfg.HeadDim, cfg.Heads

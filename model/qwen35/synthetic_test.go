@@ -128,3 +128,64 @@ func BenchmarkForward(b *testing.B) {
 		})
 	}
 }
+
+// TestSequenceMemory: what a sequence holds beyond its K/V for the real shapes, at verify depth
+// 15 (z-lab's Qwen3.5 drafts' block of 16) and the runner's default 4 checkpoints. One state is
+// the linear layers' S [Hv][128][128] plus a conv window of 3 x C floats: 0.8B has 18 linear
+// layers of 1 MiB + 72 KiB, 4B and 9B (the same linear shapes) 24 of 2 MiB + 96 KiB. The figures
+// are what NewCache and the snapshot slots allocate (checked on a small model's cache).
+func TestSequenceMemory(t *testing.T) {
+	const mib = 1 << 20
+	nine, _ := SyntheticConfig("qwen3.5-4b")
+	nine.Hidden, nine.Intermediate, nine.TiedEmbeddings = 4096, 12288, false // QWEN35.md's 9B row
+	for _, tc := range []struct {
+		name  string
+		state int64
+	}{
+		{"qwen3.5-0.8b", 18 * (1*mib + 72<<10)},
+		{"qwen3.5-4b", 24 * (2*mib + 96<<10)},
+		{"qwen3.5-9b", 24 * (2*mib + 96<<10)},
+	} {
+		cfg := nine
+		if tc.name != "qwen3.5-9b" {
+			cfg, _ = SyntheticConfig(tc.name)
+		}
+		m := cfg.Memory(15, 4)
+		if m.State != tc.state || m.SnapshotBytes != 15*tc.state || m.CheckpointBytes != 4*tc.state {
+			t.Errorf("%s: %+v, want a state of %d bytes, 15 snapshot slots and 4 checkpoints of it", tc.name, m, tc.state)
+		}
+		t.Logf("%s: state %.2f MiB, snapshots at depth 15 %.1f MiB, 4 checkpoints %.1f MiB, total %.1f MiB per sequence",
+			tc.name, float64(m.State)/mib, float64(m.SnapshotBytes)/mib, float64(m.CheckpointBytes)/mib, float64(m.Total())/mib)
+	}
+	small := tinySynthetic(t)
+	c := small.NewCache(64).(*cache.Hybrid)
+	c.EnableSnapshots(16)
+	cfg := small.HybridConfig()
+	if m := cfg.Memory(15, 0); c.StateBytes() != m.State || c.SnapshotBytes() != m.SnapshotBytes {
+		t.Errorf("the cache holds a state of %d and slots of %d bytes, Memory says %+v", c.StateBytes(), c.SnapshotBytes(), m)
+	}
+}
+
+// BenchmarkDecodeNarrowHead times a decode step through four layers of the 0.8B shape (three
+// Gated DeltaNet, one full attention) with a 1024-token vocabulary, so that the head does not
+// hide the layers: the figure to profile the recurrence, conv and gates with
+// (go test -bench DecodeNarrowHead -cpuprofile ...). Building the weights takes a few seconds.
+func BenchmarkDecodeNarrowHead(b *testing.B) {
+	cfg, _ := SyntheticConfig("qwen3.5-0.8b")
+	cfg.Layers, cfg.LayerTypes = 4, []LayerType{Linear, Linear, Linear, Full}
+	cfg.Vocab = 1024
+	m, err := Synthetic(cfg, 3)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := m.NewCache(1024).(*cache.Hybrid)
+	toks := []int{5}
+	for b.Loop() {
+		if c.Offset() >= 1000 {
+			_ = c.Rewind(0)
+		}
+		if _, err := m.Forward(c, model.Request{Tokens: toks, Logits: model.LogitsLast}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -168,12 +168,12 @@ func TestGenerateMatchesRunAndGolden(t *testing.T) {
 					t.Errorf("accepted %d + rounds %d != 124 tokens", s.Accepted, s.Rounds)
 				}
 				// Again on the same prompt: the kept session must restore in step with the sequence.
-				c2, _ := generate(t, m, prompt, 124)
+				c2, res2 := generate(t, m, prompt, 124)
 				if !slices.Equal(c2.ids, want) {
 					t.Fatalf("second speculative run differs:\n got %v\nwant %v", c2.ids, want)
 				}
-				if m.LastStats().Reused != 4 {
-					t.Errorf("second run reused %d rows, want 4 (the prompt less its last token)", m.LastStats().Reused)
+				if m.LastStats().Reused != 4 || res2.ReusedTokens != 4 {
+					t.Errorf("second run reused %d rows (result says %d), want 4 (the prompt less its last token)", m.LastStats().Reused, res2.ReusedTokens)
 				}
 			} else if res.Speculation != nil {
 				t.Errorf("speculation %+v without a draft", res.Speculation)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/dflash/dflash/cache"
 	"github.com/dflash/dflash/engine"
 	"github.com/dflash/dflash/model/transformer"
 	"github.com/dflash/dflash/runner"
@@ -34,6 +35,10 @@ type Model struct {
 	draft  *engine.Draft  // nil: plain decoding
 	pool   runner.Pooling // how embeddings pool (engine.Description.Pooling)
 
+	// checkpoints says the target's cache cannot rewind (a hybrid target): prefix reuse goes
+	// through state checkpoints, which a chat's history end is worth one of. Set at open.
+	checkpoints bool
+
 	turn    chan struct{} // holds one token while a generation runs
 	seq     *runner.Sequence
 	session runner.Session
@@ -58,6 +63,7 @@ func open(d *engine.Description, info server.ModelInfo, ctxCap int, depthCache s
 		m.learned = openLearned(depthCache, d, dr)
 	}
 	m.reset()
+	m.checkpoints = !cache.CanRewind(m.seq.Cache())
 	return m, nil
 }
 
@@ -154,7 +160,7 @@ func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(s
 	stream.Flush()
 	rr := runner.Request{
 		Prompt: req.Prompt, Options: req.Options, Seeded: req.Seeded, MaxTokens: req.MaxTokens,
-		Stop: m.e.Stop, StopStrings: req.Stop, Text: stream,
+		Stop: m.e.Stop, StopStrings: req.Stop, Text: stream, Checkpoint: req.Checkpoint,
 		Logprobs: req.Logprobs, TopLogprobs: req.TopLogprobs,
 	}
 	if m.session != nil {
@@ -201,6 +207,7 @@ func (m *Model) logprob(t runner.Token) *server.Logprob {
 func result(st runner.Stats, prompt int, drafted bool) server.GenResult {
 	r := server.GenResult{
 		PromptTokens:   prompt,
+		ReusedTokens:   st.Reused,
 		PromptDuration: st.PromptTime,
 		EvalTokens:     st.DecodeTokens,
 		EvalDuration:   st.DecodeTime,
@@ -258,6 +265,10 @@ func (m *Model) Learned() runner.Learned {
 	}
 	return m.draft.Drafter.Depth().Controller().Learned()
 }
+
+// WantsHistoryCheckpoint implements server.HistoryCheckpointer: a target whose cache cannot
+// rewind (a hybrid one) resumes a chat's next turn from the checkpoint at its history's end.
+func (m *Model) WantsHistoryCheckpoint() bool { return m.checkpoints }
 
 // LastStats are the runner's statistics of the latest generation (Reused shows prefix reuse).
 // Tests and diagnostics only; it is not synchronised with a running generation.
