@@ -111,6 +111,7 @@ func (s isa) run(m *Matrix, y, x []float32, rows, p0, p1 int) {
 var (
 	hasAVX2FMA bool // AVX2 and FMA, with the OS saving ymm state
 	hasAVX512  bool // AVX512F, with the OS saving zmm and opmask state
+	hasVNNI512 bool // AVX512_VNNI and AVX512BW besides AVX512F: the quantized zmm kernels
 )
 
 // detect reads CPUID and XCR0. A feature counts only if the OS also saves the registers it
@@ -132,13 +133,16 @@ func detect() {
 	xcr0, _ := xgetbv()
 	ymmOS := xcr0&0x6 == 0x6            // SSE and AVX state
 	zmmOS := ymmOS && xcr0&0xe0 == 0xe0 // opmask, ZMM_Hi256, Hi16_ZMM state
-	_, b7, _, _ := cpuid(7, 0)
+	_, b7, c7, _ := cpuid(7, 0)
 	const (
-		avx2Bit    = 1 << 5
-		avx512FBit = 1 << 16
+		avx2Bit     = 1 << 5
+		avx512FBit  = 1 << 16
+		avx512BWBit = 1 << 30 // EBX
+		vnniBit     = 1 << 11 // ECX: AVX512_VNNI
 	)
 	hasAVX2FMA = ymmOS && b7&avx2Bit != 0 && c1&fmaBit != 0
 	hasAVX512 = zmmOS && hasAVX2FMA && b7&avx512FBit != 0
+	hasVNNI512 = hasAVX512 && b7&avx512BWBit != 0 && c7&vnniBit != 0
 }
 
 // archRegistered runs during package variable initialization, which completes before any
@@ -171,7 +175,103 @@ func scores256(y *float32, ldy int, qt *float32, nq int, kt *float32, ldk, d, n 
 	scoresRowsF32x256(y, ldy, qt, nq, kt, ldk, d, (n+7)/8)
 }
 
-// qpanels512 runs quantized products on the AVX-512 path.
+// qpanels512 runs quantized products on the AVX-512 path: the VNNI kernels when the CPU has
+// AVX512_VNNI and AVX512BW, else the portable ones (bitwise the same results).
 func qpanels512(m *Matrix, y []float32, a []byte, rows, p0, p1 int) {
-	qpanelsGo(m, y, a, rows, p0, p1)
+	if !hasVNNI512 {
+		qpanelsGo(m, y, a, rows, p0, p1)
+		return
+	}
+	n, nb := m.N, m.qblocks()
+	lda := nb * qinfos[m.DType].kind.blockBytes()
+	full := p1 // panels with all Panel rows inside N
+	if p1*Panel > n {
+		full = p1 - 1
+	}
+	// Chunks of panels small enough to stay in L2 while each group of 4 rows passes over them.
+	chunk := max(1, chunkBytes/m.panelBytes())
+	for c0 := p0; c0 < full; c0 += chunk {
+		c1 := min(c0+chunk, full)
+		for r0 := 0; r0 < rows; r0 += 4 {
+			g := min(4, rows-r0)
+			qkern512(m, g, c0, c1-c0, &a[r0*lda], &y[r0*n+c0*Panel], n)
+		}
+	}
+	if full == p1 {
+		return
+	}
+	var tmp [4 * Panel]float32
+	lanes := n - full*Panel
+	for r0 := 0; r0 < rows; r0 += 4 {
+		g := min(4, rows-r0)
+		qkern512(m, g, full, 1, &a[r0*lda], &tmp[0], Panel)
+		for r := 0; r < g; r++ {
+			copy(y[(r0+r)*n+full*Panel:(r0+r)*n+n], tmp[r*Panel:r*Panel+lanes])
+		}
+	}
+}
+
+// qkern512 runs the generated kernel of m's type for g (1..4) rows over np whole panels from
+// panel p0; a is row 0's activation blocks, rows nb blocks apart.
+func qkern512(m *Matrix, g, p0, np int, a *byte, y *float32, ldy int) {
+	nb := m.qblocks()
+	lda := nb * qinfos[m.DType].kind.blockBytes()
+	w := &m.q[p0*m.panelBytes()]
+	switch m.DType {
+	case Q8_0:
+		switch g {
+		case 1:
+			qpanelsQ8_0R1x512(w, a, y, nb, np, lda, ldy)
+		case 2:
+			qpanelsQ8_0R2x512(w, a, y, nb, np, lda, ldy)
+		case 3:
+			qpanelsQ8_0R3x512(w, a, y, nb, np, lda, ldy)
+		case 4:
+			qpanelsQ8_0R4x512(w, a, y, nb, np, lda, ldy)
+		}
+	case Q4_0:
+		switch g {
+		case 1:
+			qpanelsQ4_0R1x512(w, a, y, nb, np, lda, ldy)
+		case 2:
+			qpanelsQ4_0R2x512(w, a, y, nb, np, lda, ldy)
+		case 3:
+			qpanelsQ4_0R3x512(w, a, y, nb, np, lda, ldy)
+		case 4:
+			qpanelsQ4_0R4x512(w, a, y, nb, np, lda, ldy)
+		}
+	case Q4_K:
+		switch g {
+		case 1:
+			qpanelsQ4_KR1x512(w, a, y, nb, np, lda, ldy)
+		case 2:
+			qpanelsQ4_KR2x512(w, a, y, nb, np, lda, ldy)
+		case 3:
+			qpanelsQ4_KR3x512(w, a, y, nb, np, lda, ldy)
+		case 4:
+			qpanelsQ4_KR4x512(w, a, y, nb, np, lda, ldy)
+		}
+	case Q5_K:
+		switch g {
+		case 1:
+			qpanelsQ5_KR1x512(w, a, y, nb, np, lda, ldy)
+		case 2:
+			qpanelsQ5_KR2x512(w, a, y, nb, np, lda, ldy)
+		case 3:
+			qpanelsQ5_KR3x512(w, a, y, nb, np, lda, ldy)
+		case 4:
+			qpanelsQ5_KR4x512(w, a, y, nb, np, lda, ldy)
+		}
+	case Q6_K:
+		switch g {
+		case 1:
+			qpanelsQ6_KR1x512(w, a, y, nb, np, lda, ldy)
+		case 2:
+			qpanelsQ6_KR2x512(w, a, y, nb, np, lda, ldy)
+		case 3:
+			qpanelsQ6_KR3x512(w, a, y, nb, np, lda, ldy)
+		case 4:
+			qpanelsQ6_KR4x512(w, a, y, nb, np, lda, ldy)
+		}
+	}
 }

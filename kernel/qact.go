@@ -21,20 +21,21 @@ const (
 	// act32 is ggml's Q8_0, the activations of Q8_0 and Q4_0 weights: per block of 32, d =
 	// max|x|/127 rounded to f16 (the dot uses the rounded value), quants round(x/d) with the
 	// reciprocal of the unrounded d, as ggml's quantize_row_q8_0_ref. A block is act32Bytes:
-	// [0,32) int8 quants, [32,36) d as f32, [36,40) int32 sum of the quants (for the weights'
-	// offset: Q8_0 is stored +128, Q4_0 nibbles stand for n-8).
+	// [0,32) int8 quants, [32,36) d as f32, then the int32 biases that start the kernels'
+	// integer sums: [36,40) -128*sum(quants) (Q8_0 weights are stored +128), [40,44)
+	// -8*sum(quants) (Q4_0 nibbles stand for n-8); [44,48) zero.
 	act32 actKind = iota
 	// act256 is Q8_K-style, the activations of the K-quants: per super-block of 256, d =
 	// max|x|/127 as f32 and quants round(x*127/max|x|) in -127..127 (symmetric, where ggml's
 	// Q8_K maps the extreme to -128: the kernels' bounds below assume |q| <= 127), plus block
 	// sums. A block is act256Bytes: [0,256) int8 quants, [256,260) d f32, [264,280) eight int16
-	// sums of 32 quants (Q4_K/Q5_K mins), [280,344) sixteen int32 sums of 16 quants times 32
-	// (Q6_K's offset), the rest zero.
+	// sums of 32 quants (Q4_K/Q5_K mins; |sum| <= 4064), [280,344) sixteen int32 sums of 16
+	// quants times -32 (the bias of Q6_K's q-32), the rest zero.
 	act256
 )
 
 const (
-	act32Bytes  = 40
+	act32Bytes  = 48
 	act256Bytes = 352
 )
 
@@ -92,7 +93,9 @@ func quantizeAct32(dst []byte, x []float32) {
 		sum += int32(q)
 	}
 	binary.LittleEndian.PutUint32(dst[32:], math.Float32bits(f16Round(d)))
-	binary.LittleEndian.PutUint32(dst[36:], uint32(sum))
+	binary.LittleEndian.PutUint32(dst[36:], uint32(-128*sum))
+	binary.LittleEndian.PutUint32(dst[40:], uint32(-8*sum))
+	binary.LittleEndian.PutUint32(dst[44:], 0)
 }
 
 // f16Round is f rounded to the nearest f16 value (as ggml stores a Q8_0 scale).
@@ -117,7 +120,7 @@ func quantizeAct256(dst []byte, x []float32) {
 		for _, q := range dst[16*j : 16*j+16] {
 			s += int32(int8(q))
 		}
-		binary.LittleEndian.PutUint32(dst[280+4*j:], uint32(32*s))
+		binary.LittleEndian.PutUint32(dst[280+4*j:], uint32(-32*s))
 	}
 	for j := 0; j < 8; j++ {
 		var s int32

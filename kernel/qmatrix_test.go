@@ -198,25 +198,27 @@ func TestQuantPathsBitwise(t *testing.T) {
 			m.MatMul(want[r*n:(r+1)*n], x[r*k:(r+1)*k], 1)
 		}
 		SetPath(prev)
-		forEachPath(t, func(t *testing.T) {
-			for _, split := range []bool{false, true} {
-				withSplit(split, func() {
-					for rows := 1; rows <= maxRows; rows++ {
-						if split && rows%5 != 1 && rows != maxRows {
-							continue // the split's bits are checked on a spread of counts
-						}
-						// Rows start at an offset so each count sees other neighbours.
-						off := (rows * 7) % (maxRows - rows + 1)
-						y := make([]float32, rows*n)
-						m.MatMul(y, x[off*k:(off+rows)*k], rows)
-						for i, v := range y {
-							if w := want[off*n+i]; math.Float32bits(v) != math.Float32bits(w) {
-								t.Fatalf("%v rows=%d split=%v: row %d out %d = %v, portable alone %v", qt, rows, split, off+i/n, i%n, v, w)
+		t.Run(qt.String(), func(t *testing.T) {
+			forEachPath(t, func(t *testing.T) {
+				for _, split := range []bool{false, true} {
+					withSplit(split, func() {
+						for rows := 1; rows <= maxRows; rows++ {
+							if split && rows%5 != 1 && rows != maxRows {
+								continue // the split's bits are checked on a spread of counts
+							}
+							// Rows start at an offset so each count sees other neighbours.
+							off := (rows * 7) % (maxRows - rows + 1)
+							y := make([]float32, rows*n)
+							m.MatMul(y, x[off*k:(off+rows)*k], rows)
+							for i, v := range y {
+								if w := want[off*n+i]; math.Float32bits(v) != math.Float32bits(w) {
+									t.Fatalf("%v rows=%d split=%v: row %d out %d = %v, portable alone %v", qt, rows, split, off+i/n, i%n, v, w)
+								}
 							}
 						}
-					}
-				})
-			}
+					})
+				}
+			})
 		})
 	}
 }

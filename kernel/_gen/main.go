@@ -90,6 +90,7 @@ func main() {
 	sum256()
 	cpuid()
 	xgetbv()
+	quantKernels()
 	Generate()
 }
 

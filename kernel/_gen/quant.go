@@ -1,0 +1,335 @@
+package main
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	"github.com/mmcloughlin/avo/ir"
+	. "github.com/mmcloughlin/avo/operand"
+	"github.com/mmcloughlin/avo/reg"
+)
+
+// The quantized panel kernels (AVX-512 with VNNI). Package kernel's qmatrix.go defines the
+// panel-block layouts and qact.go the quantized activation blocks; the offsets below must match
+// them. Each kernel computes, for np whole panels and rows r < R (R = 1..4), y[r*ldy + 16p + l]
+// = the dot product of panel p's row l with activation row r, with exactly the integer sums and
+// float steps of the portable reference (qportable.go): integer sums are exact in any order, and
+// the float steps per block are the same multiplies and adds, operands swapped at most (IEEE
+// multiplication and addition commute bitwise). A row's result therefore never depends on R, on
+// the other rows, or on the panels a call covers.
+//
+// One vpdpbusd adds, in each 32-bit lane (output row l), the four products of the lane's four
+// weight bytes (unsigned) with a broadcast group of four activation bytes (signed). The weights
+// are therefore stored unsigned (Q8_0 as q+128, nibbles as they are) and the activation blocks
+// carry the bias sums that undo the offsets.
+
+// qtype describes one quantized panel-block type for the generator.
+type qtype struct {
+	name   string
+	pbytes int // bytes of one panel block (qinfos in package kernel)
+	abytes int // bytes of one activation block (act32Bytes / act256Bytes)
+	body   func(k *qk)
+}
+
+// qk holds the registers of one kernel being emitted.
+type qk struct {
+	rows   int
+	w      reg.GPVirtual // current panel block
+	a      reg.GPVirtual // current activation block of row 0
+	lda    reg.GPVirtual // activation row stride, bytes
+	lda3   reg.GPVirtual
+	acc    []reg.VecVirtual // per row: the f32 sums of the 16 output rows
+	mask0f reg.VecVirtual   // 0x0f in every byte
+	maskHi reg.VecVirtual   // the type's high-bit mask (0x10 Q5_K, 0x30 Q6_K), when it has one
+}
+
+// act is the address of byte off of the current activation block of row r.
+func (k *qk) act(r, off int) Mem { return scaled(k.a, k.lda, k.lda3, r, off) }
+
+// wm is the address of byte off of the current panel block.
+func (k *qk) wm(off int) Mem { return Mem{Base: k.w, Disp: off} }
+
+// vpdpbusdBcst emits VPDPBUSD.BCST m32, u8, acc (acc += per lane dot of u8's four unsigned
+// bytes with the four signed bytes at m). avo's instruction table predates AVX512_VNNI, so the
+// instruction is added by hand with its register use spelled out for the allocator.
+func vpdpbusdBcst(m Mem, u8, acc reg.VecVirtual) {
+	Instruction(&ir.Instruction{Opcode: "VPDPBUSD", Suffixes: []string{"BCST"},
+		Operands: []Op{m, u8, acc}, Inputs: []Op{m, u8, acc}, Outputs: []Op{acc}, ISA: []string{"AVX512_VNNI"}})
+}
+
+// vpdpwssdBcst emits VPDPWSSD.BCST m32, w16, acc (acc += per lane dot of two signed words).
+func vpdpwssdBcst(m Mem, w16, acc reg.VecVirtual) {
+	Instruction(&ir.Instruction{Opcode: "VPDPWSSD", Suffixes: []string{"BCST"},
+		Operands: []Op{m, w16, acc}, Inputs: []Op{m, w16, acc}, Outputs: []Op{acc}, ISA: []string{"AVX512_VNNI"}})
+}
+
+// zeroZ clears v. avo's VPXORD does not mark v^v as independent of v, which would keep every
+// cleared register live from the function's entry; this one has no inputs.
+func zeroZ(v reg.VecVirtual) {
+	Instruction(&ir.Instruction{Opcode: "VPXORD", Operands: []Op{v, v, v}, Outputs: []Op{v}, ISA: []string{"AVX512F"}})
+}
+
+// bcastByte returns a zmm with byte b in every byte.
+func bcastByte(b byte) reg.VecVirtual {
+	t := GP32()
+	MOVL(U32(uint32(b)*0x01010101), t)
+	v := ZMM()
+	VPBROADCASTD(t, v)
+	return v
+}
+
+var qtypes = []qtype{
+	{name: "Q8_0", pbytes: 544, abytes: 48, body: bodyQ8_0},
+	{name: "Q4_0", pbytes: 288, abytes: 48, body: bodyQ4_0},
+	{name: "Q4_K", pbytes: 2368, abytes: 352, body: func(k *qk) { bodyQ45K(k, false) }},
+	{name: "Q5_K", pbytes: 2880, abytes: 352, body: func(k *qk) { bodyQ45K(k, true) }},
+	{name: "Q6_K", pbytes: 3360, abytes: 352, body: bodyQ6_K},
+}
+
+func quantKernels() {
+	for _, t := range qtypes {
+		for r := 1; r <= 4; r++ {
+			qpanels(t, r)
+		}
+	}
+}
+
+// qpanels emits qpanels<T>R<R>x512(w, a *byte, y *float32, nb, np, lda, ldy int): np whole
+// panels of nb blocks each from w, activation rows at a + r*lda (bytes), outputs at
+// y + r*ldy (floats).
+func qpanels(t qtype, rows int) {
+	name := fmt.Sprintf("qpanels%sR%dx512", t.name, rows)
+	TEXT(name, NOSPLIT, "func(w, a *byte, y *float32, nb, np, lda, ldy int)")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s computes %d activation rows against np whole %s panels of nb blocks.", name, rows, t.name))
+	k := &qk{rows: rows}
+	k.w = Load(Param("w"), GP64()).(reg.GPVirtual)
+	a0 := Load(Param("a"), GP64())
+	y := Load(Param("y"), GP64())
+	nb := Load(Param("nb"), GP64())
+	np := Load(Param("np"), GP64())
+	k.lda = Load(Param("lda"), GP64()).(reg.GPVirtual)
+	ldy := Load(Param("ldy"), GP64())
+	SHLQ(Imm(2), ldy)
+	k.lda3 = GP64()
+	LEAQ(Mem{Base: k.lda, Index: k.lda, Scale: 2}, k.lda3)
+	ldy3 := GP64()
+	LEAQ(Mem{Base: ldy, Index: ldy, Scale: 2}, ldy3)
+	k.mask0f = bcastByte(0x0f)
+	switch t.name {
+	case "Q5_K":
+		k.maskHi = bcastByte(0x10)
+	case "Q6_K":
+		k.maskHi = bcastByte(0x30)
+	}
+	k.a = GP64()
+	cnt := GP64()
+
+	Label(name + "panel")
+	TESTQ(np, np)
+	JZ(LabelRef(name + "done"))
+	k.acc = make([]reg.VecVirtual, rows)
+	for r := range k.acc {
+		k.acc[r] = ZMM()
+		zeroZ(k.acc[r])
+	}
+	MOVQ(a0, k.a)
+	MOVQ(nb, cnt)
+	Label(name + "block")
+	t.body(k)
+	ADDQ(U32(t.pbytes), k.w)
+	ADDQ(U32(t.abytes), k.a)
+	DECQ(cnt)
+	JNZ(LabelRef(name + "block"))
+	for r := 0; r < rows; r++ {
+		VMOVUPS(k.acc[r], scaled(y, ldy, ldy3, r, 0))
+	}
+	ADDQ(U8(64), y)
+	DECQ(np)
+	JMP(LabelRef(name + "panel"))
+	Label(name + "done")
+	VZEROUPPER()
+	RET()
+}
+
+// nibbles loads the vector at off and returns its low and high nibbles as bytes.
+func (k *qk) nibbles(off int) (lo, hi reg.VecVirtual) {
+	raw := ZMM()
+	VMOVDQU64(k.wm(off), raw)
+	lo, hi = ZMM(), ZMM()
+	VPANDD(k.mask0f, raw, lo)
+	VPSRLW(U8(4), raw, hi)
+	VPANDD(k.mask0f, hi, hi)
+	return lo, hi
+}
+
+// scale32 finishes a 32-input block: acc += f32(s) * (d*dx), with d the block's 16 f16 scales
+// at offset 0 and dx the activation scale at byte 32 of the activation block.
+func (k *qk) scale32(s []reg.VecVirtual) {
+	d := ZMM()
+	VCVTPH2PS(k.wm(0), d)
+	for r := 0; r < k.rows; r++ {
+		t := ZMM()
+		VMULPS_BCST(k.act(r, 32), d, t)
+		VCVTDQ2PS(s[r], s[r])
+		VMULPS(t, s[r], s[r])
+		VADDPS(s[r], k.acc[r], k.acc[r])
+	}
+}
+
+// bodyQ8_0: s = bias(-128*sum x) + sum (q+128)*x over 8 groups, then the scale step.
+func bodyQ8_0(k *qk) {
+	s := make([]reg.VecVirtual, k.rows)
+	for r := range s {
+		s[r] = ZMM()
+		VPBROADCASTD(k.act(r, 36), s[r])
+	}
+	for g := 0; g < 8; g++ {
+		wv := ZMM()
+		VMOVDQU64(k.wm(32+64*g), wv)
+		for r := range s {
+			vpdpbusdBcst(k.act(r, 4*g), wv, s[r])
+		}
+	}
+	k.scale32(s)
+}
+
+// bodyQ4_0: s = bias(-8*sum x) + sum n*x, nibble vectors holding groups 2v and 2v+1.
+func bodyQ4_0(k *qk) {
+	s := make([]reg.VecVirtual, k.rows)
+	for r := range s {
+		s[r] = ZMM()
+		VPBROADCASTD(k.act(r, 40), s[r])
+	}
+	for v := 0; v < 4; v++ {
+		lo, hi := k.nibbles(32 + 64*v)
+		for r := range s {
+			vpdpbusdBcst(k.act(r, 4*(2*v)), lo, s[r])
+			vpdpbusdBcst(k.act(r, 4*(2*v+1)), hi, s[r])
+		}
+	}
+	k.scale32(s)
+}
+
+// fifthBit ORs into q (bytes 0..15) the fifth bit of group g from hb (bit g of each byte),
+// moved to bit 4 by a word shift that keeps it inside its byte.
+func (k *qk) highBits(hb reg.VecVirtual, shift int, q reg.VecVirtual) {
+	t := ZMM()
+	switch {
+	case shift > 0:
+		VPSLLW(U8(shift), hb, t)
+	case shift < 0:
+		VPSRLW(U8(-shift), hb, t)
+	default:
+		VMOVDQA64(hb, t)
+	}
+	VPANDD(k.maskHi, t, t)
+	VPORD(t, q, q)
+}
+
+// bodyQ45K: per sub-block j, t = sum q*x (q the nibble plus, for Q5_K, the fifth bit),
+// sumi += sc_j*t; summ = sum m_j * sum32_j by word dot products on the min pairs; then
+// acc += f32(sumi)*(d*dx) - f32(summ)*(dmin*dx).
+func bodyQ45K(k *qk, five bool) {
+	sumi := make([]reg.VecVirtual, k.rows)
+	summ := make([]reg.VecVirtual, k.rows)
+	for r := range sumi {
+		sumi[r], summ[r] = ZMM(), ZMM()
+		zeroZ(sumi[r])
+		zeroZ(summ[r])
+	}
+	for j := 0; j < 8; j++ {
+		t := make([]reg.VecVirtual, k.rows)
+		for r := range t {
+			t[r] = ZMM()
+			zeroZ(t[r])
+		}
+		var hb reg.VecVirtual
+		if five {
+			hb = ZMM()
+			VMOVDQU64(k.wm(2368+64*j), hb)
+		}
+		for v := 0; v < 4; v++ {
+			lo, hi := k.nibbles(320 + 256*j + 64*v)
+			if five {
+				k.highBits(hb, 4-2*v, lo)
+				k.highBits(hb, 4-(2*v+1), hi)
+			}
+			for r := range t {
+				vpdpbusdBcst(k.act(r, 32*j+4*(2*v)), lo, t[r])
+				vpdpbusdBcst(k.act(r, 32*j+4*(2*v+1)), hi, t[r])
+			}
+		}
+		sc := ZMM()
+		VPMOVZXBD(k.wm(64+16*j), sc)
+		for r := range t {
+			VPMULLD(sc, t[r], t[r])
+			VPADDD(t[r], sumi[r], sumi[r])
+		}
+	}
+	for p := 0; p < 4; p++ {
+		mw := ZMM()
+		VPMOVZXBW(k.wm(192+32*p), mw)
+		for r := range summ {
+			vpdpwssdBcst(k.act(r, 264+4*p), mw, summ[r])
+		}
+	}
+	d, dm := ZMM(), ZMM()
+	VCVTPH2PS(k.wm(0), d)
+	VCVTPH2PS(k.wm(32), dm)
+	for r := 0; r < k.rows; r++ {
+		dd, dmm := ZMM(), ZMM()
+		VMULPS_BCST(k.act(r, 256), d, dd)
+		VMULPS_BCST(k.act(r, 256), dm, dmm)
+		VCVTDQ2PS(sumi[r], sumi[r])
+		VMULPS(dd, sumi[r], sumi[r])
+		VCVTDQ2PS(summ[r], summ[r])
+		VMULPS(dmm, summ[r], summ[r])
+		VSUBPS(summ[r], sumi[r], sumi[r])
+		VADDPS(sumi[r], k.acc[r], k.acc[r])
+	}
+}
+
+// bodyQ6_K: per sub-block s of 16, t = bias(-32*sum16 x) + sum q*x (q the nibble plus the two
+// high bits, group c's at bits 2c of the crumb vector), sumi += sc_s*t; then
+// acc += f32(sumi)*(d*dx).
+func bodyQ6_K(k *qk) {
+	sumi := make([]reg.VecVirtual, k.rows)
+	for r := range sumi {
+		sumi[r] = ZMM()
+		zeroZ(sumi[r])
+	}
+	for s := 0; s < 16; s++ {
+		t := make([]reg.VecVirtual, k.rows)
+		for r := range t {
+			t[r] = ZMM()
+			VPBROADCASTD(k.act(r, 280+4*s), t[r])
+		}
+		hb := ZMM()
+		VMOVDQU64(k.wm(2336+64*s), hb)
+		for v := 0; v < 2; v++ {
+			lo, hi := k.nibbles(288 + 128*s + 64*v)
+			k.highBits(hb, 4-2*(2*v), lo)
+			k.highBits(hb, 4-2*(2*v+1), hi)
+			for r := range t {
+				vpdpbusdBcst(k.act(r, 16*s+4*(2*v)), lo, t[r])
+				vpdpbusdBcst(k.act(r, 16*s+4*(2*v+1)), hi, t[r])
+			}
+		}
+		sc := ZMM()
+		VPMOVSXBD(k.wm(32+16*s), sc)
+		for r := range t {
+			VPMULLD(sc, t[r], t[r])
+			VPADDD(t[r], sumi[r], sumi[r])
+		}
+	}
+	d := ZMM()
+	VCVTPH2PS(k.wm(0), d)
+	for r := 0; r < k.rows; r++ {
+		dd := ZMM()
+		VMULPS_BCST(k.act(r, 256), d, dd)
+		VCVTDQ2PS(sumi[r], sumi[r])
+		VMULPS(dd, sumi[r], sumi[r])
+		VADDPS(sumi[r], k.acc[r], k.acc[r])
+	}
+}
