@@ -112,6 +112,7 @@ var (
 	hasAVX2FMA bool // AVX2 and FMA, with the OS saving ymm state
 	hasAVX512  bool // AVX512F, with the OS saving zmm and opmask state
 	hasVNNI512 bool // AVX512_VNNI and AVX512BW besides AVX512F: the quantized zmm kernels
+	hasF16C    bool // F16C besides AVX2: the quantized ymm kernels convert f16 scales
 )
 
 // detect reads CPUID and XCR0. A feature counts only if the OS also saves the registers it
@@ -126,6 +127,7 @@ func detect() {
 		fmaBit     = 1 << 12
 		osxsaveBit = 1 << 27
 		avxBit     = 1 << 28
+		f16cBit    = 1 << 29
 	)
 	if c1&osxsaveBit == 0 || c1&avxBit == 0 {
 		return
@@ -142,6 +144,7 @@ func detect() {
 	)
 	hasAVX2FMA = ymmOS && b7&avx2Bit != 0 && c1&fmaBit != 0
 	hasAVX512 = zmmOS && hasAVX2FMA && b7&avx512FBit != 0
+	hasF16C = hasAVX2FMA && c1&f16cBit != 0
 	hasVNNI512 = hasAVX512 && b7&avx512BWBit != 0 && c7&vnniBit != 0
 }
 
@@ -153,7 +156,7 @@ func registerArch() bool {
 	detect()
 	// register prepends, so the most preferred path is registered last.
 	if hasAVX2FMA {
-		register(&impl{name: "avx2", panels: panels256, qpanels: qpanelsGo, dot: dotF32x256, axpy: axpyF32x256, expShift: expShiftF32x256,
+		register(&impl{name: "avx2", panels: panels256, qpanels: qpanels256, dot: dotF32x256, axpy: axpyF32x256, expShift: expShiftF32x256,
 			axpyRowsMax: axpyRowsMaxF32x256, dotRows: dotRowsF32x256, scoresRows: scores256, weightedRows8: weightedRows8F32x256, maxF32: maxF32x256, siluMul: siluMulF32x256,
 			dotsRows: dotsRowsF32x256, axpyRows: axpyRowsF32x256})
 		sumF32 = sumF32x256
@@ -208,6 +211,56 @@ func qpanels512(m *Matrix, y []float32, a []byte, rows, p0, p1 int) {
 		for r := 0; r < g; r++ {
 			copy(y[(r0+r)*n+full*Panel:(r0+r)*n+n], tmp[r*Panel:r*Panel+lanes])
 		}
+	}
+}
+
+// qpanels256 runs quantized products on the AVX2 path: the generated one-row kernels, each row
+// of a group passing over an L2-sized chunk of panels in turn (ymm registers cannot hold several
+// rows' sums for both halves of a panel), or the portable kernels on a CPU without F16C.
+func qpanels256(m *Matrix, y []float32, a []byte, rows, p0, p1 int) {
+	if !hasF16C {
+		qpanelsGo(m, y, a, rows, p0, p1)
+		return
+	}
+	n, nb := m.N, m.qblocks()
+	lda := nb * qinfos[m.DType].kind.blockBytes()
+	full := p1
+	if p1*Panel > n {
+		full = p1 - 1
+	}
+	chunk := max(1, chunkBytes/m.panelBytes())
+	for c0 := p0; c0 < full; c0 += chunk {
+		c1 := min(c0+chunk, full)
+		for r := 0; r < rows; r++ {
+			qkern256(m, c0, c1-c0, &a[r*lda], &y[r*n+c0*Panel])
+		}
+	}
+	if full == p1 {
+		return
+	}
+	var tmp [Panel]float32
+	lanes := n - full*Panel
+	for r := 0; r < rows; r++ {
+		qkern256(m, full, 1, &a[r*lda], &tmp[0])
+		copy(y[r*n+full*Panel:r*n+n], tmp[:lanes])
+	}
+}
+
+// qkern256 runs the generated AVX2 kernel of m's type over np whole panels from panel p0.
+func qkern256(m *Matrix, p0, np int, a *byte, y *float32) {
+	nb := m.qblocks()
+	w := &m.q[p0*m.panelBytes()]
+	switch m.DType {
+	case Q8_0:
+		qpanelsQ8_0R1x256(w, a, y, nb, np)
+	case Q4_0:
+		qpanelsQ4_0R1x256(w, a, y, nb, np)
+	case Q4_K:
+		qpanelsQ4_KR1x256(w, a, y, nb, np)
+	case Q5_K:
+		qpanelsQ5_KR1x256(w, a, y, nb, np)
+	case Q6_K:
+		qpanelsQ6_KR1x256(w, a, y, nb, np)
 	}
 }
 

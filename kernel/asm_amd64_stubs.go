@@ -304,3 +304,28 @@ func qpanelsQ6_KR3x512(w *byte, a *byte, y *float32, nb int, np int, lda int, ld
 //
 //go:noescape
 func qpanelsQ6_KR4x512(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+
+// qpanelsQ8_0R1x256 computes one activation row against np whole Q8_0 panels of nb blocks.
+//
+//go:noescape
+func qpanelsQ8_0R1x256(w *byte, a *byte, y *float32, nb int, np int)
+
+// qpanelsQ4_0R1x256 computes one activation row against np whole Q4_0 panels of nb blocks.
+//
+//go:noescape
+func qpanelsQ4_0R1x256(w *byte, a *byte, y *float32, nb int, np int)
+
+// qpanelsQ4_KR1x256 computes one activation row against np whole Q4_K panels of nb blocks.
+//
+//go:noescape
+func qpanelsQ4_KR1x256(w *byte, a *byte, y *float32, nb int, np int)
+
+// qpanelsQ5_KR1x256 computes one activation row against np whole Q5_K panels of nb blocks.
+//
+//go:noescape
+func qpanelsQ5_KR1x256(w *byte, a *byte, y *float32, nb int, np int)
+
+// qpanelsQ6_KR1x256 computes one activation row against np whole Q6_K panels of nb blocks.
+//
+//go:noescape
+func qpanelsQ6_KR1x256(w *byte, a *byte, y *float32, nb int, np int)

@@ -91,6 +91,7 @@ func main() {
 	cpuid()
 	xgetbv()
 	quantKernels()
+	quantKernels256()
 	Generate()
 }
 

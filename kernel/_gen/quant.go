@@ -333,3 +333,308 @@ func bodyQ6_K(k *qk) {
 		VADDPS(sumi[r], k.acc[r], k.acc[r])
 	}
 }
+
+// The AVX2 quantized kernels (qpanels<T>R1x256): one activation row, each panel as two ymm
+// halves of 8 output rows. Without VNNI a 4-input dot per 32-bit lane is vpmaddubsw (u8 x s8
+// pairs into saturating int16) and vpmaddwd by ones (int16 pairs into int32). No int16 sum
+// saturates: |xq| <= 127 (act kinds in package kernel), and per int16 lane at most two pairs
+// of one nibble vector are added (Q4: 2*2*15*127, Q5: 2*2*31*127, Q6: 2*2*63*127 = 32004).
+// Q8_0's weights are signed, so the pair bound needs |w| as the unsigned operand and the
+// activation given w's sign (vpsignb; -128 has |w| = 128 as u8): 2*128*127 = 32512. Integer
+// sums are exact, and the float steps those of the portable path, so results are bitwise its.
+
+// qk2 holds the registers of one AVX2 kernel.
+type qk2 struct {
+	w, a   reg.GPVirtual
+	acc    [2]reg.VecVirtual
+	mask0f reg.VecVirtual
+	maskHi reg.VecVirtual
+	ones   reg.VecVirtual // int16 ones
+	m80    reg.VecVirtual // 0x80 in every byte (Q8_0)
+}
+
+// zeroY clears a ymm register without reading it (see zeroZ).
+func zeroY(v reg.VecVirtual) {
+	Instruction(&ir.Instruction{Opcode: "VPXOR", Operands: []Op{v, v, v}, Outputs: []Op{v}, ISA: []string{"AVX2"}})
+}
+
+// vpmovzxbwY emits VPMOVZXBW m128, ymm by hand: avo lists the AVX-512 forms of the instruction
+// among its requirements, though with a low ymm register the assembler encodes it with VEX
+// (AVX2), and the AVX2 kernels' requirements must say what they need.
+func vpmovzxbwY(m Mem, dst reg.VecVirtual) {
+	Instruction(&ir.Instruction{Opcode: "VPMOVZXBW", Operands: []Op{m, dst}, Inputs: []Op{m}, Outputs: []Op{dst}, ISA: []string{"AVX2"}})
+}
+
+// bcastY returns a ymm with the 32-bit value u in every lane.
+func bcastY(u uint32) reg.VecVirtual {
+	t := GP32()
+	MOVL(U32(u), t)
+	x := XMM()
+	MOVD(t, x)
+	v := YMM()
+	VPBROADCASTD(x, v)
+	return v
+}
+
+func (k *qk2) act(off int) Mem { return Mem{Base: k.a, Disp: off} }
+func (k *qk2) wm(off int) Mem  { return Mem{Base: k.w, Disp: off} }
+
+// xbcast broadcasts the activation group at off.
+func (k *qk2) xbcast(off int) reg.VecVirtual {
+	x := YMM()
+	VPBROADCASTD(k.act(off), x)
+	return x
+}
+
+// nib returns the low or high nibbles of the 32 bytes at off.
+func (k *qk2) nib(off int, hi bool) reg.VecVirtual {
+	v := YMM()
+	if hi {
+		VMOVDQU(k.wm(off), v)
+		VPSRLW(U8(4), v, v)
+		VPAND(k.mask0f, v, v)
+	} else {
+		VPAND(k.wm(off), k.mask0f, v)
+	}
+	return v
+}
+
+// high ORs into q the high bits in hb shifted by shift (see highBits). The shifts take a
+// register: their memory forms are AVX-512 only.
+func (k *qk2) high(hb reg.VecVirtual, shift int, q reg.VecVirtual) {
+	t := YMM()
+	switch {
+	case shift > 0:
+		VPSLLW(U8(shift), hb, t)
+	case shift < 0:
+		VPSRLW(U8(-shift), hb, t)
+	default:
+		VMOVDQA(hb, t)
+	}
+	VPAND(k.maskHi, t, t)
+	VPOR(t, q, q)
+}
+
+// loadY loads the 32 bytes at m.
+func loadY(m Mem) reg.VecVirtual {
+	v := YMM()
+	VMOVDQU(m, v)
+	return v
+}
+
+// pairDot adds to s (int32 lanes) the dots of q0 with group g0 and q1 with group g1 (u8 weights).
+func (k *qk2) pairDot(q0 reg.VecVirtual, g0 int, q1 reg.VecVirtual, g1 int, s reg.VecVirtual) {
+	x0 := k.xbcast(g0)
+	VPMADDUBSW(x0, q0, q0)
+	x1 := k.xbcast(g1)
+	VPMADDUBSW(x1, q1, q1)
+	VPADDW(q1, q0, q0)
+	VPMADDWD(k.ones, q0, q0)
+	VPADDD(q0, s, s)
+}
+
+// scale2 finishes a block: acc[h] += f32(s[h]) * (d*dx), d at byte dOff (8 f16 per half).
+func (k *qk2) scale2(s [2]reg.VecVirtual, dOff, dxOff int) {
+	for h := 0; h < 2; h++ {
+		d := YMM()
+		VCVTPH2PS(k.wm(dOff+16*h), d)
+		dx := YMM()
+		VBROADCASTSS(k.act(dxOff), dx)
+		VMULPS(dx, d, d)
+		VCVTDQ2PS(s[h], s[h])
+		VMULPS(d, s[h], s[h])
+		VADDPS(s[h], k.acc[h], k.acc[h])
+	}
+}
+
+func quantKernels256() {
+	for _, t := range qtypes {
+		qpanels256(t)
+	}
+}
+
+// qpanels256 emits qpanels<T>R1x256(w, a *byte, y *float32, nb, np int): np whole panels of
+// nb blocks from w against one activation row a, outputs at y.
+func qpanels256(t qtype) {
+	name := fmt.Sprintf("qpanels%sR1x256", t.name)
+	TEXT(name, NOSPLIT, "func(w, a *byte, y *float32, nb, np int)")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s computes one activation row against np whole %s panels of nb blocks.", name, t.name))
+	k := &qk2{}
+	k.w = Load(Param("w"), GP64()).(reg.GPVirtual)
+	a0 := Load(Param("a"), GP64())
+	y := Load(Param("y"), GP64())
+	nb := Load(Param("nb"), GP64())
+	np := Load(Param("np"), GP64())
+	k.mask0f = bcastY(0x0f0f0f0f)
+	k.ones = bcastY(0x00010001)
+	switch t.name {
+	case "Q8_0":
+		k.m80 = bcastY(0x80808080)
+	case "Q5_K":
+		k.maskHi = bcastY(0x10101010)
+	case "Q6_K":
+		k.maskHi = bcastY(0x30303030)
+	}
+	k.a = GP64()
+	cnt := GP64()
+	Label(name + "panel")
+	TESTQ(np, np)
+	JZ(LabelRef(name + "done"))
+	for h := range k.acc {
+		k.acc[h] = YMM()
+		zeroY(k.acc[h])
+	}
+	MOVQ(a0, k.a)
+	MOVQ(nb, cnt)
+	Label(name + "block")
+	switch t.name {
+	case "Q8_0":
+		body256Q8_0(k)
+	case "Q4_0":
+		body256Q4_0(k)
+	case "Q4_K":
+		body256Q45K(k, false)
+	case "Q5_K":
+		body256Q45K(k, true)
+	case "Q6_K":
+		body256Q6_K(k)
+	}
+	ADDQ(U32(t.pbytes), k.w)
+	ADDQ(U32(t.abytes), k.a)
+	DECQ(cnt)
+	JNZ(LabelRef(name + "block"))
+	VMOVUPS(k.acc[0], Mem{Base: y})
+	VMOVUPS(k.acc[1], Mem{Base: y, Disp: 32})
+	ADDQ(U8(64), y)
+	DECQ(np)
+	JMP(LabelRef(name + "panel"))
+	Label(name + "done")
+	VZEROUPPER()
+	RET()
+}
+
+// body256Q8_0: s = sum w*x with the signed weights (stored ^ 0x80), per group |w| (u8) times x
+// given w's sign.
+func body256Q8_0(k *qk2) {
+	var s [2]reg.VecVirtual
+	for h := range s {
+		s[h] = YMM()
+		zeroY(s[h])
+	}
+	for g := 0; g < 8; g++ {
+		x := k.xbcast(4 * g)
+		for h := 0; h < 2; h++ {
+			w := YMM()
+			VPXOR(k.wm(32+64*g+32*h), k.m80, w)
+			xs := YMM()
+			VPSIGNB(w, x, xs)
+			VPABSB(w, w)
+			VPMADDUBSW(xs, w, w)
+			VPMADDWD(k.ones, w, w)
+			VPADDD(w, s[h], s[h])
+		}
+	}
+	k.scale2(s, 0, 32)
+}
+
+// body256Q4_0: s = bias(-8*sum x) + sum n*x.
+func body256Q4_0(k *qk2) {
+	var s [2]reg.VecVirtual
+	for h := range s {
+		s[h] = YMM()
+		VPBROADCASTD(k.act(40), s[h])
+	}
+	for v := 0; v < 4; v++ {
+		for h := 0; h < 2; h++ {
+			off := 32 + 64*v + 32*h
+			k.pairDot(k.nib(off, false), 4*(2*v), k.nib(off, true), 4*(2*v+1), s[h])
+		}
+	}
+	k.scale2(s, 0, 32)
+}
+
+// body256Q45K: as bodyQ45K, half by half within each sub-block.
+func body256Q45K(k *qk2, five bool) {
+	var sumi, summ [2]reg.VecVirtual
+	for h := 0; h < 2; h++ {
+		sumi[h], summ[h] = YMM(), YMM()
+		zeroY(sumi[h])
+		zeroY(summ[h])
+	}
+	for j := 0; j < 8; j++ {
+		for h := 0; h < 2; h++ {
+			t := YMM()
+			zeroY(t)
+			var hb reg.VecVirtual
+			if five {
+				hb = loadY(k.wm(2368 + 64*j + 32*h))
+			}
+			for v := 0; v < 4; v++ {
+				off := 320 + 256*j + 64*v + 32*h
+				lo, hi := k.nib(off, false), k.nib(off, true)
+				if five {
+					k.high(hb, 4-2*v, lo)
+					k.high(hb, 4-(2*v+1), hi)
+				}
+				k.pairDot(lo, 32*j+4*(2*v), hi, 32*j+4*(2*v+1), t)
+			}
+			sc := YMM()
+			VPMOVZXBD(k.wm(64+16*j+8*h), sc)
+			VPMULLD(sc, t, t)
+			VPADDD(t, sumi[h], sumi[h])
+		}
+	}
+	for p := 0; p < 4; p++ {
+		b := k.xbcast(264 + 4*p)
+		for h := 0; h < 2; h++ {
+			mw := YMM()
+			vpmovzxbwY(k.wm(192+32*p+16*h), mw)
+			VPMADDWD(b, mw, mw)
+			VPADDD(mw, summ[h], summ[h])
+		}
+	}
+	for h := 0; h < 2; h++ {
+		dx := YMM()
+		VBROADCASTSS(k.act(256), dx)
+		dd, dm := YMM(), YMM()
+		VCVTPH2PS(k.wm(16*h), dd)
+		VMULPS(dx, dd, dd)
+		VCVTPH2PS(k.wm(32+16*h), dm)
+		VMULPS(dx, dm, dm)
+		VCVTDQ2PS(sumi[h], sumi[h])
+		VMULPS(dd, sumi[h], sumi[h])
+		VCVTDQ2PS(summ[h], summ[h])
+		VMULPS(dm, summ[h], summ[h])
+		VSUBPS(summ[h], sumi[h], sumi[h])
+		VADDPS(sumi[h], k.acc[h], k.acc[h])
+	}
+}
+
+// body256Q6_K: as bodyQ6_K, half by half within each sub-block.
+func body256Q6_K(k *qk2) {
+	var sumi [2]reg.VecVirtual
+	for h := range sumi {
+		sumi[h] = YMM()
+		zeroY(sumi[h])
+	}
+	for s := 0; s < 16; s++ {
+		for h := 0; h < 2; h++ {
+			t := YMM()
+			VPBROADCASTD(k.act(280+4*s), t)
+			hb := loadY(k.wm(2336 + 64*s + 32*h))
+			for v := 0; v < 2; v++ {
+				off := 288 + 128*s + 64*v + 32*h
+				lo, hi := k.nib(off, false), k.nib(off, true)
+				k.high(hb, 4-2*(2*v), lo)
+				k.high(hb, 4-2*(2*v+1), hi)
+				k.pairDot(lo, 16*s+4*(2*v), hi, 16*s+4*(2*v+1), t)
+			}
+			sc := YMM()
+			VPMOVSXBD(k.wm(32+16*s+8*h), sc)
+			VPMULLD(sc, t, t)
+			VPADDD(t, sumi[h], sumi[h])
+		}
+	}
+	k.scale2(sumi, 0, 256)
+}
