@@ -177,8 +177,8 @@ func TestQuantMatMulReference(t *testing.T) {
 	}
 }
 
-// TestQuantPathsBitwise: on every path, for 1..32 rows, each row's result is bitwise that of
-// the portable path for the same row alone, split across threads or not.
+// TestQuantPathsBitwise: on every path, the portable one included, for 1..32 rows, each row's
+// result is bitwise that of the oracle (qref_test.go) for the row, split across threads or not.
 func TestQuantPathsBitwise(t *testing.T) {
 	for _, qt := range quantTypes {
 		n, k := Panel+5, 512
@@ -191,13 +191,7 @@ func TestQuantPathsBitwise(t *testing.T) {
 		for i := 0; i < k; i++ {
 			x[3*k+i] = 0 // a zero row: zero scales
 		}
-		want := make([]float32, maxRows*n)
-		prev := Path()
-		SetPath("go")
-		for r := 0; r < maxRows; r++ {
-			m.MatMul(want[r*n:(r+1)*n], x[r*k:(r+1)*k], 1)
-		}
-		SetPath(prev)
+		want := refProduct(m, x, maxRows)
 		t.Run(qt.String(), func(t *testing.T) {
 			forEachPath(t, func(t *testing.T) {
 				for _, split := range []bool{false, true} {
@@ -212,7 +206,7 @@ func TestQuantPathsBitwise(t *testing.T) {
 							m.MatMul(y, x[off*k:(off+rows)*k], rows)
 							for i, v := range y {
 								if w := want[off*n+i]; math.Float32bits(v) != math.Float32bits(w) {
-									t.Fatalf("%v rows=%d split=%v: row %d out %d = %v, portable alone %v", qt, rows, split, off+i/n, i%n, v, w)
+									t.Fatalf("%v rows=%d split=%v: row %d out %d = %v, oracle %v", qt, rows, split, off+i/n, i%n, v, w)
 								}
 							}
 						}
