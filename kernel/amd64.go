@@ -156,13 +156,13 @@ func registerArch() bool {
 	detect()
 	// register prepends, so the most preferred path is registered last.
 	if hasAVX2FMA {
-		register(&impl{name: "avx2", panels: panels256, qpanels: qpanels256, dot: dotF32x256, axpy: axpyF32x256, expShift: expShiftF32x256,
+		register(&impl{name: "avx2", panels: panels256, qpanels: qpanels256, quantActs: quantizeActsGo, dot: dotF32x256, axpy: axpyF32x256, expShift: expShiftF32x256,
 			axpyRowsMax: axpyRowsMaxF32x256, dotRows: dotRowsF32x256, scoresRows: scores256, weightedRows8: weightedRows8F32x256, maxF32: maxF32x256, siluMul: siluMulF32x256,
 			dotsRows: dotsRowsF32x256, axpyRows: axpyRowsF32x256})
 		sumF32 = sumF32x256
 	}
 	if hasAVX512 {
-		register(&impl{name: "avx512", panels: panels512, qpanels: qpanels512, dot: dotF32x512, axpy: axpyF32x512, expShift: expShiftF32x512,
+		register(&impl{name: "avx512", panels: panels512, qpanels: qpanels512, quantActs: quantActs512, dot: dotF32x512, axpy: axpyF32x512, expShift: expShiftF32x512,
 			axpyRowsMax: axpyRowsMaxF32x512, dotRows: dotRowsF32x512, scoresRows: scores512, weightedRows8: weightedRows8F32x512, maxF32: maxF32x512, siluMul: siluMulF32x512,
 			dotsRows: dotsRowsF32x512, axpyRows: axpyRowsF32x512})
 	}
@@ -211,6 +211,21 @@ func qpanels512(m *Matrix, y []float32, a []byte, rows, p0, p1 int) {
 		for r := 0; r < g; r++ {
 			copy(y[(r0+r)*n+full*Panel:(r0+r)*n+n], tmp[r*Panel:r*Panel+lanes])
 		}
+	}
+}
+
+// quantActs512 quantizes activations with the generated AVX-512 quantizers.
+func quantActs512(kind actKind, dst []byte, x []float32) {
+	if kind == act32 {
+		if n := len(x) / 32; n > 0 {
+			_ = dst[n*act32Bytes-1]
+			quantAct32x512(&dst[0], &x[0], n)
+		}
+		return
+	}
+	if n := len(x) / 256; n > 0 {
+		_ = dst[n*act256Bytes-1]
+		quantAct256x512(&dst[0], &x[0], n)
 	}
 }
 

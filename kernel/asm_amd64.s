@@ -14516,7 +14516,7 @@ qpanelsQ6_KR4x512done:
 	RET
 
 // func qpanelsQ8_0R1x256(w *byte, a *byte, y *float32, nb int, np int)
-// Requires: AVX, AVX2, F16C, SSE2
+// Requires: AVX, AVX2, F16C
 TEXT ·qpanelsQ8_0R1x256(SB), NOSPLIT, $0-40
 	MOVQ         w+0(FP), AX
 	MOVQ         a+8(FP), CX
@@ -14524,13 +14524,13 @@ TEXT ·qpanelsQ8_0R1x256(SB), NOSPLIT, $0-40
 	MOVQ         nb+24(FP), BX
 	MOVQ         np+32(FP), SI
 	MOVL         $0x0f0f0f0f, DI
-	MOVD         DI, X0
+	VMOVD        DI, X0
 	VPBROADCASTD X0, Y0
 	MOVL         $0x00010001, DI
-	MOVD         DI, X0
+	VMOVD        DI, X0
 	VPBROADCASTD X0, Y0
 	MOVL         $0x80808080, DI
-	MOVD         DI, X1
+	VMOVD        DI, X1
 	VPBROADCASTD X1, Y1
 
 qpanelsQ8_0R1x256panel:
@@ -14675,7 +14675,7 @@ qpanelsQ8_0R1x256done:
 	RET
 
 // func qpanelsQ4_0R1x256(w *byte, a *byte, y *float32, nb int, np int)
-// Requires: AVX, AVX2, F16C, SSE2
+// Requires: AVX, AVX2, F16C
 TEXT ·qpanelsQ4_0R1x256(SB), NOSPLIT, $0-40
 	MOVQ         w+0(FP), AX
 	MOVQ         a+8(FP), CX
@@ -14683,10 +14683,10 @@ TEXT ·qpanelsQ4_0R1x256(SB), NOSPLIT, $0-40
 	MOVQ         nb+24(FP), BX
 	MOVQ         np+32(FP), SI
 	MOVL         $0x0f0f0f0f, DI
-	MOVD         DI, X0
+	VMOVD        DI, X0
 	VPBROADCASTD X0, Y0
 	MOVL         $0x00010001, DI
-	MOVD         DI, X1
+	VMOVD        DI, X1
 	VPBROADCASTD X1, Y1
 
 qpanelsQ4_0R1x256panel:
@@ -14815,7 +14815,7 @@ qpanelsQ4_0R1x256done:
 	RET
 
 // func qpanelsQ4_KR1x256(w *byte, a *byte, y *float32, nb int, np int)
-// Requires: AVX, AVX2, F16C, SSE2
+// Requires: AVX, AVX2, F16C
 TEXT ·qpanelsQ4_KR1x256(SB), NOSPLIT, $0-40
 	MOVQ         w+0(FP), AX
 	MOVQ         a+8(FP), CX
@@ -14823,10 +14823,10 @@ TEXT ·qpanelsQ4_KR1x256(SB), NOSPLIT, $0-40
 	MOVQ         nb+24(FP), BX
 	MOVQ         np+32(FP), SI
 	MOVL         $0x0f0f0f0f, DI
-	MOVD         DI, X0
+	VMOVD        DI, X0
 	VPBROADCASTD X0, Y0
 	MOVL         $0x00010001, DI
-	MOVD         DI, X1
+	VMOVD        DI, X1
 	VPBROADCASTD X1, Y1
 
 qpanelsQ4_KR1x256panel:
@@ -15675,7 +15675,7 @@ qpanelsQ4_KR1x256done:
 	RET
 
 // func qpanelsQ5_KR1x256(w *byte, a *byte, y *float32, nb int, np int)
-// Requires: AVX, AVX2, F16C, SSE2
+// Requires: AVX, AVX2, F16C
 TEXT ·qpanelsQ5_KR1x256(SB), NOSPLIT, $0-40
 	MOVQ         w+0(FP), AX
 	MOVQ         a+8(FP), CX
@@ -15683,13 +15683,13 @@ TEXT ·qpanelsQ5_KR1x256(SB), NOSPLIT, $0-40
 	MOVQ         nb+24(FP), BX
 	MOVQ         np+32(FP), SI
 	MOVL         $0x0f0f0f0f, DI
-	MOVD         DI, X0
+	VMOVD        DI, X0
 	VPBROADCASTD X0, Y0
 	MOVL         $0x00010001, DI
-	MOVD         DI, X1
+	VMOVD        DI, X1
 	VPBROADCASTD X1, Y1
 	MOVL         $0x10101010, DI
-	MOVD         DI, X2
+	VMOVD        DI, X2
 	VPBROADCASTD X2, Y2
 
 qpanelsQ5_KR1x256panel:
@@ -16938,7 +16938,7 @@ qpanelsQ5_KR1x256done:
 	RET
 
 // func qpanelsQ6_KR1x256(w *byte, a *byte, y *float32, nb int, np int)
-// Requires: AVX, AVX2, F16C, SSE2
+// Requires: AVX, AVX2, F16C
 TEXT ·qpanelsQ6_KR1x256(SB), NOSPLIT, $0-40
 	MOVQ         w+0(FP), AX
 	MOVQ         a+8(FP), CX
@@ -16946,13 +16946,13 @@ TEXT ·qpanelsQ6_KR1x256(SB), NOSPLIT, $0-40
 	MOVQ         nb+24(FP), BX
 	MOVQ         np+32(FP), SI
 	MOVL         $0x0f0f0f0f, DI
-	MOVD         DI, X0
+	VMOVD        DI, X0
 	VPBROADCASTD X0, Y0
 	MOVL         $0x00010001, DI
-	MOVD         DI, X1
+	VMOVD        DI, X1
 	VPBROADCASTD X1, Y1
 	MOVL         $0x30303030, DI
-	MOVD         DI, X2
+	VMOVD        DI, X2
 	VPBROADCASTD X2, Y2
 
 qpanelsQ6_KR1x256panel:
@@ -18237,5 +18237,466 @@ qpanelsQ6_KR1x256block:
 	JMP          qpanelsQ6_KR1x256panel
 
 qpanelsQ6_KR1x256done:
+	VZEROUPPER
+	RET
+
+// func quantAct32x512(dst *byte, x *float32, nb int)
+// Requires: AVX, AVX2, AVX512F, F16C
+TEXT ·quantAct32x512(SB), NOSPLIT, $0-24
+	MOVQ         dst+0(FP), AX
+	MOVQ         x+8(FP), CX
+	MOVQ         nb+16(FP), DX
+	MOVL         $0x7fffffff, BX
+	VPBROADCASTD BX, Z0
+	MOVL         $0x0000007f, BX
+	VPBROADCASTD BX, Z1
+	MOVL         $0xffffff81, BX
+	VPBROADCASTD BX, Z2
+
+quantAct32x512block:
+	TESTQ         DX, DX
+	JZ            quantAct32x512done
+	VPANDD        (CX), Z0, Z3
+	VPANDD        64(CX), Z0, Z4
+	VPMAXUD       Z4, Z3, Z3
+	VEXTRACTI64X4 $0x01, Z3, Y4
+	VPMAXUD       Y4, Y3, Y4
+	VEXTRACTI128  $0x01, Y4, X3
+	VPMAXUD       X3, X4, X3
+	VPSHUFD       $0x4e, X3, X4
+	VPMAXUD       X4, X3, X3
+	VPSHUFD       $0xb1, X3, X4
+	VPMAXUD       X4, X3, X3
+	VMOVD         X3, BX
+	VPXORD        Z3, Z3, Z3
+	VMOVDQU       X3, 32(AX)
+	CMPL          BX, $0x7f7fffff
+	JA            quantAct32x512special
+	TESTL         BX, BX
+	JZ            quantAct32x512zero
+	VMOVD         BX, X3
+	MOVL          $0x42fe0000, BX
+	VMOVD         BX, X4
+	VDIVSS        X4, X3, X3
+	MOVL          $0x3f800000, BX
+	VMOVD         BX, X4
+	VDIVSS        X3, X4, X4
+	VBROADCASTSS  X4, Z4
+	VCVTPS2PH     $0x00, X3, X3
+	VCVTPH2PS     X3, X3
+	VMOVSS        X3, 32(AX)
+	VMULPS        (CX), Z4, Z3
+	VCVTPS2DQ     Z3, Z3
+	VPMINSD       Z1, Z3, Z3
+	VPMAXSD       Z2, Z3, Z3
+	VPMOVDB       Z3, (AX)
+	VMULPS        64(CX), Z4, Z4
+	VCVTPS2DQ     Z4, Z4
+	VPMINSD       Z1, Z4, Z4
+	VPMAXSD       Z2, Z4, Z4
+	VPMOVDB       Z4, 16(AX)
+	VPADDD        Z4, Z3, Z3
+	VEXTRACTI64X4 $0x01, Z3, Y4
+	VPADDD        Y4, Y3, Y4
+	VEXTRACTI128  $0x01, Y4, X3
+	VPADDD        X3, X4, X3
+	VPSHUFD       $0x4e, X3, X4
+	VPADDD        X4, X3, X3
+	VPSHUFD       $0xb1, X3, X4
+	VPADDD        X4, X3, X3
+	VMOVD         X3, BX
+	IMUL3L        $0xffffff80, BX, SI
+	MOVL          SI, 36(AX)
+	IMUL3L        $0xfffffff8, BX, SI
+	MOVL          SI, 40(AX)
+	JMP           quantAct32x512next
+
+quantAct32x512special:
+	VMOVDQU Y3, (AX)
+	MOVL    $0x7fc00000, BX
+	MOVL    BX, 32(AX)
+	JMP     quantAct32x512next
+
+quantAct32x512zero:
+	VMOVDQU Y3, (AX)
+
+quantAct32x512next:
+	ADDQ $0x00000080, CX
+	ADDQ $0x00000030, AX
+	DECQ DX
+	JMP  quantAct32x512block
+
+quantAct32x512done:
+	VZEROUPPER
+	RET
+
+// func quantAct256x512(dst *byte, x *float32, nb int)
+// Requires: AVX, AVX2, AVX512F
+TEXT ·quantAct256x512(SB), NOSPLIT, $0-24
+	MOVQ         dst+0(FP), AX
+	MOVQ         x+8(FP), CX
+	MOVQ         nb+16(FP), DX
+	MOVL         $0x7fffffff, BX
+	VPBROADCASTD BX, Z0
+	MOVL         $0x0000007f, BX
+	VPBROADCASTD BX, Z1
+	MOVL         $0xffffff81, BX
+	VPBROADCASTD BX, Z2
+
+quantAct256x512block:
+	TESTQ         DX, DX
+	JZ            quantAct256x512done
+	VPANDD        (CX), Z0, Z3
+	VPANDD        64(CX), Z0, Z4
+	VPMAXUD       Z4, Z3, Z3
+	VPANDD        128(CX), Z0, Z4
+	VPMAXUD       Z4, Z3, Z3
+	VPANDD        192(CX), Z0, Z4
+	VPMAXUD       Z4, Z3, Z3
+	VPANDD        256(CX), Z0, Z4
+	VPMAXUD       Z4, Z3, Z3
+	VPANDD        320(CX), Z0, Z4
+	VPMAXUD       Z4, Z3, Z3
+	VPANDD        384(CX), Z0, Z4
+	VPMAXUD       Z4, Z3, Z3
+	VPANDD        448(CX), Z0, Z4
+	VPMAXUD       Z4, Z3, Z3
+	VPANDD        512(CX), Z0, Z4
+	VPMAXUD       Z4, Z3, Z3
+	VPANDD        576(CX), Z0, Z4
+	VPMAXUD       Z4, Z3, Z3
+	VPANDD        640(CX), Z0, Z4
+	VPMAXUD       Z4, Z3, Z3
+	VPANDD        704(CX), Z0, Z4
+	VPMAXUD       Z4, Z3, Z3
+	VPANDD        768(CX), Z0, Z4
+	VPMAXUD       Z4, Z3, Z3
+	VPANDD        832(CX), Z0, Z4
+	VPMAXUD       Z4, Z3, Z3
+	VPANDD        896(CX), Z0, Z4
+	VPMAXUD       Z4, Z3, Z3
+	VPANDD        960(CX), Z0, Z4
+	VPMAXUD       Z4, Z3, Z3
+	VEXTRACTI64X4 $0x01, Z3, Y4
+	VPMAXUD       Y4, Y3, Y4
+	VEXTRACTI128  $0x01, Y4, X3
+	VPMAXUD       X3, X4, X3
+	VPSHUFD       $0x4e, X3, X4
+	VPMAXUD       X4, X3, X3
+	VPSHUFD       $0xb1, X3, X4
+	VPMAXUD       X4, X3, X3
+	VMOVD         X3, BX
+	VPXORD        Z3, Z3, Z3
+	VMOVDQU64     Z3, 256(AX)
+	VMOVDQU       Y3, 320(AX)
+	CMPL          BX, $0x7f7fffff
+	JA            quantAct256x512special
+	TESTL         BX, BX
+	JZ            quantAct256x512zero
+	VMOVD         BX, X3
+	MOVL          $0x42fe0000, BX
+	VMOVD         BX, X4
+	VDIVSS        X3, X4, X3
+	VBROADCASTSS  X3, Z4
+	MOVL          $0x3f800000, BX
+	VMOVD         BX, X5
+	VDIVSS        X3, X5, X3
+	VMOVSS        X3, 256(AX)
+	VMULPS        (CX), Z4, Z3
+	VCVTPS2DQ     Z3, Z3
+	VPMINSD       Z1, Z3, Z3
+	VPMAXSD       Z2, Z3, Z3
+	VPMOVDB       Z3, (AX)
+	VEXTRACTI64X4 $0x01, Z3, Y5
+	VPADDD        Y5, Y3, Y5
+	VEXTRACTI128  $0x01, Y5, X3
+	VPADDD        X3, X5, X3
+	VPSHUFD       $0x4e, X3, X5
+	VPADDD        X5, X3, X3
+	VPSHUFD       $0xb1, X3, X5
+	VPADDD        X5, X3, X3
+	VMOVD         X3, BX
+	VMULPS        64(CX), Z4, Z3
+	VCVTPS2DQ     Z3, Z3
+	VPMINSD       Z1, Z3, Z3
+	VPMAXSD       Z2, Z3, Z3
+	VPMOVDB       Z3, 16(AX)
+	VEXTRACTI64X4 $0x01, Z3, Y5
+	VPADDD        Y5, Y3, Y5
+	VEXTRACTI128  $0x01, Y5, X3
+	VPADDD        X3, X5, X3
+	VPSHUFD       $0x4e, X3, X5
+	VPADDD        X5, X3, X3
+	VPSHUFD       $0xb1, X3, X5
+	VPADDD        X5, X3, X3
+	VMOVD         X3, SI
+	IMUL3L        $0xffffffe0, BX, DI
+	MOVL          DI, 280(AX)
+	IMUL3L        $0xffffffe0, SI, DI
+	MOVL          DI, 284(AX)
+	ADDL          SI, BX
+	MOVW          BX, 264(AX)
+	VMULPS        128(CX), Z4, Z3
+	VCVTPS2DQ     Z3, Z3
+	VPMINSD       Z1, Z3, Z3
+	VPMAXSD       Z2, Z3, Z3
+	VPMOVDB       Z3, 32(AX)
+	VEXTRACTI64X4 $0x01, Z3, Y5
+	VPADDD        Y5, Y3, Y5
+	VEXTRACTI128  $0x01, Y5, X3
+	VPADDD        X3, X5, X3
+	VPSHUFD       $0x4e, X3, X5
+	VPADDD        X5, X3, X3
+	VPSHUFD       $0xb1, X3, X5
+	VPADDD        X5, X3, X3
+	VMOVD         X3, BX
+	VMULPS        192(CX), Z4, Z3
+	VCVTPS2DQ     Z3, Z3
+	VPMINSD       Z1, Z3, Z3
+	VPMAXSD       Z2, Z3, Z3
+	VPMOVDB       Z3, 48(AX)
+	VEXTRACTI64X4 $0x01, Z3, Y5
+	VPADDD        Y5, Y3, Y5
+	VEXTRACTI128  $0x01, Y5, X3
+	VPADDD        X3, X5, X3
+	VPSHUFD       $0x4e, X3, X5
+	VPADDD        X5, X3, X3
+	VPSHUFD       $0xb1, X3, X5
+	VPADDD        X5, X3, X3
+	VMOVD         X3, SI
+	IMUL3L        $0xffffffe0, BX, DI
+	MOVL          DI, 288(AX)
+	IMUL3L        $0xffffffe0, SI, DI
+	MOVL          DI, 292(AX)
+	ADDL          SI, BX
+	MOVW          BX, 266(AX)
+	VMULPS        256(CX), Z4, Z3
+	VCVTPS2DQ     Z3, Z3
+	VPMINSD       Z1, Z3, Z3
+	VPMAXSD       Z2, Z3, Z3
+	VPMOVDB       Z3, 64(AX)
+	VEXTRACTI64X4 $0x01, Z3, Y5
+	VPADDD        Y5, Y3, Y5
+	VEXTRACTI128  $0x01, Y5, X3
+	VPADDD        X3, X5, X3
+	VPSHUFD       $0x4e, X3, X5
+	VPADDD        X5, X3, X3
+	VPSHUFD       $0xb1, X3, X5
+	VPADDD        X5, X3, X3
+	VMOVD         X3, BX
+	VMULPS        320(CX), Z4, Z3
+	VCVTPS2DQ     Z3, Z3
+	VPMINSD       Z1, Z3, Z3
+	VPMAXSD       Z2, Z3, Z3
+	VPMOVDB       Z3, 80(AX)
+	VEXTRACTI64X4 $0x01, Z3, Y5
+	VPADDD        Y5, Y3, Y5
+	VEXTRACTI128  $0x01, Y5, X3
+	VPADDD        X3, X5, X3
+	VPSHUFD       $0x4e, X3, X5
+	VPADDD        X5, X3, X3
+	VPSHUFD       $0xb1, X3, X5
+	VPADDD        X5, X3, X3
+	VMOVD         X3, SI
+	IMUL3L        $0xffffffe0, BX, DI
+	MOVL          DI, 296(AX)
+	IMUL3L        $0xffffffe0, SI, DI
+	MOVL          DI, 300(AX)
+	ADDL          SI, BX
+	MOVW          BX, 268(AX)
+	VMULPS        384(CX), Z4, Z3
+	VCVTPS2DQ     Z3, Z3
+	VPMINSD       Z1, Z3, Z3
+	VPMAXSD       Z2, Z3, Z3
+	VPMOVDB       Z3, 96(AX)
+	VEXTRACTI64X4 $0x01, Z3, Y5
+	VPADDD        Y5, Y3, Y5
+	VEXTRACTI128  $0x01, Y5, X3
+	VPADDD        X3, X5, X3
+	VPSHUFD       $0x4e, X3, X5
+	VPADDD        X5, X3, X3
+	VPSHUFD       $0xb1, X3, X5
+	VPADDD        X5, X3, X3
+	VMOVD         X3, BX
+	VMULPS        448(CX), Z4, Z3
+	VCVTPS2DQ     Z3, Z3
+	VPMINSD       Z1, Z3, Z3
+	VPMAXSD       Z2, Z3, Z3
+	VPMOVDB       Z3, 112(AX)
+	VEXTRACTI64X4 $0x01, Z3, Y5
+	VPADDD        Y5, Y3, Y5
+	VEXTRACTI128  $0x01, Y5, X3
+	VPADDD        X3, X5, X3
+	VPSHUFD       $0x4e, X3, X5
+	VPADDD        X5, X3, X3
+	VPSHUFD       $0xb1, X3, X5
+	VPADDD        X5, X3, X3
+	VMOVD         X3, SI
+	IMUL3L        $0xffffffe0, BX, DI
+	MOVL          DI, 304(AX)
+	IMUL3L        $0xffffffe0, SI, DI
+	MOVL          DI, 308(AX)
+	ADDL          SI, BX
+	MOVW          BX, 270(AX)
+	VMULPS        512(CX), Z4, Z3
+	VCVTPS2DQ     Z3, Z3
+	VPMINSD       Z1, Z3, Z3
+	VPMAXSD       Z2, Z3, Z3
+	VPMOVDB       Z3, 128(AX)
+	VEXTRACTI64X4 $0x01, Z3, Y5
+	VPADDD        Y5, Y3, Y5
+	VEXTRACTI128  $0x01, Y5, X3
+	VPADDD        X3, X5, X3
+	VPSHUFD       $0x4e, X3, X5
+	VPADDD        X5, X3, X3
+	VPSHUFD       $0xb1, X3, X5
+	VPADDD        X5, X3, X3
+	VMOVD         X3, BX
+	VMULPS        576(CX), Z4, Z3
+	VCVTPS2DQ     Z3, Z3
+	VPMINSD       Z1, Z3, Z3
+	VPMAXSD       Z2, Z3, Z3
+	VPMOVDB       Z3, 144(AX)
+	VEXTRACTI64X4 $0x01, Z3, Y5
+	VPADDD        Y5, Y3, Y5
+	VEXTRACTI128  $0x01, Y5, X3
+	VPADDD        X3, X5, X3
+	VPSHUFD       $0x4e, X3, X5
+	VPADDD        X5, X3, X3
+	VPSHUFD       $0xb1, X3, X5
+	VPADDD        X5, X3, X3
+	VMOVD         X3, SI
+	IMUL3L        $0xffffffe0, BX, DI
+	MOVL          DI, 312(AX)
+	IMUL3L        $0xffffffe0, SI, DI
+	MOVL          DI, 316(AX)
+	ADDL          SI, BX
+	MOVW          BX, 272(AX)
+	VMULPS        640(CX), Z4, Z3
+	VCVTPS2DQ     Z3, Z3
+	VPMINSD       Z1, Z3, Z3
+	VPMAXSD       Z2, Z3, Z3
+	VPMOVDB       Z3, 160(AX)
+	VEXTRACTI64X4 $0x01, Z3, Y5
+	VPADDD        Y5, Y3, Y5
+	VEXTRACTI128  $0x01, Y5, X3
+	VPADDD        X3, X5, X3
+	VPSHUFD       $0x4e, X3, X5
+	VPADDD        X5, X3, X3
+	VPSHUFD       $0xb1, X3, X5
+	VPADDD        X5, X3, X3
+	VMOVD         X3, BX
+	VMULPS        704(CX), Z4, Z3
+	VCVTPS2DQ     Z3, Z3
+	VPMINSD       Z1, Z3, Z3
+	VPMAXSD       Z2, Z3, Z3
+	VPMOVDB       Z3, 176(AX)
+	VEXTRACTI64X4 $0x01, Z3, Y5
+	VPADDD        Y5, Y3, Y5
+	VEXTRACTI128  $0x01, Y5, X3
+	VPADDD        X3, X5, X3
+	VPSHUFD       $0x4e, X3, X5
+	VPADDD        X5, X3, X3
+	VPSHUFD       $0xb1, X3, X5
+	VPADDD        X5, X3, X3
+	VMOVD         X3, SI
+	IMUL3L        $0xffffffe0, BX, DI
+	MOVL          DI, 320(AX)
+	IMUL3L        $0xffffffe0, SI, DI
+	MOVL          DI, 324(AX)
+	ADDL          SI, BX
+	MOVW          BX, 274(AX)
+	VMULPS        768(CX), Z4, Z3
+	VCVTPS2DQ     Z3, Z3
+	VPMINSD       Z1, Z3, Z3
+	VPMAXSD       Z2, Z3, Z3
+	VPMOVDB       Z3, 192(AX)
+	VEXTRACTI64X4 $0x01, Z3, Y5
+	VPADDD        Y5, Y3, Y5
+	VEXTRACTI128  $0x01, Y5, X3
+	VPADDD        X3, X5, X3
+	VPSHUFD       $0x4e, X3, X5
+	VPADDD        X5, X3, X3
+	VPSHUFD       $0xb1, X3, X5
+	VPADDD        X5, X3, X3
+	VMOVD         X3, BX
+	VMULPS        832(CX), Z4, Z3
+	VCVTPS2DQ     Z3, Z3
+	VPMINSD       Z1, Z3, Z3
+	VPMAXSD       Z2, Z3, Z3
+	VPMOVDB       Z3, 208(AX)
+	VEXTRACTI64X4 $0x01, Z3, Y5
+	VPADDD        Y5, Y3, Y5
+	VEXTRACTI128  $0x01, Y5, X3
+	VPADDD        X3, X5, X3
+	VPSHUFD       $0x4e, X3, X5
+	VPADDD        X5, X3, X3
+	VPSHUFD       $0xb1, X3, X5
+	VPADDD        X5, X3, X3
+	VMOVD         X3, SI
+	IMUL3L        $0xffffffe0, BX, DI
+	MOVL          DI, 328(AX)
+	IMUL3L        $0xffffffe0, SI, DI
+	MOVL          DI, 332(AX)
+	ADDL          SI, BX
+	MOVW          BX, 276(AX)
+	VMULPS        896(CX), Z4, Z3
+	VCVTPS2DQ     Z3, Z3
+	VPMINSD       Z1, Z3, Z3
+	VPMAXSD       Z2, Z3, Z3
+	VPMOVDB       Z3, 224(AX)
+	VEXTRACTI64X4 $0x01, Z3, Y5
+	VPADDD        Y5, Y3, Y5
+	VEXTRACTI128  $0x01, Y5, X3
+	VPADDD        X3, X5, X3
+	VPSHUFD       $0x4e, X3, X5
+	VPADDD        X5, X3, X3
+	VPSHUFD       $0xb1, X3, X5
+	VPADDD        X5, X3, X3
+	VMOVD         X3, BX
+	VMULPS        960(CX), Z4, Z3
+	VCVTPS2DQ     Z3, Z3
+	VPMINSD       Z1, Z3, Z3
+	VPMAXSD       Z2, Z3, Z3
+	VPMOVDB       Z3, 240(AX)
+	VEXTRACTI64X4 $0x01, Z3, Y4
+	VPADDD        Y4, Y3, Y4
+	VEXTRACTI128  $0x01, Y4, X3
+	VPADDD        X3, X4, X3
+	VPSHUFD       $0x4e, X3, X4
+	VPADDD        X4, X3, X3
+	VPSHUFD       $0xb1, X3, X4
+	VPADDD        X4, X3, X3
+	VMOVD         X3, SI
+	IMUL3L        $0xffffffe0, BX, DI
+	MOVL          DI, 336(AX)
+	IMUL3L        $0xffffffe0, SI, DI
+	MOVL          DI, 340(AX)
+	ADDL          SI, BX
+	MOVW          BX, 278(AX)
+	JMP           quantAct256x512next
+
+quantAct256x512special:
+	VMOVDQU64 Z3, (AX)
+	VMOVDQU64 Z3, 64(AX)
+	VMOVDQU64 Z3, 128(AX)
+	VMOVDQU64 Z3, 192(AX)
+	MOVL      $0x7fc00000, BX
+	MOVL      BX, 256(AX)
+	JMP       quantAct256x512next
+
+quantAct256x512zero:
+	VMOVDQU64 Z3, (AX)
+	VMOVDQU64 Z3, 64(AX)
+	VMOVDQU64 Z3, 128(AX)
+	VMOVDQU64 Z3, 192(AX)
+
+quantAct256x512next:
+	ADDQ $0x00000400, CX
+	ADDQ $0x00000160, AX
+	DECQ DX
+	JMP  quantAct256x512block
+
+quantAct256x512done:
 	VZEROUPPER
 	RET

@@ -329,3 +329,13 @@ func qpanelsQ5_KR1x256(w *byte, a *byte, y *float32, nb int, np int)
 //
 //go:noescape
 func qpanelsQ6_KR1x256(w *byte, a *byte, y *float32, nb int, np int)
+
+// quantAct32x512 quantizes nb blocks of 32 activations (package kernel's act32 kind).
+//
+//go:noescape
+func quantAct32x512(dst *byte, x *float32, nb int)
+
+// quantAct256x512 quantizes nb blocks of 256 activations (package kernel's act256 kind).
+//
+//go:noescape
+func quantAct256x512(dst *byte, x *float32, nb int)

@@ -21,6 +21,13 @@ func TestAVX2KernelsUseNoAVX512(t *testing.T) {
 	evex := regexp.MustCompile(`\b([XY](1[6-9]|2[0-9]|3[01])|Z[0-9]+|K[1-7])\b|AVX512`)
 	fn, checked := "", 0
 	for _, line := range strings.Split(string(src), "\n") {
+		if strings.HasPrefix(line, "// func ") {
+			// The doc comment and "// Requires:" line before a TEXT belong to the next
+			// function: attribute them to it, not to the one above.
+			name, _, _ := strings.Cut(strings.TrimPrefix(line, "// func "), "(")
+			fn = "TEXT ·" + name + "(SB), (doc)"
+			continue
+		}
 		if strings.HasPrefix(line, "TEXT ") {
 			fn = line
 			if strings.Contains(fn, "x256(SB)") {

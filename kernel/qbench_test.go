@@ -76,3 +76,21 @@ func BenchmarkQuantMatMul16(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkQuantizeActs is the activation quantization of one product (both kinds) on the active
+// path, per element of x.
+func BenchmarkQuantizeActs(b *testing.B) {
+	for _, rows := range []int{1, 16} {
+		for _, kind := range []actKind{act32, act256} {
+			const k = 3072
+			x := randVec(rows*k, 1)
+			var s actScratch
+			b.Run(fmt.Sprintf("%s/kind=%d/rows=%d", Path(), kind, rows), func(b *testing.B) {
+				for i := 0; i < b.N; i++ {
+					s.quantized(active, kind, x, rows, k)
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*rows*k), "ns/elem")
+			})
+		}
+	}
+}

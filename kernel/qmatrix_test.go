@@ -149,7 +149,7 @@ func TestQuantMatMulReference(t *testing.T) {
 		m.MatMul(y, x, rows)
 		kind := qinfos[m.DType].kind
 		var s actScratch
-		xhat := dequantAct(kind, s.quantized(kind, x, rows, k), rows*k)
+		xhat := dequantAct(kind, s.quantized(portable, kind, x, rows, k), rows*k)
 		w := make([]float32, k)
 		for j := 0; j < n; j++ {
 			m.Row(w, j)
@@ -299,6 +299,54 @@ func TestQuantConcurrent(t *testing.T) {
 		y := make([]float32, rows*n)
 		if a := testing.AllocsPerRun(50, func() { m.MatMul(y, xs[0], rows) }); a != 0 {
 			t.Errorf("%v allocations per quantized MatMul", a)
+		}
+	})
+}
+
+// TestQuantActsPaths: every path quantizes activations to the bytes of the Go quantizer, over
+// ordinary values, ties of the rounding, tiny blocks (f16 subnormal scales), huge ones (an f16
+// scale that overflows), zero blocks and blocks holding NaN or Inf.
+func TestQuantActsPaths(t *testing.T) {
+	const k = 256
+	var blocks [][]float32
+	rng := rand.New(rand.NewPCG(51, 3))
+	for _, scale := range []float64{1, 1e-6, 3e-3, 1e-30, 1e30, 3e38} {
+		b := make([]float32, k)
+		for i := range b {
+			b[i] = float32(rng.NormFloat64() * scale)
+		}
+		blocks = append(blocks, b)
+	}
+	ties := make([]float32, k) // amax 127: scale 1, so the halves are exact ties
+	for i := range ties {
+		ties[i] = float32(i%255-127) + 0.5*float32(i%2)
+	}
+	ties[0] = 127
+	blocks = append(blocks, ties, make([]float32, k))
+	for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))} {
+		b := make([]float32, k)
+		for i := range b {
+			b[i] = float32(rng.NormFloat64())
+		}
+		b[37] = bad
+		blocks = append(blocks, b)
+	}
+	var x []float32
+	for _, b := range blocks {
+		x = append(x, b...)
+	}
+	rows := len(blocks)
+	forEachPath(t, func(t *testing.T) {
+		for _, kind := range []actKind{act32, act256} {
+			var want, got actScratch
+			w := want.quantized(portable, kind, x, rows, k)
+			g := got.quantized(active, kind, x, rows, k)
+			bb := kind.blockBytes()
+			for i := 0; i < len(w); i += bb {
+				if !bytes.Equal(w[i:i+bb], g[i:i+bb]) {
+					t.Fatalf("kind %d block %d: %x, Go quantizer %x", kind, i/bb, g[i:i+bb], w[i:i+bb])
+				}
+			}
 		}
 	})
 }

@@ -11,7 +11,7 @@ import "github.com/dflash/dflash/kernel/quant"
 func refProduct(m *Matrix, x []float32, rows int) []float32 {
 	kind := qinfos[m.DType].kind
 	var s actScratch
-	a := s.quantized(kind, x, rows, m.K)
+	a := s.quantized(portable, kind, x, rows, m.K)
 	nb := m.qblocks()
 	stride := nb * kind.blockBytes()
 	nat := make([]byte, m.nativeRowBytes())

@@ -92,6 +92,7 @@ func main() {
 	xgetbv()
 	quantKernels()
 	quantKernels256()
+	quantActs()
 	Generate()
 }
 

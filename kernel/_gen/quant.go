@@ -370,7 +370,7 @@ func bcastY(u uint32) reg.VecVirtual {
 	t := GP32()
 	MOVL(U32(u), t)
 	x := XMM()
-	MOVD(t, x)
+	VMOVD(t, x)
 	v := YMM()
 	VPBROADCASTD(x, v)
 	return v
@@ -637,4 +637,188 @@ func body256Q6_K(k *qk2) {
 		}
 	}
 	k.scale2(sumi, 0, 256)
+}
+
+// The activation quantizers (AVX-512): quantAct32x512 and quantAct256x512 write nb blocks of
+// package kernel's act32 and act256 kinds from x, bitwise as its Go quantizers do: the maximum
+// magnitude compared as bit patterns (so NaN and Inf are found as such), scalar divisions for the
+// scales, the product x*scale rounded by VCVTPS2DQ (to nearest even, the MXCSR default, as rne),
+// the clamp to -127..127, exact integer sums.
+
+// hreduce reduces the 16 dword lanes of z to a scalar in a GP register with op (VPMAXUD or
+// VPADDD, whose 128/256-bit forms are VEX).
+func hreduce(z reg.VecVirtual, op func(ops ...Op)) reg.GPVirtual {
+	y := YMM()
+	VEXTRACTI64X4(U8(1), z, y)
+	op(y, z.AsY(), y)
+	x := XMM()
+	VEXTRACTI128(U8(1), y, x)
+	op(x, y.AsX(), x)
+	t := XMM()
+	VPSHUFD(U8(0x4e), x, t)
+	op(t, x, x)
+	VPSHUFD(U8(0xb1), x, t)
+	op(t, x, x)
+	r := GP32()
+	VMOVD(x, r)
+	return r.(reg.GPVirtual)
+}
+
+func vpmaxud(ops ...Op) { VPMAXUD(ops[0], ops[1], ops[2]) }
+func vpaddd(ops ...Op)  { VPADDD(ops[0], ops[1], ops[2]) }
+
+func zbcast32(u uint32) reg.VecVirtual {
+	t := GP32()
+	MOVL(U32(u), t)
+	v := ZMM()
+	VPBROADCASTD(t, v)
+	return v
+}
+
+func quantActs() {
+	quantAct(32)
+	quantAct(256)
+}
+
+// quantAct emits quantAct<B>x512(dst *byte, x *float32, nb int).
+func quantAct(bs int) {
+	name := fmt.Sprintf("quantAct%dx512", bs)
+	TEXT(name, NOSPLIT, "func(dst *byte, x *float32, nb int)")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s quantizes nb blocks of %d activations (package kernel's act%d kind).", name, bs, bs))
+	dst := Load(Param("dst"), GP64())
+	x := Load(Param("x"), GP64())
+	nb := Load(Param("nb"), GP64())
+	abs := zbcast32(0x7fffffff)
+	hi := zbcast32(127)
+	lo := zbcast32(uint32(0xffffffff - 126)) // -127
+	nvec := bs / 16
+	bbytes := 48
+	if bs == 256 {
+		bbytes = 352
+	}
+	L := func(s string) LabelRef { return LabelRef(name + s) }
+	Label(name + "block")
+	TESTQ(nb, nb)
+	JZ(L("done"))
+	// Maximum magnitude, as bits.
+	var m reg.VecVirtual
+	for v := 0; v < nvec; v++ {
+		a := ZMM()
+		VPANDD(Mem{Base: x, Disp: 64 * v}, abs, a)
+		if m == nil {
+			m = a
+		} else {
+			VPMAXUD(a, m, m)
+		}
+	}
+	amax := hreduce(m, vpmaxud)
+	zmmZero := ZMM()
+	zeroZ(zmmZero)
+	// Zero the block's header words (bs == 32: [32,48); 256: [256,352)); the quants follow.
+	if bs == 32 {
+		VMOVDQU(zmmZero.AsX(), Mem{Base: dst, Disp: 32})
+	} else {
+		VMOVDQU64(zmmZero, Mem{Base: dst, Disp: 256})
+		VMOVDQU(zmmZero.AsY(), Mem{Base: dst, Disp: 320})
+	}
+	CMPL(amax, U32(0x7f7fffff))
+	JA(L("special"))
+	TESTL(amax, amax)
+	JZ(L("zero"))
+	am := XMM()
+	VMOVD(amax, am)
+	c := XMM()
+	cg := GP32()
+	MOVL(U32(0x42fe0000), cg) // 127.0
+	VMOVD(cg, c)
+	var scale reg.VecVirtual
+	if bs == 32 {
+		// d = amax/127, id = 1/d (d > 0 here).
+		d := XMM()
+		VDIVSS(c, am, d)
+		one := XMM()
+		MOVL(U32(0x3f800000), cg)
+		VMOVD(cg, one)
+		id := XMM()
+		VDIVSS(d, one, id)
+		scale = ZMM()
+		VBROADCASTSS(id, scale)
+		// d rounded to f16 and back.
+		h := XMM()
+		VCVTPS2PH(U8(0), d, h)
+		VCVTPH2PS(h, d)
+		VMOVSS(d, Mem{Base: dst, Disp: 32})
+	} else {
+		is := XMM()
+		VDIVSS(am, c, is) // 127/amax
+		scale = ZMM()
+		VBROADCASTSS(is, scale)
+		one := XMM()
+		MOVL(U32(0x3f800000), cg)
+		VMOVD(cg, one)
+		d := XMM()
+		VDIVSS(is, one, d)
+		VMOVSS(d, Mem{Base: dst, Disp: 256})
+	}
+	quants := func(v int) reg.VecVirtual {
+		q := ZMM()
+		VMULPS(Mem{Base: x, Disp: 64 * v}, scale, q)
+		VCVTPS2DQ(q, q)
+		VPMINSD(hi, q, q)
+		VPMAXSD(lo, q, q)
+		VPMOVDB(q, Mem{Base: dst, Disp: 16 * v})
+		return q
+	}
+	if bs == 32 {
+		q0, q1 := quants(0), quants(1)
+		VPADDD(q1, q0, q0)
+		sum := hreduce(q0, vpaddd)
+		b := GP32()
+		IMUL3L(U32(0xffffff80), sum, b) // -128*sum
+		MOVL(b, Mem{Base: dst, Disp: 36})
+		IMUL3L(U32(0xfffffff8), sum, b) // -8*sum
+		MOVL(b, Mem{Base: dst, Disp: 40})
+	} else {
+		for j := 0; j < 16; j += 2 {
+			s0 := hreduce(quants(j), vpaddd)
+			s1 := hreduce(quants(j+1), vpaddd)
+			b := GP32()
+			IMUL3L(U32(0xffffffe0), s0, b) // -32*sum16
+			MOVL(b, Mem{Base: dst, Disp: 280 + 4*j})
+			IMUL3L(U32(0xffffffe0), s1, b)
+			MOVL(b, Mem{Base: dst, Disp: 280 + 4*(j+1)})
+			ADDL(s1, s0)
+			MOVW(s0.As16(), Mem{Base: dst, Disp: 264 + j})
+		}
+	}
+	JMP(L("next"))
+	// NaN or Inf in the block: zero quants and a NaN scale (the block's results are NaN).
+	Label(name + "special")
+	for v := 0; v < bs/64; v++ {
+		VMOVDQU64(zmmZero, Mem{Base: dst, Disp: 64 * v})
+	}
+	if bs == 32 {
+		VMOVDQU(zmmZero.AsY(), Mem{Base: dst})
+	}
+	nan := GP32()
+	MOVL(U32(0x7fc00000), nan)
+	MOVL(nan, Mem{Base: dst, Disp: bs})
+	JMP(L("next"))
+	// All zero: zero quants and scale.
+	Label(name + "zero")
+	for v := 0; v < bs/64; v++ {
+		VMOVDQU64(zmmZero, Mem{Base: dst, Disp: 64 * v})
+	}
+	if bs == 32 {
+		VMOVDQU(zmmZero.AsY(), Mem{Base: dst})
+	}
+	Label(name + "next")
+	ADDQ(U32(uint32(4*bs)), x)
+	ADDQ(U32(uint32(bbytes)), dst)
+	DECQ(nb)
+	JMP(L("block"))
+	Label(name + "done")
+	VZEROUPPER()
+	RET()
 }
