@@ -23,6 +23,9 @@ import (
 // are therefore stored unsigned (Q8_0 as q+128, nibbles as they are) and the activation blocks
 // carry the bias sums that undo the offsets.
 
+// qPrefetch is how far ahead (bytes) the one-row AVX-512 kernels prefetch weights (0: none).
+var qPrefetch = 2048
+
 // qtype describes one quantized panel-block type for the generator.
 type qtype struct {
 	name   string
@@ -136,6 +139,13 @@ func qpanels(t qtype, rows int) {
 	MOVQ(a0, k.a)
 	MOVQ(nb, cnt)
 	Label(name + "block")
+	if rows == 1 && qPrefetch > 0 {
+		// One row streams the weights once: prefetch the lines of the block qPrefetch bytes
+		// ahead, as the bf16 one-row kernels do.
+		for off := 0; off < t.pbytes; off += 64 {
+			PREFETCHT0(k.wm(qPrefetch + off))
+		}
+	}
 	t.body(k)
 	ADDQ(U32(t.pbytes), k.w)
 	ADDQ(U32(t.abytes), k.a)
