@@ -6792,15 +6792,168 @@ TEXT ·qpanelsQ8_0R1x512(SB), NOSPLIT, $0-56
 	LEAQ         (R8)(R8*2), DI
 	MOVL         $0x0f0f0f0f, DI
 	VPBROADCASTD DI, Z0
+	IMUL3Q       $0x00000220, BX, R9
+	LEAQ         (R9)(R9*2), R10
 
-qpanelsQ8_0R1x512panel:
-	TESTQ  SI, SI
-	JZ     qpanelsQ8_0R1x512done
+qpanelsQ8_0R1x512P4panel:
+	CMPQ   SI, $0x04
+	JL     qpanelsQ8_0R1x512P4end
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	MOVQ   CX, DI
+	MOVQ   BX, R8
+
+qpanelsQ8_0R1x512P4block:
+	PREFETCHT0    2048(AX)
+	PREFETCHT0    2112(AX)
+	PREFETCHT0    2176(AX)
+	PREFETCHT0    2240(AX)
+	PREFETCHT0    2304(AX)
+	PREFETCHT0    2368(AX)
+	PREFETCHT0    2432(AX)
+	PREFETCHT0    2496(AX)
+	PREFETCHT0    2560(AX)
+	VPBROADCASTD  36(DI), Z4
+	VMOVDQU64     32(AX), Z5
+	VPDPBUSD.BCST (DI), Z5, Z4
+	VMOVDQU64     96(AX), Z5
+	VPDPBUSD.BCST 4(DI), Z5, Z4
+	VMOVDQU64     160(AX), Z5
+	VPDPBUSD.BCST 8(DI), Z5, Z4
+	VMOVDQU64     224(AX), Z5
+	VPDPBUSD.BCST 12(DI), Z5, Z4
+	VMOVDQU64     288(AX), Z5
+	VPDPBUSD.BCST 16(DI), Z5, Z4
+	VMOVDQU64     352(AX), Z5
+	VPDPBUSD.BCST 20(DI), Z5, Z4
+	VMOVDQU64     416(AX), Z5
+	VPDPBUSD.BCST 24(DI), Z5, Z4
+	VMOVDQU64     480(AX), Z5
+	VPDPBUSD.BCST 28(DI), Z5, Z4
+	VCVTPH2PS     (AX), Z5
+	VMULPS.BCST   32(DI), Z5, Z5
+	VCVTDQ2PS     Z4, Z4
+	VMULPS        Z5, Z4, Z4
+	VADDPS        Z4, Z0, Z0
+	PREFETCHT0    2048(AX)(R9*1)
+	PREFETCHT0    2112(AX)(R9*1)
+	PREFETCHT0    2176(AX)(R9*1)
+	PREFETCHT0    2240(AX)(R9*1)
+	PREFETCHT0    2304(AX)(R9*1)
+	PREFETCHT0    2368(AX)(R9*1)
+	PREFETCHT0    2432(AX)(R9*1)
+	PREFETCHT0    2496(AX)(R9*1)
+	PREFETCHT0    2560(AX)(R9*1)
+	VPBROADCASTD  36(DI), Z4
+	VMOVDQU64     32(AX)(R9*1), Z5
+	VPDPBUSD.BCST (DI), Z5, Z4
+	VMOVDQU64     96(AX)(R9*1), Z5
+	VPDPBUSD.BCST 4(DI), Z5, Z4
+	VMOVDQU64     160(AX)(R9*1), Z5
+	VPDPBUSD.BCST 8(DI), Z5, Z4
+	VMOVDQU64     224(AX)(R9*1), Z5
+	VPDPBUSD.BCST 12(DI), Z5, Z4
+	VMOVDQU64     288(AX)(R9*1), Z5
+	VPDPBUSD.BCST 16(DI), Z5, Z4
+	VMOVDQU64     352(AX)(R9*1), Z5
+	VPDPBUSD.BCST 20(DI), Z5, Z4
+	VMOVDQU64     416(AX)(R9*1), Z5
+	VPDPBUSD.BCST 24(DI), Z5, Z4
+	VMOVDQU64     480(AX)(R9*1), Z5
+	VPDPBUSD.BCST 28(DI), Z5, Z4
+	VCVTPH2PS     (AX)(R9*1), Z5
+	VMULPS.BCST   32(DI), Z5, Z5
+	VCVTDQ2PS     Z4, Z4
+	VMULPS        Z5, Z4, Z4
+	VADDPS        Z4, Z1, Z1
+	PREFETCHT0    2048(AX)(R9*2)
+	PREFETCHT0    2112(AX)(R9*2)
+	PREFETCHT0    2176(AX)(R9*2)
+	PREFETCHT0    2240(AX)(R9*2)
+	PREFETCHT0    2304(AX)(R9*2)
+	PREFETCHT0    2368(AX)(R9*2)
+	PREFETCHT0    2432(AX)(R9*2)
+	PREFETCHT0    2496(AX)(R9*2)
+	PREFETCHT0    2560(AX)(R9*2)
+	VPBROADCASTD  36(DI), Z4
+	VMOVDQU64     32(AX)(R9*2), Z5
+	VPDPBUSD.BCST (DI), Z5, Z4
+	VMOVDQU64     96(AX)(R9*2), Z5
+	VPDPBUSD.BCST 4(DI), Z5, Z4
+	VMOVDQU64     160(AX)(R9*2), Z5
+	VPDPBUSD.BCST 8(DI), Z5, Z4
+	VMOVDQU64     224(AX)(R9*2), Z5
+	VPDPBUSD.BCST 12(DI), Z5, Z4
+	VMOVDQU64     288(AX)(R9*2), Z5
+	VPDPBUSD.BCST 16(DI), Z5, Z4
+	VMOVDQU64     352(AX)(R9*2), Z5
+	VPDPBUSD.BCST 20(DI), Z5, Z4
+	VMOVDQU64     416(AX)(R9*2), Z5
+	VPDPBUSD.BCST 24(DI), Z5, Z4
+	VMOVDQU64     480(AX)(R9*2), Z5
+	VPDPBUSD.BCST 28(DI), Z5, Z4
+	VCVTPH2PS     (AX)(R9*2), Z5
+	VMULPS.BCST   32(DI), Z5, Z5
+	VCVTDQ2PS     Z4, Z4
+	VMULPS        Z5, Z4, Z4
+	VADDPS        Z4, Z2, Z2
+	PREFETCHT0    2048(AX)(R10*1)
+	PREFETCHT0    2112(AX)(R10*1)
+	PREFETCHT0    2176(AX)(R10*1)
+	PREFETCHT0    2240(AX)(R10*1)
+	PREFETCHT0    2304(AX)(R10*1)
+	PREFETCHT0    2368(AX)(R10*1)
+	PREFETCHT0    2432(AX)(R10*1)
+	PREFETCHT0    2496(AX)(R10*1)
+	PREFETCHT0    2560(AX)(R10*1)
+	VPBROADCASTD  36(DI), Z4
+	VMOVDQU64     32(AX)(R10*1), Z5
+	VPDPBUSD.BCST (DI), Z5, Z4
+	VMOVDQU64     96(AX)(R10*1), Z5
+	VPDPBUSD.BCST 4(DI), Z5, Z4
+	VMOVDQU64     160(AX)(R10*1), Z5
+	VPDPBUSD.BCST 8(DI), Z5, Z4
+	VMOVDQU64     224(AX)(R10*1), Z5
+	VPDPBUSD.BCST 12(DI), Z5, Z4
+	VMOVDQU64     288(AX)(R10*1), Z5
+	VPDPBUSD.BCST 16(DI), Z5, Z4
+	VMOVDQU64     352(AX)(R10*1), Z5
+	VPDPBUSD.BCST 20(DI), Z5, Z4
+	VMOVDQU64     416(AX)(R10*1), Z5
+	VPDPBUSD.BCST 24(DI), Z5, Z4
+	VMOVDQU64     480(AX)(R10*1), Z5
+	VPDPBUSD.BCST 28(DI), Z5, Z4
+	VCVTPH2PS     (AX)(R10*1), Z5
+	VMULPS.BCST   32(DI), Z5, Z5
+	VCVTDQ2PS     Z4, Z4
+	VMULPS        Z5, Z4, Z4
+	VADDPS        Z4, Z3, Z3
+	ADDQ          $0x00000220, AX
+	ADDQ          $0x00000030, DI
+	DECQ          R8
+	JNZ           qpanelsQ8_0R1x512P4block
+	VMOVUPS       Z0, (DX)
+	VMOVUPS       Z1, 64(DX)
+	VMOVUPS       Z2, 128(DX)
+	VMOVUPS       Z3, 192(DX)
+	ADDQ          R9, AX
+	ADDQ          R9, AX
+	ADDQ          R9, AX
+	ADDQ          $0x00000100, DX
+	SUBQ          $0x04, SI
+	JMP           qpanelsQ8_0R1x512P4panel
+
+qpanelsQ8_0R1x512P4end:
+qpanelsQ8_0R1x512P1panel:
+	CMPQ   SI, $0x01
+	JL     qpanelsQ8_0R1x512P1end
 	VPXORD Z0, Z0, Z0
 	MOVQ   CX, DI
 	MOVQ   BX, R8
 
-qpanelsQ8_0R1x512block:
+qpanelsQ8_0R1x512P1block:
 	PREFETCHT0    2048(AX)
 	PREFETCHT0    2112(AX)
 	PREFETCHT0    2176(AX)
@@ -6835,13 +6988,13 @@ qpanelsQ8_0R1x512block:
 	ADDQ          $0x00000220, AX
 	ADDQ          $0x00000030, DI
 	DECQ          R8
-	JNZ           qpanelsQ8_0R1x512block
+	JNZ           qpanelsQ8_0R1x512P1block
 	VMOVUPS       Z0, (DX)
-	ADDQ          $0x40, DX
-	DECQ          SI
-	JMP           qpanelsQ8_0R1x512panel
+	ADDQ          $0x00000040, DX
+	SUBQ          $0x01, SI
+	JMP           qpanelsQ8_0R1x512P1panel
 
-qpanelsQ8_0R1x512done:
+qpanelsQ8_0R1x512P1end:
 	VZEROUPPER
 	RET
 
@@ -6860,16 +7013,18 @@ TEXT ·qpanelsQ8_0R2x512(SB), NOSPLIT, $0-56
 	LEAQ         (R8)(R8*2), R9
 	MOVL         $0x0f0f0f0f, R9
 	VPBROADCASTD R9, Z0
+	IMUL3Q       $0x00000220, BX, R9
+	LEAQ         (R9)(R9*2), R9
 
-qpanelsQ8_0R2x512panel:
-	TESTQ  SI, SI
-	JZ     qpanelsQ8_0R2x512done
+qpanelsQ8_0R2x512P1panel:
+	CMPQ   SI, $0x01
+	JL     qpanelsQ8_0R2x512P1end
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	MOVQ   CX, R9
 	MOVQ   BX, R10
 
-qpanelsQ8_0R2x512block:
+qpanelsQ8_0R2x512P1block:
 	VPBROADCASTD  36(R9), Z2
 	VPBROADCASTD  36(R9)(DI*1), Z3
 	VMOVDQU64     32(AX), Z4
@@ -6908,14 +7063,14 @@ qpanelsQ8_0R2x512block:
 	ADDQ          $0x00000220, AX
 	ADDQ          $0x00000030, R9
 	DECQ          R10
-	JNZ           qpanelsQ8_0R2x512block
+	JNZ           qpanelsQ8_0R2x512P1block
 	VMOVUPS       Z0, (DX)
 	VMOVUPS       Z1, (DX)(R8*1)
-	ADDQ          $0x40, DX
-	DECQ          SI
-	JMP           qpanelsQ8_0R2x512panel
+	ADDQ          $0x00000040, DX
+	SUBQ          $0x01, SI
+	JMP           qpanelsQ8_0R2x512P1panel
 
-qpanelsQ8_0R2x512done:
+qpanelsQ8_0R2x512P1end:
 	VZEROUPPER
 	RET
 
@@ -6934,17 +7089,19 @@ TEXT ·qpanelsQ8_0R3x512(SB), NOSPLIT, $0-56
 	LEAQ         (R8)(R8*2), R9
 	MOVL         $0x0f0f0f0f, R9
 	VPBROADCASTD R9, Z0
+	IMUL3Q       $0x00000220, BX, R9
+	LEAQ         (R9)(R9*2), R9
 
-qpanelsQ8_0R3x512panel:
-	TESTQ  SI, SI
-	JZ     qpanelsQ8_0R3x512done
+qpanelsQ8_0R3x512P1panel:
+	CMPQ   SI, $0x01
+	JL     qpanelsQ8_0R3x512P1end
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	MOVQ   CX, R9
 	MOVQ   BX, R10
 
-qpanelsQ8_0R3x512block:
+qpanelsQ8_0R3x512P1block:
 	VPBROADCASTD  36(R9), Z3
 	VPBROADCASTD  36(R9)(DI*1), Z4
 	VPBROADCASTD  36(R9)(DI*2), Z5
@@ -6996,15 +7153,15 @@ qpanelsQ8_0R3x512block:
 	ADDQ          $0x00000220, AX
 	ADDQ          $0x00000030, R9
 	DECQ          R10
-	JNZ           qpanelsQ8_0R3x512block
+	JNZ           qpanelsQ8_0R3x512P1block
 	VMOVUPS       Z0, (DX)
 	VMOVUPS       Z1, (DX)(R8*1)
 	VMOVUPS       Z2, (DX)(R8*2)
-	ADDQ          $0x40, DX
-	DECQ          SI
-	JMP           qpanelsQ8_0R3x512panel
+	ADDQ          $0x00000040, DX
+	SUBQ          $0x01, SI
+	JMP           qpanelsQ8_0R3x512P1panel
 
-qpanelsQ8_0R3x512done:
+qpanelsQ8_0R3x512P1end:
 	VZEROUPPER
 	RET
 
@@ -7023,10 +7180,12 @@ TEXT ·qpanelsQ8_0R4x512(SB), NOSPLIT, $0-56
 	LEAQ         (R8)(R8*2), R10
 	MOVL         $0x0f0f0f0f, R11
 	VPBROADCASTD R11, Z0
+	IMUL3Q       $0x00000220, BX, R11
+	LEAQ         (R11)(R11*2), R11
 
-qpanelsQ8_0R4x512panel:
-	TESTQ  SI, SI
-	JZ     qpanelsQ8_0R4x512done
+qpanelsQ8_0R4x512P1panel:
+	CMPQ   SI, $0x01
+	JL     qpanelsQ8_0R4x512P1end
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -7034,7 +7193,7 @@ qpanelsQ8_0R4x512panel:
 	MOVQ   CX, R11
 	MOVQ   BX, R12
 
-qpanelsQ8_0R4x512block:
+qpanelsQ8_0R4x512P1block:
 	VPBROADCASTD  36(R11), Z4
 	VPBROADCASTD  36(R11)(DI*1), Z5
 	VPBROADCASTD  36(R11)(DI*2), Z6
@@ -7099,16 +7258,16 @@ qpanelsQ8_0R4x512block:
 	ADDQ          $0x00000220, AX
 	ADDQ          $0x00000030, R11
 	DECQ          R12
-	JNZ           qpanelsQ8_0R4x512block
+	JNZ           qpanelsQ8_0R4x512P1block
 	VMOVUPS       Z0, (DX)
 	VMOVUPS       Z1, (DX)(R8*1)
 	VMOVUPS       Z2, (DX)(R8*2)
 	VMOVUPS       Z3, (DX)(R10*1)
-	ADDQ          $0x40, DX
-	DECQ          SI
-	JMP           qpanelsQ8_0R4x512panel
+	ADDQ          $0x00000040, DX
+	SUBQ          $0x01, SI
+	JMP           qpanelsQ8_0R4x512P1panel
 
-qpanelsQ8_0R4x512done:
+qpanelsQ8_0R4x512P1end:
 	VZEROUPPER
 	RET
 
@@ -7127,15 +7286,184 @@ TEXT ·qpanelsQ4_0R1x512(SB), NOSPLIT, $0-56
 	LEAQ         (R8)(R8*2), DI
 	MOVL         $0x0f0f0f0f, DI
 	VPBROADCASTD DI, Z0
+	IMUL3Q       $0x00000120, BX, R9
+	LEAQ         (R9)(R9*2), R10
 
-qpanelsQ4_0R1x512panel:
-	TESTQ  SI, SI
-	JZ     qpanelsQ4_0R1x512done
+qpanelsQ4_0R1x512P4panel:
+	CMPQ   SI, $0x04
+	JL     qpanelsQ4_0R1x512P4end
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	MOVQ   CX, DI
+	MOVQ   BX, R8
+
+qpanelsQ4_0R1x512P4block:
+	PREFETCHT0    2048(AX)
+	PREFETCHT0    2112(AX)
+	PREFETCHT0    2176(AX)
+	PREFETCHT0    2240(AX)
+	PREFETCHT0    2304(AX)
+	VPBROADCASTD  40(DI), Z5
+	VMOVDQU64     32(AX), Z6
+	VPANDD        Z0, Z6, Z7
+	VPSRLW        $0x04, Z6, Z6
+	VPANDD        Z0, Z6, Z6
+	VPDPBUSD.BCST (DI), Z7, Z5
+	VPDPBUSD.BCST 4(DI), Z6, Z5
+	VMOVDQU64     96(AX), Z6
+	VPANDD        Z0, Z6, Z7
+	VPSRLW        $0x04, Z6, Z6
+	VPANDD        Z0, Z6, Z6
+	VPDPBUSD.BCST 8(DI), Z7, Z5
+	VPDPBUSD.BCST 12(DI), Z6, Z5
+	VMOVDQU64     160(AX), Z6
+	VPANDD        Z0, Z6, Z7
+	VPSRLW        $0x04, Z6, Z6
+	VPANDD        Z0, Z6, Z6
+	VPDPBUSD.BCST 16(DI), Z7, Z5
+	VPDPBUSD.BCST 20(DI), Z6, Z5
+	VMOVDQU64     224(AX), Z6
+	VPANDD        Z0, Z6, Z7
+	VPSRLW        $0x04, Z6, Z6
+	VPANDD        Z0, Z6, Z6
+	VPDPBUSD.BCST 24(DI), Z7, Z5
+	VPDPBUSD.BCST 28(DI), Z6, Z5
+	VCVTPH2PS     (AX), Z6
+	VMULPS.BCST   32(DI), Z6, Z6
+	VCVTDQ2PS     Z5, Z5
+	VMULPS        Z6, Z5, Z5
+	VADDPS        Z5, Z1, Z1
+	PREFETCHT0    2048(AX)(R9*1)
+	PREFETCHT0    2112(AX)(R9*1)
+	PREFETCHT0    2176(AX)(R9*1)
+	PREFETCHT0    2240(AX)(R9*1)
+	PREFETCHT0    2304(AX)(R9*1)
+	VPBROADCASTD  40(DI), Z5
+	VMOVDQU64     32(AX)(R9*1), Z6
+	VPANDD        Z0, Z6, Z7
+	VPSRLW        $0x04, Z6, Z6
+	VPANDD        Z0, Z6, Z6
+	VPDPBUSD.BCST (DI), Z7, Z5
+	VPDPBUSD.BCST 4(DI), Z6, Z5
+	VMOVDQU64     96(AX)(R9*1), Z6
+	VPANDD        Z0, Z6, Z7
+	VPSRLW        $0x04, Z6, Z6
+	VPANDD        Z0, Z6, Z6
+	VPDPBUSD.BCST 8(DI), Z7, Z5
+	VPDPBUSD.BCST 12(DI), Z6, Z5
+	VMOVDQU64     160(AX)(R9*1), Z6
+	VPANDD        Z0, Z6, Z7
+	VPSRLW        $0x04, Z6, Z6
+	VPANDD        Z0, Z6, Z6
+	VPDPBUSD.BCST 16(DI), Z7, Z5
+	VPDPBUSD.BCST 20(DI), Z6, Z5
+	VMOVDQU64     224(AX)(R9*1), Z6
+	VPANDD        Z0, Z6, Z7
+	VPSRLW        $0x04, Z6, Z6
+	VPANDD        Z0, Z6, Z6
+	VPDPBUSD.BCST 24(DI), Z7, Z5
+	VPDPBUSD.BCST 28(DI), Z6, Z5
+	VCVTPH2PS     (AX)(R9*1), Z6
+	VMULPS.BCST   32(DI), Z6, Z6
+	VCVTDQ2PS     Z5, Z5
+	VMULPS        Z6, Z5, Z5
+	VADDPS        Z5, Z2, Z2
+	PREFETCHT0    2048(AX)(R9*2)
+	PREFETCHT0    2112(AX)(R9*2)
+	PREFETCHT0    2176(AX)(R9*2)
+	PREFETCHT0    2240(AX)(R9*2)
+	PREFETCHT0    2304(AX)(R9*2)
+	VPBROADCASTD  40(DI), Z5
+	VMOVDQU64     32(AX)(R9*2), Z6
+	VPANDD        Z0, Z6, Z7
+	VPSRLW        $0x04, Z6, Z6
+	VPANDD        Z0, Z6, Z6
+	VPDPBUSD.BCST (DI), Z7, Z5
+	VPDPBUSD.BCST 4(DI), Z6, Z5
+	VMOVDQU64     96(AX)(R9*2), Z6
+	VPANDD        Z0, Z6, Z7
+	VPSRLW        $0x04, Z6, Z6
+	VPANDD        Z0, Z6, Z6
+	VPDPBUSD.BCST 8(DI), Z7, Z5
+	VPDPBUSD.BCST 12(DI), Z6, Z5
+	VMOVDQU64     160(AX)(R9*2), Z6
+	VPANDD        Z0, Z6, Z7
+	VPSRLW        $0x04, Z6, Z6
+	VPANDD        Z0, Z6, Z6
+	VPDPBUSD.BCST 16(DI), Z7, Z5
+	VPDPBUSD.BCST 20(DI), Z6, Z5
+	VMOVDQU64     224(AX)(R9*2), Z6
+	VPANDD        Z0, Z6, Z7
+	VPSRLW        $0x04, Z6, Z6
+	VPANDD        Z0, Z6, Z6
+	VPDPBUSD.BCST 24(DI), Z7, Z5
+	VPDPBUSD.BCST 28(DI), Z6, Z5
+	VCVTPH2PS     (AX)(R9*2), Z6
+	VMULPS.BCST   32(DI), Z6, Z6
+	VCVTDQ2PS     Z5, Z5
+	VMULPS        Z6, Z5, Z5
+	VADDPS        Z5, Z3, Z3
+	PREFETCHT0    2048(AX)(R10*1)
+	PREFETCHT0    2112(AX)(R10*1)
+	PREFETCHT0    2176(AX)(R10*1)
+	PREFETCHT0    2240(AX)(R10*1)
+	PREFETCHT0    2304(AX)(R10*1)
+	VPBROADCASTD  40(DI), Z5
+	VMOVDQU64     32(AX)(R10*1), Z6
+	VPANDD        Z0, Z6, Z7
+	VPSRLW        $0x04, Z6, Z6
+	VPANDD        Z0, Z6, Z6
+	VPDPBUSD.BCST (DI), Z7, Z5
+	VPDPBUSD.BCST 4(DI), Z6, Z5
+	VMOVDQU64     96(AX)(R10*1), Z6
+	VPANDD        Z0, Z6, Z7
+	VPSRLW        $0x04, Z6, Z6
+	VPANDD        Z0, Z6, Z6
+	VPDPBUSD.BCST 8(DI), Z7, Z5
+	VPDPBUSD.BCST 12(DI), Z6, Z5
+	VMOVDQU64     160(AX)(R10*1), Z6
+	VPANDD        Z0, Z6, Z7
+	VPSRLW        $0x04, Z6, Z6
+	VPANDD        Z0, Z6, Z6
+	VPDPBUSD.BCST 16(DI), Z7, Z5
+	VPDPBUSD.BCST 20(DI), Z6, Z5
+	VMOVDQU64     224(AX)(R10*1), Z6
+	VPANDD        Z0, Z6, Z7
+	VPSRLW        $0x04, Z6, Z6
+	VPANDD        Z0, Z6, Z6
+	VPDPBUSD.BCST 24(DI), Z7, Z5
+	VPDPBUSD.BCST 28(DI), Z6, Z5
+	VCVTPH2PS     (AX)(R10*1), Z6
+	VMULPS.BCST   32(DI), Z6, Z6
+	VCVTDQ2PS     Z5, Z5
+	VMULPS        Z6, Z5, Z5
+	VADDPS        Z5, Z4, Z4
+	ADDQ          $0x00000120, AX
+	ADDQ          $0x00000030, DI
+	DECQ          R8
+	JNZ           qpanelsQ4_0R1x512P4block
+	VMOVUPS       Z1, (DX)
+	VMOVUPS       Z2, 64(DX)
+	VMOVUPS       Z3, 128(DX)
+	VMOVUPS       Z4, 192(DX)
+	ADDQ          R9, AX
+	ADDQ          R9, AX
+	ADDQ          R9, AX
+	ADDQ          $0x00000100, DX
+	SUBQ          $0x04, SI
+	JMP           qpanelsQ4_0R1x512P4panel
+
+qpanelsQ4_0R1x512P4end:
+qpanelsQ4_0R1x512P1panel:
+	CMPQ   SI, $0x01
+	JL     qpanelsQ4_0R1x512P1end
 	VPXORD Z1, Z1, Z1
 	MOVQ   CX, DI
 	MOVQ   BX, R8
 
-qpanelsQ4_0R1x512block:
+qpanelsQ4_0R1x512P1block:
 	PREFETCHT0    2048(AX)
 	PREFETCHT0    2112(AX)
 	PREFETCHT0    2176(AX)
@@ -7174,13 +7502,13 @@ qpanelsQ4_0R1x512block:
 	ADDQ          $0x00000120, AX
 	ADDQ          $0x00000030, DI
 	DECQ          R8
-	JNZ           qpanelsQ4_0R1x512block
+	JNZ           qpanelsQ4_0R1x512P1block
 	VMOVUPS       Z1, (DX)
-	ADDQ          $0x40, DX
-	DECQ          SI
-	JMP           qpanelsQ4_0R1x512panel
+	ADDQ          $0x00000040, DX
+	SUBQ          $0x01, SI
+	JMP           qpanelsQ4_0R1x512P1panel
 
-qpanelsQ4_0R1x512done:
+qpanelsQ4_0R1x512P1end:
 	VZEROUPPER
 	RET
 
@@ -7199,16 +7527,18 @@ TEXT ·qpanelsQ4_0R2x512(SB), NOSPLIT, $0-56
 	LEAQ         (R8)(R8*2), R9
 	MOVL         $0x0f0f0f0f, R9
 	VPBROADCASTD R9, Z0
+	IMUL3Q       $0x00000120, BX, R9
+	LEAQ         (R9)(R9*2), R9
 
-qpanelsQ4_0R2x512panel:
-	TESTQ  SI, SI
-	JZ     qpanelsQ4_0R2x512done
+qpanelsQ4_0R2x512P1panel:
+	CMPQ   SI, $0x01
+	JL     qpanelsQ4_0R2x512P1end
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	MOVQ   CX, R9
 	MOVQ   BX, R10
 
-qpanelsQ4_0R2x512block:
+qpanelsQ4_0R2x512P1block:
 	VPBROADCASTD  40(R9), Z3
 	VPBROADCASTD  40(R9)(DI*1), Z4
 	VMOVDQU64     32(AX), Z5
@@ -7255,14 +7585,14 @@ qpanelsQ4_0R2x512block:
 	ADDQ          $0x00000120, AX
 	ADDQ          $0x00000030, R9
 	DECQ          R10
-	JNZ           qpanelsQ4_0R2x512block
+	JNZ           qpanelsQ4_0R2x512P1block
 	VMOVUPS       Z1, (DX)
 	VMOVUPS       Z2, (DX)(R8*1)
-	ADDQ          $0x40, DX
-	DECQ          SI
-	JMP           qpanelsQ4_0R2x512panel
+	ADDQ          $0x00000040, DX
+	SUBQ          $0x01, SI
+	JMP           qpanelsQ4_0R2x512P1panel
 
-qpanelsQ4_0R2x512done:
+qpanelsQ4_0R2x512P1end:
 	VZEROUPPER
 	RET
 
@@ -7281,17 +7611,19 @@ TEXT ·qpanelsQ4_0R3x512(SB), NOSPLIT, $0-56
 	LEAQ         (R8)(R8*2), R9
 	MOVL         $0x0f0f0f0f, R9
 	VPBROADCASTD R9, Z0
+	IMUL3Q       $0x00000120, BX, R9
+	LEAQ         (R9)(R9*2), R9
 
-qpanelsQ4_0R3x512panel:
-	TESTQ  SI, SI
-	JZ     qpanelsQ4_0R3x512done
+qpanelsQ4_0R3x512P1panel:
+	CMPQ   SI, $0x01
+	JL     qpanelsQ4_0R3x512P1end
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
 	MOVQ   CX, R9
 	MOVQ   BX, R10
 
-qpanelsQ4_0R3x512block:
+qpanelsQ4_0R3x512P1block:
 	VPBROADCASTD  40(R9), Z4
 	VPBROADCASTD  40(R9)(DI*1), Z5
 	VPBROADCASTD  40(R9)(DI*2), Z6
@@ -7351,15 +7683,15 @@ qpanelsQ4_0R3x512block:
 	ADDQ          $0x00000120, AX
 	ADDQ          $0x00000030, R9
 	DECQ          R10
-	JNZ           qpanelsQ4_0R3x512block
+	JNZ           qpanelsQ4_0R3x512P1block
 	VMOVUPS       Z1, (DX)
 	VMOVUPS       Z2, (DX)(R8*1)
 	VMOVUPS       Z3, (DX)(R8*2)
-	ADDQ          $0x40, DX
-	DECQ          SI
-	JMP           qpanelsQ4_0R3x512panel
+	ADDQ          $0x00000040, DX
+	SUBQ          $0x01, SI
+	JMP           qpanelsQ4_0R3x512P1panel
 
-qpanelsQ4_0R3x512done:
+qpanelsQ4_0R3x512P1end:
 	VZEROUPPER
 	RET
 
@@ -7378,10 +7710,12 @@ TEXT ·qpanelsQ4_0R4x512(SB), NOSPLIT, $0-56
 	LEAQ         (R8)(R8*2), R10
 	MOVL         $0x0f0f0f0f, R11
 	VPBROADCASTD R11, Z0
+	IMUL3Q       $0x00000120, BX, R11
+	LEAQ         (R11)(R11*2), R11
 
-qpanelsQ4_0R4x512panel:
-	TESTQ  SI, SI
-	JZ     qpanelsQ4_0R4x512done
+qpanelsQ4_0R4x512P1panel:
+	CMPQ   SI, $0x01
+	JL     qpanelsQ4_0R4x512P1end
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
@@ -7389,7 +7723,7 @@ qpanelsQ4_0R4x512panel:
 	MOVQ   CX, R11
 	MOVQ   BX, R12
 
-qpanelsQ4_0R4x512block:
+qpanelsQ4_0R4x512P1block:
 	VPBROADCASTD  40(R11), Z5
 	VPBROADCASTD  40(R11)(DI*1), Z6
 	VPBROADCASTD  40(R11)(DI*2), Z7
@@ -7462,16 +7796,16 @@ qpanelsQ4_0R4x512block:
 	ADDQ          $0x00000120, AX
 	ADDQ          $0x00000030, R11
 	DECQ          R12
-	JNZ           qpanelsQ4_0R4x512block
+	JNZ           qpanelsQ4_0R4x512P1block
 	VMOVUPS       Z1, (DX)
 	VMOVUPS       Z2, (DX)(R8*1)
 	VMOVUPS       Z3, (DX)(R8*2)
 	VMOVUPS       Z4, (DX)(R10*1)
-	ADDQ          $0x40, DX
-	DECQ          SI
-	JMP           qpanelsQ4_0R4x512panel
+	ADDQ          $0x00000040, DX
+	SUBQ          $0x01, SI
+	JMP           qpanelsQ4_0R4x512P1panel
 
-qpanelsQ4_0R4x512done:
+qpanelsQ4_0R4x512P1end:
 	VZEROUPPER
 	RET
 
@@ -7490,15 +7824,17 @@ TEXT ·qpanelsQ4_KR1x512(SB), NOSPLIT, $0-56
 	LEAQ         (R8)(R8*2), DI
 	MOVL         $0x0f0f0f0f, DI
 	VPBROADCASTD DI, Z0
+	IMUL3Q       $0x00000940, BX, DI
+	LEAQ         (DI)(DI*2), DI
 
-qpanelsQ4_KR1x512panel:
-	TESTQ  SI, SI
-	JZ     qpanelsQ4_KR1x512done
+qpanelsQ4_KR1x512P1panel:
+	CMPQ   SI, $0x01
+	JL     qpanelsQ4_KR1x512P1end
 	VPXORD Z1, Z1, Z1
 	MOVQ   CX, DI
 	MOVQ   BX, R8
 
-qpanelsQ4_KR1x512block:
+qpanelsQ4_KR1x512P1block:
 	PREFETCHT0    2048(AX)
 	PREFETCHT0    2112(AX)
 	PREFETCHT0    2176(AX)
@@ -7783,13 +8119,13 @@ qpanelsQ4_KR1x512block:
 	ADDQ          $0x00000940, AX
 	ADDQ          $0x00000160, DI
 	DECQ          R8
-	JNZ           qpanelsQ4_KR1x512block
+	JNZ           qpanelsQ4_KR1x512P1block
 	VMOVUPS       Z1, (DX)
-	ADDQ          $0x40, DX
-	DECQ          SI
-	JMP           qpanelsQ4_KR1x512panel
+	ADDQ          $0x00000040, DX
+	SUBQ          $0x01, SI
+	JMP           qpanelsQ4_KR1x512P1panel
 
-qpanelsQ4_KR1x512done:
+qpanelsQ4_KR1x512P1end:
 	VZEROUPPER
 	RET
 
@@ -7808,16 +8144,18 @@ TEXT ·qpanelsQ4_KR2x512(SB), NOSPLIT, $0-56
 	LEAQ         (R8)(R8*2), R9
 	MOVL         $0x0f0f0f0f, R9
 	VPBROADCASTD R9, Z0
+	IMUL3Q       $0x00000940, BX, R9
+	LEAQ         (R9)(R9*2), R9
 
-qpanelsQ4_KR2x512panel:
-	TESTQ  SI, SI
-	JZ     qpanelsQ4_KR2x512done
+qpanelsQ4_KR2x512P1panel:
+	CMPQ   SI, $0x01
+	JL     qpanelsQ4_KR2x512P1end
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	MOVQ   CX, R9
 	MOVQ   BX, R10
 
-qpanelsQ4_KR2x512block:
+qpanelsQ4_KR2x512P1block:
 	VPXORD        Z3, Z3, Z3
 	VPXORD        Z4, Z4, Z4
 	VPXORD        Z5, Z5, Z5
@@ -8167,14 +8505,14 @@ qpanelsQ4_KR2x512block:
 	ADDQ          $0x00000940, AX
 	ADDQ          $0x00000160, R9
 	DECQ          R10
-	JNZ           qpanelsQ4_KR2x512block
+	JNZ           qpanelsQ4_KR2x512P1block
 	VMOVUPS       Z1, (DX)
 	VMOVUPS       Z2, (DX)(R8*1)
-	ADDQ          $0x40, DX
-	DECQ          SI
-	JMP           qpanelsQ4_KR2x512panel
+	ADDQ          $0x00000040, DX
+	SUBQ          $0x01, SI
+	JMP           qpanelsQ4_KR2x512P1panel
 
-qpanelsQ4_KR2x512done:
+qpanelsQ4_KR2x512P1end:
 	VZEROUPPER
 	RET
 
@@ -8193,17 +8531,19 @@ TEXT ·qpanelsQ4_KR3x512(SB), NOSPLIT, $0-56
 	LEAQ         (R8)(R8*2), R9
 	MOVL         $0x0f0f0f0f, R9
 	VPBROADCASTD R9, Z0
+	IMUL3Q       $0x00000940, BX, R9
+	LEAQ         (R9)(R9*2), R9
 
-qpanelsQ4_KR3x512panel:
-	TESTQ  SI, SI
-	JZ     qpanelsQ4_KR3x512done
+qpanelsQ4_KR3x512P1panel:
+	CMPQ   SI, $0x01
+	JL     qpanelsQ4_KR3x512P1end
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
 	MOVQ   CX, R9
 	MOVQ   BX, R10
 
-qpanelsQ4_KR3x512block:
+qpanelsQ4_KR3x512P1block:
 	VPXORD        Z4, Z4, Z4
 	VPXORD        Z5, Z5, Z5
 	VPXORD        Z6, Z6, Z6
@@ -8655,15 +8995,15 @@ qpanelsQ4_KR3x512block:
 	ADDQ          $0x00000940, AX
 	ADDQ          $0x00000160, R9
 	DECQ          R10
-	JNZ           qpanelsQ4_KR3x512block
+	JNZ           qpanelsQ4_KR3x512P1block
 	VMOVUPS       Z1, (DX)
 	VMOVUPS       Z2, (DX)(R8*1)
 	VMOVUPS       Z3, (DX)(R8*2)
-	ADDQ          $0x40, DX
-	DECQ          SI
-	JMP           qpanelsQ4_KR3x512panel
+	ADDQ          $0x00000040, DX
+	SUBQ          $0x01, SI
+	JMP           qpanelsQ4_KR3x512P1panel
 
-qpanelsQ4_KR3x512done:
+qpanelsQ4_KR3x512P1end:
 	VZEROUPPER
 	RET
 
@@ -8682,10 +9022,12 @@ TEXT ·qpanelsQ4_KR4x512(SB), NOSPLIT, $0-56
 	LEAQ         (R8)(R8*2), R10
 	MOVL         $0x0f0f0f0f, R11
 	VPBROADCASTD R11, Z0
+	IMUL3Q       $0x00000940, BX, R11
+	LEAQ         (R11)(R11*2), R11
 
-qpanelsQ4_KR4x512panel:
-	TESTQ  SI, SI
-	JZ     qpanelsQ4_KR4x512done
+qpanelsQ4_KR4x512P1panel:
+	CMPQ   SI, $0x01
+	JL     qpanelsQ4_KR4x512P1end
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
@@ -8693,7 +9035,7 @@ qpanelsQ4_KR4x512panel:
 	MOVQ   CX, R11
 	MOVQ   BX, R12
 
-qpanelsQ4_KR4x512block:
+qpanelsQ4_KR4x512P1block:
 	VPXORD        Z5, Z5, Z5
 	VPXORD        Z6, Z6, Z6
 	VPXORD        Z7, Z7, Z7
@@ -9247,16 +9589,16 @@ qpanelsQ4_KR4x512block:
 	ADDQ          $0x00000940, AX
 	ADDQ          $0x00000160, R11
 	DECQ          R12
-	JNZ           qpanelsQ4_KR4x512block
+	JNZ           qpanelsQ4_KR4x512P1block
 	VMOVUPS       Z1, (DX)
 	VMOVUPS       Z2, (DX)(R8*1)
 	VMOVUPS       Z3, (DX)(R8*2)
 	VMOVUPS       Z4, (DX)(R10*1)
-	ADDQ          $0x40, DX
-	DECQ          SI
-	JMP           qpanelsQ4_KR4x512panel
+	ADDQ          $0x00000040, DX
+	SUBQ          $0x01, SI
+	JMP           qpanelsQ4_KR4x512P1panel
 
-qpanelsQ4_KR4x512done:
+qpanelsQ4_KR4x512P1end:
 	VZEROUPPER
 	RET
 
@@ -9277,15 +9619,17 @@ TEXT ·qpanelsQ5_KR1x512(SB), NOSPLIT, $0-56
 	VPBROADCASTD DI, Z0
 	MOVL         $0x10101010, DI
 	VPBROADCASTD DI, Z1
+	IMUL3Q       $0x00000b40, BX, DI
+	LEAQ         (DI)(DI*2), DI
 
-qpanelsQ5_KR1x512panel:
-	TESTQ  SI, SI
-	JZ     qpanelsQ5_KR1x512done
+qpanelsQ5_KR1x512P1panel:
+	CMPQ   SI, $0x01
+	JL     qpanelsQ5_KR1x512P1end
 	VPXORD Z2, Z2, Z2
 	MOVQ   CX, DI
 	MOVQ   BX, R8
 
-qpanelsQ5_KR1x512block:
+qpanelsQ5_KR1x512P1block:
 	PREFETCHT0    2048(AX)
 	PREFETCHT0    2112(AX)
 	PREFETCHT0    2176(AX)
@@ -9778,13 +10122,13 @@ qpanelsQ5_KR1x512block:
 	ADDQ          $0x00000b40, AX
 	ADDQ          $0x00000160, DI
 	DECQ          R8
-	JNZ           qpanelsQ5_KR1x512block
+	JNZ           qpanelsQ5_KR1x512P1block
 	VMOVUPS       Z2, (DX)
-	ADDQ          $0x40, DX
-	DECQ          SI
-	JMP           qpanelsQ5_KR1x512panel
+	ADDQ          $0x00000040, DX
+	SUBQ          $0x01, SI
+	JMP           qpanelsQ5_KR1x512P1panel
 
-qpanelsQ5_KR1x512done:
+qpanelsQ5_KR1x512P1end:
 	VZEROUPPER
 	RET
 
@@ -9805,16 +10149,18 @@ TEXT ·qpanelsQ5_KR2x512(SB), NOSPLIT, $0-56
 	VPBROADCASTD R9, Z0
 	MOVL         $0x10101010, R9
 	VPBROADCASTD R9, Z1
+	IMUL3Q       $0x00000b40, BX, R9
+	LEAQ         (R9)(R9*2), R9
 
-qpanelsQ5_KR2x512panel:
-	TESTQ  SI, SI
-	JZ     qpanelsQ5_KR2x512done
+qpanelsQ5_KR2x512P1panel:
+	CMPQ   SI, $0x01
+	JL     qpanelsQ5_KR2x512P1end
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
 	MOVQ   CX, R9
 	MOVQ   BX, R10
 
-qpanelsQ5_KR2x512block:
+qpanelsQ5_KR2x512P1block:
 	VPXORD        Z4, Z4, Z4
 	VPXORD        Z5, Z5, Z5
 	VPXORD        Z6, Z6, Z6
@@ -10364,14 +10710,14 @@ qpanelsQ5_KR2x512block:
 	ADDQ          $0x00000b40, AX
 	ADDQ          $0x00000160, R9
 	DECQ          R10
-	JNZ           qpanelsQ5_KR2x512block
+	JNZ           qpanelsQ5_KR2x512P1block
 	VMOVUPS       Z2, (DX)
 	VMOVUPS       Z3, (DX)(R8*1)
-	ADDQ          $0x40, DX
-	DECQ          SI
-	JMP           qpanelsQ5_KR2x512panel
+	ADDQ          $0x00000040, DX
+	SUBQ          $0x01, SI
+	JMP           qpanelsQ5_KR2x512P1panel
 
-qpanelsQ5_KR2x512done:
+qpanelsQ5_KR2x512P1end:
 	VZEROUPPER
 	RET
 
@@ -10392,17 +10738,19 @@ TEXT ·qpanelsQ5_KR3x512(SB), NOSPLIT, $0-56
 	VPBROADCASTD R9, Z0
 	MOVL         $0x10101010, R9
 	VPBROADCASTD R9, Z1
+	IMUL3Q       $0x00000b40, BX, R9
+	LEAQ         (R9)(R9*2), R9
 
-qpanelsQ5_KR3x512panel:
-	TESTQ  SI, SI
-	JZ     qpanelsQ5_KR3x512done
+qpanelsQ5_KR3x512P1panel:
+	CMPQ   SI, $0x01
+	JL     qpanelsQ5_KR3x512P1end
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
 	VPXORD Z4, Z4, Z4
 	MOVQ   CX, R9
 	MOVQ   BX, R10
 
-qpanelsQ5_KR3x512block:
+qpanelsQ5_KR3x512P1block:
 	VPXORD        Z5, Z5, Z5
 	VPXORD        Z6, Z6, Z6
 	VPXORD        Z7, Z7, Z7
@@ -11054,15 +11402,15 @@ qpanelsQ5_KR3x512block:
 	ADDQ          $0x00000b40, AX
 	ADDQ          $0x00000160, R9
 	DECQ          R10
-	JNZ           qpanelsQ5_KR3x512block
+	JNZ           qpanelsQ5_KR3x512P1block
 	VMOVUPS       Z2, (DX)
 	VMOVUPS       Z3, (DX)(R8*1)
 	VMOVUPS       Z4, (DX)(R8*2)
-	ADDQ          $0x40, DX
-	DECQ          SI
-	JMP           qpanelsQ5_KR3x512panel
+	ADDQ          $0x00000040, DX
+	SUBQ          $0x01, SI
+	JMP           qpanelsQ5_KR3x512P1panel
 
-qpanelsQ5_KR3x512done:
+qpanelsQ5_KR3x512P1end:
 	VZEROUPPER
 	RET
 
@@ -11083,10 +11431,12 @@ TEXT ·qpanelsQ5_KR4x512(SB), NOSPLIT, $0-56
 	VPBROADCASTD R11, Z0
 	MOVL         $0x10101010, R11
 	VPBROADCASTD R11, Z1
+	IMUL3Q       $0x00000b40, BX, R11
+	LEAQ         (R11)(R11*2), R11
 
-qpanelsQ5_KR4x512panel:
-	TESTQ  SI, SI
-	JZ     qpanelsQ5_KR4x512done
+qpanelsQ5_KR4x512P1panel:
+	CMPQ   SI, $0x01
+	JL     qpanelsQ5_KR4x512P1end
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
 	VPXORD Z4, Z4, Z4
@@ -11094,7 +11444,7 @@ qpanelsQ5_KR4x512panel:
 	MOVQ   CX, R11
 	MOVQ   BX, R12
 
-qpanelsQ5_KR4x512block:
+qpanelsQ5_KR4x512P1block:
 	VPXORD        Z6, Z6, Z6
 	VPXORD        Z7, Z7, Z7
 	VPXORD        Z8, Z8, Z8
@@ -11848,16 +12198,16 @@ qpanelsQ5_KR4x512block:
 	ADDQ          $0x00000b40, AX
 	ADDQ          $0x00000160, R11
 	DECQ          R12
-	JNZ           qpanelsQ5_KR4x512block
+	JNZ           qpanelsQ5_KR4x512P1block
 	VMOVUPS       Z2, (DX)
 	VMOVUPS       Z3, (DX)(R8*1)
 	VMOVUPS       Z4, (DX)(R8*2)
 	VMOVUPS       Z5, (DX)(R10*1)
-	ADDQ          $0x40, DX
-	DECQ          SI
-	JMP           qpanelsQ5_KR4x512panel
+	ADDQ          $0x00000040, DX
+	SUBQ          $0x01, SI
+	JMP           qpanelsQ5_KR4x512P1panel
 
-qpanelsQ5_KR4x512done:
+qpanelsQ5_KR4x512P1end:
 	VZEROUPPER
 	RET
 
@@ -11878,15 +12228,17 @@ TEXT ·qpanelsQ6_KR1x512(SB), NOSPLIT, $0-56
 	VPBROADCASTD DI, Z0
 	MOVL         $0x30303030, DI
 	VPBROADCASTD DI, Z1
+	IMUL3Q       $0x00000d20, BX, DI
+	LEAQ         (DI)(DI*2), DI
 
-qpanelsQ6_KR1x512panel:
-	TESTQ  SI, SI
-	JZ     qpanelsQ6_KR1x512done
+qpanelsQ6_KR1x512P1panel:
+	CMPQ   SI, $0x01
+	JL     qpanelsQ6_KR1x512P1end
 	VPXORD Z2, Z2, Z2
 	MOVQ   CX, DI
 	MOVQ   BX, R8
 
-qpanelsQ6_KR1x512block:
+qpanelsQ6_KR1x512P1block:
 	PREFETCHT0    2048(AX)
 	PREFETCHT0    2112(AX)
 	PREFETCHT0    2176(AX)
@@ -12413,13 +12765,13 @@ qpanelsQ6_KR1x512block:
 	ADDQ          $0x00000d20, AX
 	ADDQ          $0x00000160, DI
 	DECQ          R8
-	JNZ           qpanelsQ6_KR1x512block
+	JNZ           qpanelsQ6_KR1x512P1block
 	VMOVUPS       Z2, (DX)
-	ADDQ          $0x40, DX
-	DECQ          SI
-	JMP           qpanelsQ6_KR1x512panel
+	ADDQ          $0x00000040, DX
+	SUBQ          $0x01, SI
+	JMP           qpanelsQ6_KR1x512P1panel
 
-qpanelsQ6_KR1x512done:
+qpanelsQ6_KR1x512P1end:
 	VZEROUPPER
 	RET
 
@@ -12440,16 +12792,18 @@ TEXT ·qpanelsQ6_KR2x512(SB), NOSPLIT, $0-56
 	VPBROADCASTD R9, Z0
 	MOVL         $0x30303030, R9
 	VPBROADCASTD R9, Z1
+	IMUL3Q       $0x00000d20, BX, R9
+	LEAQ         (R9)(R9*2), R9
 
-qpanelsQ6_KR2x512panel:
-	TESTQ  SI, SI
-	JZ     qpanelsQ6_KR2x512done
+qpanelsQ6_KR2x512P1panel:
+	CMPQ   SI, $0x01
+	JL     qpanelsQ6_KR2x512P1end
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
 	MOVQ   CX, R9
 	MOVQ   BX, R10
 
-qpanelsQ6_KR2x512block:
+qpanelsQ6_KR2x512P1block:
 	VPXORD        Z4, Z4, Z4
 	VPXORD        Z5, Z5, Z5
 	VPBROADCASTD  280(R9), Z6
@@ -13040,14 +13394,14 @@ qpanelsQ6_KR2x512block:
 	ADDQ          $0x00000d20, AX
 	ADDQ          $0x00000160, R9
 	DECQ          R10
-	JNZ           qpanelsQ6_KR2x512block
+	JNZ           qpanelsQ6_KR2x512P1block
 	VMOVUPS       Z2, (DX)
 	VMOVUPS       Z3, (DX)(R8*1)
-	ADDQ          $0x40, DX
-	DECQ          SI
-	JMP           qpanelsQ6_KR2x512panel
+	ADDQ          $0x00000040, DX
+	SUBQ          $0x01, SI
+	JMP           qpanelsQ6_KR2x512P1panel
 
-qpanelsQ6_KR2x512done:
+qpanelsQ6_KR2x512P1end:
 	VZEROUPPER
 	RET
 
@@ -13068,17 +13422,19 @@ TEXT ·qpanelsQ6_KR3x512(SB), NOSPLIT, $0-56
 	VPBROADCASTD R9, Z0
 	MOVL         $0x30303030, R9
 	VPBROADCASTD R9, Z1
+	IMUL3Q       $0x00000d20, BX, R9
+	LEAQ         (R9)(R9*2), R9
 
-qpanelsQ6_KR3x512panel:
-	TESTQ  SI, SI
-	JZ     qpanelsQ6_KR3x512done
+qpanelsQ6_KR3x512P1panel:
+	CMPQ   SI, $0x01
+	JL     qpanelsQ6_KR3x512P1end
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
 	VPXORD Z4, Z4, Z4
 	MOVQ   CX, R9
 	MOVQ   BX, R10
 
-qpanelsQ6_KR3x512block:
+qpanelsQ6_KR3x512P1block:
 	VPXORD        Z5, Z5, Z5
 	VPXORD        Z6, Z6, Z6
 	VPXORD        Z7, Z7, Z7
@@ -13786,15 +14142,15 @@ qpanelsQ6_KR3x512block:
 	ADDQ          $0x00000d20, AX
 	ADDQ          $0x00000160, R9
 	DECQ          R10
-	JNZ           qpanelsQ6_KR3x512block
+	JNZ           qpanelsQ6_KR3x512P1block
 	VMOVUPS       Z2, (DX)
 	VMOVUPS       Z3, (DX)(R8*1)
 	VMOVUPS       Z4, (DX)(R8*2)
-	ADDQ          $0x40, DX
-	DECQ          SI
-	JMP           qpanelsQ6_KR3x512panel
+	ADDQ          $0x00000040, DX
+	SUBQ          $0x01, SI
+	JMP           qpanelsQ6_KR3x512P1panel
 
-qpanelsQ6_KR3x512done:
+qpanelsQ6_KR3x512P1end:
 	VZEROUPPER
 	RET
 
@@ -13815,10 +14171,12 @@ TEXT ·qpanelsQ6_KR4x512(SB), NOSPLIT, $0-56
 	VPBROADCASTD R11, Z0
 	MOVL         $0x30303030, R11
 	VPBROADCASTD R11, Z1
+	IMUL3Q       $0x00000d20, BX, R11
+	LEAQ         (R11)(R11*2), R11
 
-qpanelsQ6_KR4x512panel:
-	TESTQ  SI, SI
-	JZ     qpanelsQ6_KR4x512done
+qpanelsQ6_KR4x512P1panel:
+	CMPQ   SI, $0x01
+	JL     qpanelsQ6_KR4x512P1end
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
 	VPXORD Z4, Z4, Z4
@@ -13826,7 +14184,7 @@ qpanelsQ6_KR4x512panel:
 	MOVQ   CX, R11
 	MOVQ   BX, R12
 
-qpanelsQ6_KR4x512block:
+qpanelsQ6_KR4x512P1block:
 	VPXORD        Z6, Z6, Z6
 	VPXORD        Z7, Z7, Z7
 	VPXORD        Z8, Z8, Z8
@@ -14651,16 +15009,16 @@ qpanelsQ6_KR4x512block:
 	ADDQ          $0x00000d20, AX
 	ADDQ          $0x00000160, R11
 	DECQ          R12
-	JNZ           qpanelsQ6_KR4x512block
+	JNZ           qpanelsQ6_KR4x512P1block
 	VMOVUPS       Z2, (DX)
 	VMOVUPS       Z3, (DX)(R8*1)
 	VMOVUPS       Z4, (DX)(R8*2)
 	VMOVUPS       Z5, (DX)(R10*1)
-	ADDQ          $0x40, DX
-	DECQ          SI
-	JMP           qpanelsQ6_KR4x512panel
+	ADDQ          $0x00000040, DX
+	SUBQ          $0x01, SI
+	JMP           qpanelsQ6_KR4x512P1panel
 
-qpanelsQ6_KR4x512done:
+qpanelsQ6_KR4x512P1end:
 	VZEROUPPER
 	RET
 

@@ -181,7 +181,7 @@ func TestQuantMatMulReference(t *testing.T) {
 // result is bitwise that of the oracle (qref_test.go) for the row, split across threads or not.
 func TestQuantPathsBitwise(t *testing.T) {
 	for _, qt := range quantTypes {
-		n, k := Panel+5, 512
+		n, k := 5*Panel+5, 512 // one 4-panel pass of the one-row kernels, one single, one partial
 		m, err := NewQuant(qt, randBlocks(qt, n, k, 11, true), n, k)
 		if err != nil {
 			t.Fatal(err)
