@@ -156,7 +156,7 @@ func registerArch() bool {
 	detect()
 	// register prepends, so the most preferred path is registered last.
 	if hasAVX2FMA {
-		register(&impl{name: "avx2", panels: panels256, qpanels: qpanels256, quantActs: quantizeActsGo, dot: dotF32x256, axpy: axpyF32x256, expShift: expShiftF32x256,
+		register(&impl{name: "avx2", panels: panels256, qpanels: qpanels256, quantActs: quantActs256, dot: dotF32x256, axpy: axpyF32x256, expShift: expShiftF32x256,
 			axpyRowsMax: axpyRowsMaxF32x256, dotRows: dotRowsF32x256, scoresRows: scores256, weightedRows8: weightedRows8F32x256, maxF32: maxF32x256, siluMul: siluMulF32x256,
 			dotsRows: dotsRowsF32x256, axpyRows: axpyRowsF32x256})
 		sumF32 = sumF32x256
@@ -226,6 +226,26 @@ func quantActs512(kind actKind, dst []byte, x []float32) {
 	if n := len(x) / 256; n > 0 {
 		_ = dst[n*act256Bytes-1]
 		quantAct256x512(&dst[0], &x[0], n)
+	}
+}
+
+// quantActs256 quantizes activations with the generated AVX2 quantizers (F16C for the Q8_0
+// scale's rounding), else in Go.
+func quantActs256(kind actKind, dst []byte, x []float32) {
+	if !hasF16C {
+		quantizeActsGo(kind, dst, x)
+		return
+	}
+	if kind == act32 {
+		if n := len(x) / 32; n > 0 {
+			_ = dst[n*act32Bytes-1]
+			quantAct32x256(&dst[0], &x[0], n)
+		}
+		return
+	}
+	if n := len(x) / 256; n > 0 {
+		_ = dst[n*act256Bytes-1]
+		quantAct256x256(&dst[0], &x[0], n)
 	}
 }
 

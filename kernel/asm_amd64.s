@@ -19207,3 +19207,606 @@ quantAct256x512next:
 quantAct256x512done:
 	VZEROUPPER
 	RET
+
+DATA quantperm256<>+0(SB)/4, $0x00000000
+DATA quantperm256<>+4(SB)/4, $0x00000004
+DATA quantperm256<>+8(SB)/4, $0x00000001
+DATA quantperm256<>+12(SB)/4, $0x00000005
+DATA quantperm256<>+16(SB)/4, $0x00000002
+DATA quantperm256<>+20(SB)/4, $0x00000006
+DATA quantperm256<>+24(SB)/4, $0x00000003
+DATA quantperm256<>+28(SB)/4, $0x00000007
+GLOBL quantperm256<>(SB), RODATA|NOPTR, $32
+
+// func quantAct32x256(dst *byte, x *float32, nb int)
+// Requires: AVX, AVX2, F16C
+TEXT ·quantAct32x256(SB), NOSPLIT, $0-24
+	MOVQ         dst+0(FP), AX
+	MOVQ         x+8(FP), CX
+	MOVQ         nb+16(FP), DX
+	MOVL         $0x7fffffff, BX
+	VMOVD        BX, X0
+	VPBROADCASTD X0, Y0
+	MOVL         $0x0000007f, BX
+	VMOVD        BX, X1
+	VPBROADCASTD X1, Y1
+	MOVL         $0xffffff81, BX
+	VMOVD        BX, X2
+	VPBROADCASTD X2, Y2
+	VMOVDQU      quantperm256<>+0(SB), Y3
+
+quantAct32x256block:
+	TESTQ        DX, DX
+	JZ           quantAct32x256done
+	VPAND        (CX), Y0, Y4
+	VPAND        32(CX), Y0, Y5
+	VPMAXUD      Y5, Y4, Y4
+	VPAND        64(CX), Y0, Y5
+	VPMAXUD      Y5, Y4, Y4
+	VPAND        96(CX), Y0, Y5
+	VPMAXUD      Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPMAXUD      X5, X4, X5
+	VPSHUFD      $0x4e, X5, X4
+	VPMAXUD      X4, X5, X5
+	VPSHUFD      $0xb1, X5, X4
+	VPMAXUD      X4, X5, X5
+	VMOVD        X5, BX
+	VPXOR        Y4, Y4, Y4
+	VMOVDQU      X4, 32(AX)
+	CMPL         BX, $0x7f7fffff
+	JA           quantAct32x256special
+	TESTL        BX, BX
+	JZ           quantAct32x256zero
+	VMOVD        BX, X4
+	MOVL         $0x42fe0000, BX
+	VMOVD        BX, X5
+	MOVL         $0x3f800000, BX
+	VMOVD        BX, X6
+	VDIVSS       X5, X4, X4
+	VDIVSS       X4, X6, X5
+	VBROADCASTSS X5, Y5
+	VCVTPS2PH    $0x00, X4, X4
+	VCVTPH2PS    X4, X4
+	VMOVSS       X4, 32(AX)
+	VMULPS       (CX), Y5, Y4
+	VCVTPS2DQ    Y4, Y4
+	VPMINSD      Y1, Y4, Y4
+	VPMAXSD      Y2, Y4, Y4
+	VMULPS       32(CX), Y5, Y6
+	VCVTPS2DQ    Y6, Y6
+	VPMINSD      Y1, Y6, Y6
+	VPMAXSD      Y2, Y6, Y6
+	VMULPS       64(CX), Y5, Y7
+	VCVTPS2DQ    Y7, Y7
+	VPMINSD      Y1, Y7, Y7
+	VPMAXSD      Y2, Y7, Y7
+	VMULPS       96(CX), Y5, Y5
+	VCVTPS2DQ    Y5, Y5
+	VPMINSD      Y1, Y5, Y5
+	VPMAXSD      Y2, Y5, Y5
+	VPACKSSDW    Y6, Y4, Y8
+	VPACKSSDW    Y5, Y7, Y9
+	VPACKSSWB    Y9, Y8, Y8
+	VPERMD       Y8, Y3, Y8
+	VMOVDQU      Y8, (AX)
+	VPADDD       Y6, Y4, Y4
+	VPADDD       Y5, Y7, Y7
+	VPADDD       Y7, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPADDD       X5, X4, X5
+	VPSHUFD      $0x4e, X5, X4
+	VPADDD       X4, X5, X5
+	VPSHUFD      $0xb1, X5, X4
+	VPADDD       X4, X5, X5
+	VMOVD        X5, BX
+	IMUL3L       $0xffffff80, BX, SI
+	MOVL         SI, 36(AX)
+	IMUL3L       $0xfffffff8, BX, SI
+	MOVL         SI, 40(AX)
+	JMP          quantAct32x256next
+
+quantAct32x256special:
+	VMOVDQU Y4, (AX)
+	MOVL    $0x7fc00000, BX
+	MOVL    BX, 32(AX)
+	JMP     quantAct32x256next
+
+quantAct32x256zero:
+	VMOVDQU Y4, (AX)
+
+quantAct32x256next:
+	ADDQ $0x00000080, CX
+	ADDQ $0x00000030, AX
+	DECQ DX
+	JMP  quantAct32x256block
+
+quantAct32x256done:
+	VZEROUPPER
+	RET
+
+// func quantAct256x256(dst *byte, x *float32, nb int)
+// Requires: AVX, AVX2
+TEXT ·quantAct256x256(SB), NOSPLIT, $0-24
+	MOVQ         dst+0(FP), AX
+	MOVQ         x+8(FP), CX
+	MOVQ         nb+16(FP), DX
+	MOVL         $0x7fffffff, BX
+	VMOVD        BX, X0
+	VPBROADCASTD X0, Y0
+	MOVL         $0x0000007f, BX
+	VMOVD        BX, X1
+	VPBROADCASTD X1, Y1
+	MOVL         $0xffffff81, BX
+	VMOVD        BX, X2
+	VPBROADCASTD X2, Y2
+	VMOVDQU      quantperm256<>+0(SB), Y3
+
+quantAct256x256block:
+	TESTQ        DX, DX
+	JZ           quantAct256x256done
+	VPAND        (CX), Y0, Y4
+	VPAND        32(CX), Y0, Y5
+	VPMAXUD      Y5, Y4, Y4
+	VPAND        64(CX), Y0, Y5
+	VPMAXUD      Y5, Y4, Y4
+	VPAND        96(CX), Y0, Y5
+	VPMAXUD      Y5, Y4, Y4
+	VPAND        128(CX), Y0, Y5
+	VPMAXUD      Y5, Y4, Y4
+	VPAND        160(CX), Y0, Y5
+	VPMAXUD      Y5, Y4, Y4
+	VPAND        192(CX), Y0, Y5
+	VPMAXUD      Y5, Y4, Y4
+	VPAND        224(CX), Y0, Y5
+	VPMAXUD      Y5, Y4, Y4
+	VPAND        256(CX), Y0, Y5
+	VPMAXUD      Y5, Y4, Y4
+	VPAND        288(CX), Y0, Y5
+	VPMAXUD      Y5, Y4, Y4
+	VPAND        320(CX), Y0, Y5
+	VPMAXUD      Y5, Y4, Y4
+	VPAND        352(CX), Y0, Y5
+	VPMAXUD      Y5, Y4, Y4
+	VPAND        384(CX), Y0, Y5
+	VPMAXUD      Y5, Y4, Y4
+	VPAND        416(CX), Y0, Y5
+	VPMAXUD      Y5, Y4, Y4
+	VPAND        448(CX), Y0, Y5
+	VPMAXUD      Y5, Y4, Y4
+	VPAND        480(CX), Y0, Y5
+	VPMAXUD      Y5, Y4, Y4
+	VPAND        512(CX), Y0, Y5
+	VPMAXUD      Y5, Y4, Y4
+	VPAND        544(CX), Y0, Y5
+	VPMAXUD      Y5, Y4, Y4
+	VPAND        576(CX), Y0, Y5
+	VPMAXUD      Y5, Y4, Y4
+	VPAND        608(CX), Y0, Y5
+	VPMAXUD      Y5, Y4, Y4
+	VPAND        640(CX), Y0, Y5
+	VPMAXUD      Y5, Y4, Y4
+	VPAND        672(CX), Y0, Y5
+	VPMAXUD      Y5, Y4, Y4
+	VPAND        704(CX), Y0, Y5
+	VPMAXUD      Y5, Y4, Y4
+	VPAND        736(CX), Y0, Y5
+	VPMAXUD      Y5, Y4, Y4
+	VPAND        768(CX), Y0, Y5
+	VPMAXUD      Y5, Y4, Y4
+	VPAND        800(CX), Y0, Y5
+	VPMAXUD      Y5, Y4, Y4
+	VPAND        832(CX), Y0, Y5
+	VPMAXUD      Y5, Y4, Y4
+	VPAND        864(CX), Y0, Y5
+	VPMAXUD      Y5, Y4, Y4
+	VPAND        896(CX), Y0, Y5
+	VPMAXUD      Y5, Y4, Y4
+	VPAND        928(CX), Y0, Y5
+	VPMAXUD      Y5, Y4, Y4
+	VPAND        960(CX), Y0, Y5
+	VPMAXUD      Y5, Y4, Y4
+	VPAND        992(CX), Y0, Y5
+	VPMAXUD      Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPMAXUD      X5, X4, X5
+	VPSHUFD      $0x4e, X5, X4
+	VPMAXUD      X4, X5, X5
+	VPSHUFD      $0xb1, X5, X4
+	VPMAXUD      X4, X5, X5
+	VMOVD        X5, BX
+	VPXOR        Y4, Y4, Y4
+	VMOVDQU      Y4, 256(AX)
+	VMOVDQU      Y4, 288(AX)
+	VMOVDQU      Y4, 320(AX)
+	CMPL         BX, $0x7f7fffff
+	JA           quantAct256x256special
+	TESTL        BX, BX
+	JZ           quantAct256x256zero
+	VMOVD        BX, X4
+	MOVL         $0x42fe0000, BX
+	VMOVD        BX, X5
+	MOVL         $0x3f800000, BX
+	VMOVD        BX, X6
+	VDIVSS       X4, X5, X5
+	VBROADCASTSS X5, Y4
+	VDIVSS       X5, X6, X5
+	VMOVSS       X5, 256(AX)
+	VMULPS       (CX), Y4, Y5
+	VCVTPS2DQ    Y5, Y5
+	VPMINSD      Y1, Y5, Y5
+	VPMAXSD      Y2, Y5, Y5
+	VMULPS       32(CX), Y4, Y6
+	VCVTPS2DQ    Y6, Y6
+	VPMINSD      Y1, Y6, Y6
+	VPMAXSD      Y2, Y6, Y6
+	VMULPS       64(CX), Y4, Y7
+	VCVTPS2DQ    Y7, Y7
+	VPMINSD      Y1, Y7, Y7
+	VPMAXSD      Y2, Y7, Y7
+	VMULPS       96(CX), Y4, Y8
+	VCVTPS2DQ    Y8, Y8
+	VPMINSD      Y1, Y8, Y8
+	VPMAXSD      Y2, Y8, Y8
+	VPACKSSDW    Y6, Y5, Y9
+	VPACKSSDW    Y8, Y7, Y10
+	VPACKSSWB    Y10, Y9, Y9
+	VPERMD       Y9, Y3, Y9
+	VMOVDQU      Y9, (AX)
+	VPADDD       Y6, Y5, Y5
+	VPADDD       Y8, Y7, Y7
+	VEXTRACTI128 $0x01, Y5, X6
+	VPADDD       X6, X5, X6
+	VPSHUFD      $0x4e, X6, X5
+	VPADDD       X5, X6, X6
+	VPSHUFD      $0xb1, X6, X5
+	VPADDD       X5, X6, X6
+	VMOVD        X6, BX
+	VEXTRACTI128 $0x01, Y7, X5
+	VPADDD       X5, X7, X5
+	VPSHUFD      $0x4e, X5, X6
+	VPADDD       X6, X5, X5
+	VPSHUFD      $0xb1, X5, X6
+	VPADDD       X6, X5, X5
+	VMOVD        X5, SI
+	IMUL3L       $0xffffffe0, BX, DI
+	MOVL         DI, 280(AX)
+	IMUL3L       $0xffffffe0, SI, DI
+	MOVL         DI, 284(AX)
+	ADDL         SI, BX
+	MOVW         BX, 264(AX)
+	VMULPS       128(CX), Y4, Y5
+	VCVTPS2DQ    Y5, Y5
+	VPMINSD      Y1, Y5, Y5
+	VPMAXSD      Y2, Y5, Y5
+	VMULPS       160(CX), Y4, Y6
+	VCVTPS2DQ    Y6, Y6
+	VPMINSD      Y1, Y6, Y6
+	VPMAXSD      Y2, Y6, Y6
+	VMULPS       192(CX), Y4, Y7
+	VCVTPS2DQ    Y7, Y7
+	VPMINSD      Y1, Y7, Y7
+	VPMAXSD      Y2, Y7, Y7
+	VMULPS       224(CX), Y4, Y8
+	VCVTPS2DQ    Y8, Y8
+	VPMINSD      Y1, Y8, Y8
+	VPMAXSD      Y2, Y8, Y8
+	VPACKSSDW    Y6, Y5, Y9
+	VPACKSSDW    Y8, Y7, Y10
+	VPACKSSWB    Y10, Y9, Y9
+	VPERMD       Y9, Y3, Y9
+	VMOVDQU      Y9, 32(AX)
+	VPADDD       Y6, Y5, Y5
+	VPADDD       Y8, Y7, Y7
+	VEXTRACTI128 $0x01, Y5, X6
+	VPADDD       X6, X5, X6
+	VPSHUFD      $0x4e, X6, X5
+	VPADDD       X5, X6, X6
+	VPSHUFD      $0xb1, X6, X5
+	VPADDD       X5, X6, X6
+	VMOVD        X6, BX
+	VEXTRACTI128 $0x01, Y7, X5
+	VPADDD       X5, X7, X5
+	VPSHUFD      $0x4e, X5, X6
+	VPADDD       X6, X5, X5
+	VPSHUFD      $0xb1, X5, X6
+	VPADDD       X6, X5, X5
+	VMOVD        X5, SI
+	IMUL3L       $0xffffffe0, BX, DI
+	MOVL         DI, 288(AX)
+	IMUL3L       $0xffffffe0, SI, DI
+	MOVL         DI, 292(AX)
+	ADDL         SI, BX
+	MOVW         BX, 266(AX)
+	VMULPS       256(CX), Y4, Y5
+	VCVTPS2DQ    Y5, Y5
+	VPMINSD      Y1, Y5, Y5
+	VPMAXSD      Y2, Y5, Y5
+	VMULPS       288(CX), Y4, Y6
+	VCVTPS2DQ    Y6, Y6
+	VPMINSD      Y1, Y6, Y6
+	VPMAXSD      Y2, Y6, Y6
+	VMULPS       320(CX), Y4, Y7
+	VCVTPS2DQ    Y7, Y7
+	VPMINSD      Y1, Y7, Y7
+	VPMAXSD      Y2, Y7, Y7
+	VMULPS       352(CX), Y4, Y8
+	VCVTPS2DQ    Y8, Y8
+	VPMINSD      Y1, Y8, Y8
+	VPMAXSD      Y2, Y8, Y8
+	VPACKSSDW    Y6, Y5, Y9
+	VPACKSSDW    Y8, Y7, Y10
+	VPACKSSWB    Y10, Y9, Y9
+	VPERMD       Y9, Y3, Y9
+	VMOVDQU      Y9, 64(AX)
+	VPADDD       Y6, Y5, Y5
+	VPADDD       Y8, Y7, Y7
+	VEXTRACTI128 $0x01, Y5, X6
+	VPADDD       X6, X5, X6
+	VPSHUFD      $0x4e, X6, X5
+	VPADDD       X5, X6, X6
+	VPSHUFD      $0xb1, X6, X5
+	VPADDD       X5, X6, X6
+	VMOVD        X6, BX
+	VEXTRACTI128 $0x01, Y7, X5
+	VPADDD       X5, X7, X5
+	VPSHUFD      $0x4e, X5, X6
+	VPADDD       X6, X5, X5
+	VPSHUFD      $0xb1, X5, X6
+	VPADDD       X6, X5, X5
+	VMOVD        X5, SI
+	IMUL3L       $0xffffffe0, BX, DI
+	MOVL         DI, 296(AX)
+	IMUL3L       $0xffffffe0, SI, DI
+	MOVL         DI, 300(AX)
+	ADDL         SI, BX
+	MOVW         BX, 268(AX)
+	VMULPS       384(CX), Y4, Y5
+	VCVTPS2DQ    Y5, Y5
+	VPMINSD      Y1, Y5, Y5
+	VPMAXSD      Y2, Y5, Y5
+	VMULPS       416(CX), Y4, Y6
+	VCVTPS2DQ    Y6, Y6
+	VPMINSD      Y1, Y6, Y6
+	VPMAXSD      Y2, Y6, Y6
+	VMULPS       448(CX), Y4, Y7
+	VCVTPS2DQ    Y7, Y7
+	VPMINSD      Y1, Y7, Y7
+	VPMAXSD      Y2, Y7, Y7
+	VMULPS       480(CX), Y4, Y8
+	VCVTPS2DQ    Y8, Y8
+	VPMINSD      Y1, Y8, Y8
+	VPMAXSD      Y2, Y8, Y8
+	VPACKSSDW    Y6, Y5, Y9
+	VPACKSSDW    Y8, Y7, Y10
+	VPACKSSWB    Y10, Y9, Y9
+	VPERMD       Y9, Y3, Y9
+	VMOVDQU      Y9, 96(AX)
+	VPADDD       Y6, Y5, Y5
+	VPADDD       Y8, Y7, Y7
+	VEXTRACTI128 $0x01, Y5, X6
+	VPADDD       X6, X5, X6
+	VPSHUFD      $0x4e, X6, X5
+	VPADDD       X5, X6, X6
+	VPSHUFD      $0xb1, X6, X5
+	VPADDD       X5, X6, X6
+	VMOVD        X6, BX
+	VEXTRACTI128 $0x01, Y7, X5
+	VPADDD       X5, X7, X5
+	VPSHUFD      $0x4e, X5, X6
+	VPADDD       X6, X5, X5
+	VPSHUFD      $0xb1, X5, X6
+	VPADDD       X6, X5, X5
+	VMOVD        X5, SI
+	IMUL3L       $0xffffffe0, BX, DI
+	MOVL         DI, 304(AX)
+	IMUL3L       $0xffffffe0, SI, DI
+	MOVL         DI, 308(AX)
+	ADDL         SI, BX
+	MOVW         BX, 270(AX)
+	VMULPS       512(CX), Y4, Y5
+	VCVTPS2DQ    Y5, Y5
+	VPMINSD      Y1, Y5, Y5
+	VPMAXSD      Y2, Y5, Y5
+	VMULPS       544(CX), Y4, Y6
+	VCVTPS2DQ    Y6, Y6
+	VPMINSD      Y1, Y6, Y6
+	VPMAXSD      Y2, Y6, Y6
+	VMULPS       576(CX), Y4, Y7
+	VCVTPS2DQ    Y7, Y7
+	VPMINSD      Y1, Y7, Y7
+	VPMAXSD      Y2, Y7, Y7
+	VMULPS       608(CX), Y4, Y8
+	VCVTPS2DQ    Y8, Y8
+	VPMINSD      Y1, Y8, Y8
+	VPMAXSD      Y2, Y8, Y8
+	VPACKSSDW    Y6, Y5, Y9
+	VPACKSSDW    Y8, Y7, Y10
+	VPACKSSWB    Y10, Y9, Y9
+	VPERMD       Y9, Y3, Y9
+	VMOVDQU      Y9, 128(AX)
+	VPADDD       Y6, Y5, Y5
+	VPADDD       Y8, Y7, Y7
+	VEXTRACTI128 $0x01, Y5, X6
+	VPADDD       X6, X5, X6
+	VPSHUFD      $0x4e, X6, X5
+	VPADDD       X5, X6, X6
+	VPSHUFD      $0xb1, X6, X5
+	VPADDD       X5, X6, X6
+	VMOVD        X6, BX
+	VEXTRACTI128 $0x01, Y7, X5
+	VPADDD       X5, X7, X5
+	VPSHUFD      $0x4e, X5, X6
+	VPADDD       X6, X5, X5
+	VPSHUFD      $0xb1, X5, X6
+	VPADDD       X6, X5, X5
+	VMOVD        X5, SI
+	IMUL3L       $0xffffffe0, BX, DI
+	MOVL         DI, 312(AX)
+	IMUL3L       $0xffffffe0, SI, DI
+	MOVL         DI, 316(AX)
+	ADDL         SI, BX
+	MOVW         BX, 272(AX)
+	VMULPS       640(CX), Y4, Y5
+	VCVTPS2DQ    Y5, Y5
+	VPMINSD      Y1, Y5, Y5
+	VPMAXSD      Y2, Y5, Y5
+	VMULPS       672(CX), Y4, Y6
+	VCVTPS2DQ    Y6, Y6
+	VPMINSD      Y1, Y6, Y6
+	VPMAXSD      Y2, Y6, Y6
+	VMULPS       704(CX), Y4, Y7
+	VCVTPS2DQ    Y7, Y7
+	VPMINSD      Y1, Y7, Y7
+	VPMAXSD      Y2, Y7, Y7
+	VMULPS       736(CX), Y4, Y8
+	VCVTPS2DQ    Y8, Y8
+	VPMINSD      Y1, Y8, Y8
+	VPMAXSD      Y2, Y8, Y8
+	VPACKSSDW    Y6, Y5, Y9
+	VPACKSSDW    Y8, Y7, Y10
+	VPACKSSWB    Y10, Y9, Y9
+	VPERMD       Y9, Y3, Y9
+	VMOVDQU      Y9, 160(AX)
+	VPADDD       Y6, Y5, Y5
+	VPADDD       Y8, Y7, Y7
+	VEXTRACTI128 $0x01, Y5, X6
+	VPADDD       X6, X5, X6
+	VPSHUFD      $0x4e, X6, X5
+	VPADDD       X5, X6, X6
+	VPSHUFD      $0xb1, X6, X5
+	VPADDD       X5, X6, X6
+	VMOVD        X6, BX
+	VEXTRACTI128 $0x01, Y7, X5
+	VPADDD       X5, X7, X5
+	VPSHUFD      $0x4e, X5, X6
+	VPADDD       X6, X5, X5
+	VPSHUFD      $0xb1, X5, X6
+	VPADDD       X6, X5, X5
+	VMOVD        X5, SI
+	IMUL3L       $0xffffffe0, BX, DI
+	MOVL         DI, 320(AX)
+	IMUL3L       $0xffffffe0, SI, DI
+	MOVL         DI, 324(AX)
+	ADDL         SI, BX
+	MOVW         BX, 274(AX)
+	VMULPS       768(CX), Y4, Y5
+	VCVTPS2DQ    Y5, Y5
+	VPMINSD      Y1, Y5, Y5
+	VPMAXSD      Y2, Y5, Y5
+	VMULPS       800(CX), Y4, Y6
+	VCVTPS2DQ    Y6, Y6
+	VPMINSD      Y1, Y6, Y6
+	VPMAXSD      Y2, Y6, Y6
+	VMULPS       832(CX), Y4, Y7
+	VCVTPS2DQ    Y7, Y7
+	VPMINSD      Y1, Y7, Y7
+	VPMAXSD      Y2, Y7, Y7
+	VMULPS       864(CX), Y4, Y8
+	VCVTPS2DQ    Y8, Y8
+	VPMINSD      Y1, Y8, Y8
+	VPMAXSD      Y2, Y8, Y8
+	VPACKSSDW    Y6, Y5, Y9
+	VPACKSSDW    Y8, Y7, Y10
+	VPACKSSWB    Y10, Y9, Y9
+	VPERMD       Y9, Y3, Y9
+	VMOVDQU      Y9, 192(AX)
+	VPADDD       Y6, Y5, Y5
+	VPADDD       Y8, Y7, Y7
+	VEXTRACTI128 $0x01, Y5, X6
+	VPADDD       X6, X5, X6
+	VPSHUFD      $0x4e, X6, X5
+	VPADDD       X5, X6, X6
+	VPSHUFD      $0xb1, X6, X5
+	VPADDD       X5, X6, X6
+	VMOVD        X6, BX
+	VEXTRACTI128 $0x01, Y7, X5
+	VPADDD       X5, X7, X5
+	VPSHUFD      $0x4e, X5, X6
+	VPADDD       X6, X5, X5
+	VPSHUFD      $0xb1, X5, X6
+	VPADDD       X6, X5, X5
+	VMOVD        X5, SI
+	IMUL3L       $0xffffffe0, BX, DI
+	MOVL         DI, 328(AX)
+	IMUL3L       $0xffffffe0, SI, DI
+	MOVL         DI, 332(AX)
+	ADDL         SI, BX
+	MOVW         BX, 276(AX)
+	VMULPS       896(CX), Y4, Y5
+	VCVTPS2DQ    Y5, Y5
+	VPMINSD      Y1, Y5, Y5
+	VPMAXSD      Y2, Y5, Y5
+	VMULPS       928(CX), Y4, Y6
+	VCVTPS2DQ    Y6, Y6
+	VPMINSD      Y1, Y6, Y6
+	VPMAXSD      Y2, Y6, Y6
+	VMULPS       960(CX), Y4, Y7
+	VCVTPS2DQ    Y7, Y7
+	VPMINSD      Y1, Y7, Y7
+	VPMAXSD      Y2, Y7, Y7
+	VMULPS       992(CX), Y4, Y4
+	VCVTPS2DQ    Y4, Y4
+	VPMINSD      Y1, Y4, Y4
+	VPMAXSD      Y2, Y4, Y4
+	VPACKSSDW    Y6, Y5, Y8
+	VPACKSSDW    Y4, Y7, Y9
+	VPACKSSWB    Y9, Y8, Y8
+	VPERMD       Y8, Y3, Y8
+	VMOVDQU      Y8, 224(AX)
+	VPADDD       Y6, Y5, Y5
+	VPADDD       Y4, Y7, Y7
+	VEXTRACTI128 $0x01, Y5, X4
+	VPADDD       X4, X5, X4
+	VPSHUFD      $0x4e, X4, X5
+	VPADDD       X5, X4, X4
+	VPSHUFD      $0xb1, X4, X5
+	VPADDD       X5, X4, X4
+	VMOVD        X4, BX
+	VEXTRACTI128 $0x01, Y7, X4
+	VPADDD       X4, X7, X4
+	VPSHUFD      $0x4e, X4, X5
+	VPADDD       X5, X4, X4
+	VPSHUFD      $0xb1, X4, X5
+	VPADDD       X5, X4, X4
+	VMOVD        X4, SI
+	IMUL3L       $0xffffffe0, BX, DI
+	MOVL         DI, 336(AX)
+	IMUL3L       $0xffffffe0, SI, DI
+	MOVL         DI, 340(AX)
+	ADDL         SI, BX
+	MOVW         BX, 278(AX)
+	JMP          quantAct256x256next
+
+quantAct256x256special:
+	VMOVDQU Y4, (AX)
+	VMOVDQU Y4, 32(AX)
+	VMOVDQU Y4, 64(AX)
+	VMOVDQU Y4, 96(AX)
+	VMOVDQU Y4, 128(AX)
+	VMOVDQU Y4, 160(AX)
+	VMOVDQU Y4, 192(AX)
+	VMOVDQU Y4, 224(AX)
+	MOVL    $0x7fc00000, BX
+	MOVL    BX, 256(AX)
+	JMP     quantAct256x256next
+
+quantAct256x256zero:
+	VMOVDQU Y4, (AX)
+	VMOVDQU Y4, 32(AX)
+	VMOVDQU Y4, 64(AX)
+	VMOVDQU Y4, 96(AX)
+	VMOVDQU Y4, 128(AX)
+	VMOVDQU Y4, 160(AX)
+	VMOVDQU Y4, 192(AX)
+	VMOVDQU Y4, 224(AX)
+
+quantAct256x256next:
+	ADDQ $0x00000400, CX
+	ADDQ $0x00000160, AX
+	DECQ DX
+	JMP  quantAct256x256block
+
+quantAct256x256done:
+	VZEROUPPER
+	RET

@@ -339,3 +339,13 @@ func quantAct32x512(dst *byte, x *float32, nb int)
 //
 //go:noescape
 func quantAct256x512(dst *byte, x *float32, nb int)
+
+// quantAct32x256 quantizes nb blocks of 32 activations (package kernel's act32 kind).
+//
+//go:noescape
+func quantAct32x256(dst *byte, x *float32, nb int)
+
+// quantAct256x256 quantizes nb blocks of 256 activations (package kernel's act256 kind).
+//
+//go:noescape
+func quantAct256x256(dst *byte, x *float32, nb int)

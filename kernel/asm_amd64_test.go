@@ -40,9 +40,10 @@ func TestAVX2KernelsUseNoAVX512(t *testing.T) {
 		}
 	}
 	// 8 panel kernels, dot, axpy, expShift, axpyRowsMax, dotRows, scoresRows, weightedRows8,
-	// maxF32, siluMul, dotsRows, axpyRows, sum, and the 5 quantized one-row kernels.
-	if checked != 25 {
-		t.Errorf("checked %d x256 functions, want 25 (was the generator changed?)", checked)
+	// maxF32, siluMul, dotsRows, axpyRows, sum, the 5 quantized one-row kernels and the 2
+	// activation quantizers.
+	if checked != 27 {
+		t.Errorf("checked %d x256 functions, want 27 (was the generator changed?)", checked)
 	}
 }
 

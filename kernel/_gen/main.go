@@ -93,6 +93,7 @@ func main() {
 	quantKernels()
 	quantKernels256()
 	quantActs()
+	quantActsY()
 	Generate()
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 
+	"github.com/mmcloughlin/avo/attr"
 	. "github.com/mmcloughlin/avo/build"
 	"github.com/mmcloughlin/avo/ir"
 	. "github.com/mmcloughlin/avo/operand"
@@ -860,6 +861,178 @@ func quantAct(bs int) {
 	}
 	if bs == 32 {
 		VMOVDQU(zmmZero.AsY(), Mem{Base: dst})
+	}
+	Label(name + "next")
+	ADDQ(U32(uint32(4*bs)), x)
+	ADDQ(U32(uint32(bbytes)), dst)
+	DECQ(nb)
+	JMP(L("block"))
+	Label(name + "done")
+	VZEROUPPER()
+	RET()
+}
+
+// quantActsY emits the AVX2 activation quantizers quantAct32x256 and quantAct256x256, bitwise
+// as the Go ones (see quantAct). The 32-bit quants become bytes with two saturating packs (no
+// value saturates: they are clamped to -127..127) and a dword permutation that undoes the packs'
+// in-lane interleave.
+func quantActsY() {
+	perm := GLOBL("quantperm256", attr.RODATA|attr.NOPTR)
+	for i, v := range []uint32{0, 4, 1, 5, 2, 6, 3, 7} {
+		DATA(4*i, U32(v))
+	}
+	quantActY(32, perm)
+	quantActY(256, perm)
+}
+
+// hreduceY reduces the 8 dword lanes of y to a scalar with op (VPMAXUD or VPADDD).
+func hreduceY(y reg.VecVirtual, op func(ops ...Op)) reg.GPVirtual {
+	x := XMM()
+	VEXTRACTI128(U8(1), y, x)
+	op(x, y.AsX(), x)
+	t := XMM()
+	VPSHUFD(U8(0x4e), x, t)
+	op(t, x, x)
+	VPSHUFD(U8(0xb1), x, t)
+	op(t, x, x)
+	r := GP32()
+	VMOVD(x, r)
+	return r.(reg.GPVirtual)
+}
+
+func quantActY(bs int, perm Mem) {
+	name := fmt.Sprintf("quantAct%dx256", bs)
+	TEXT(name, NOSPLIT, "func(dst *byte, x *float32, nb int)")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s quantizes nb blocks of %d activations (package kernel's act%d kind).", name, bs, bs))
+	dst := Load(Param("dst"), GP64())
+	x := Load(Param("x"), GP64())
+	nb := Load(Param("nb"), GP64())
+	abs := bcastY(0x7fffffff)
+	hi := bcastY(127)
+	lo := bcastY(uint32(0xffffffff - 126)) // -127
+	pv := YMM()
+	VMOVDQU(perm, pv)
+	nvec := bs / 8
+	bbytes := 48
+	if bs == 256 {
+		bbytes = 352
+	}
+	L := func(s string) LabelRef { return LabelRef(name + s) }
+	Label(name + "block")
+	TESTQ(nb, nb)
+	JZ(L("done"))
+	var m reg.VecVirtual
+	for v := 0; v < nvec; v++ {
+		a := YMM()
+		VPAND(Mem{Base: x, Disp: 32 * v}, abs, a)
+		if m == nil {
+			m = a
+		} else {
+			VPMAXUD(a, m, m)
+		}
+	}
+	amax := hreduceY(m, vpmaxud)
+	z := YMM()
+	zeroY(z)
+	if bs == 32 {
+		VMOVDQU(z.AsX(), Mem{Base: dst, Disp: 32})
+	} else {
+		for off := 256; off < 352; off += 32 {
+			VMOVDQU(z, Mem{Base: dst, Disp: off})
+		}
+	}
+	CMPL(amax, U32(0x7f7fffff))
+	JA(L("special"))
+	TESTL(amax, amax)
+	JZ(L("zero"))
+	am := XMM()
+	VMOVD(amax, am)
+	c := XMM()
+	cg := GP32()
+	MOVL(U32(0x42fe0000), cg) // 127.0
+	VMOVD(cg, c)
+	one := XMM()
+	MOVL(U32(0x3f800000), cg)
+	VMOVD(cg, one)
+	scale := YMM()
+	if bs == 32 {
+		d := XMM()
+		VDIVSS(c, am, d)
+		id := XMM()
+		VDIVSS(d, one, id)
+		VBROADCASTSS(id, scale)
+		h := XMM()
+		VCVTPS2PH(U8(0), d, h)
+		VCVTPH2PS(h, d)
+		VMOVSS(d, Mem{Base: dst, Disp: 32})
+	} else {
+		is := XMM()
+		VDIVSS(am, c, is)
+		VBROADCASTSS(is, scale)
+		d := XMM()
+		VDIVSS(is, one, d)
+		VMOVSS(d, Mem{Base: dst, Disp: 256})
+	}
+	// quants32 quantizes elements e..e+31, stores them as bytes and returns their four
+	// vectors of int32 quants.
+	quants32 := func(e int) [4]reg.VecVirtual {
+		var q [4]reg.VecVirtual
+		for v := range q {
+			q[v] = YMM()
+			VMULPS(Mem{Base: x, Disp: 4 * (e + 8*v)}, scale, q[v])
+			VCVTPS2DQ(q[v], q[v])
+			VPMINSD(hi, q[v], q[v])
+			VPMAXSD(lo, q[v], q[v])
+		}
+		w01, w23 := YMM(), YMM()
+		VPACKSSDW(q[1], q[0], w01)
+		VPACKSSDW(q[3], q[2], w23)
+		b := YMM()
+		VPACKSSWB(w23, w01, b)
+		VPERMD(b, pv, b)
+		VMOVDQU(b, Mem{Base: dst, Disp: e})
+		return q
+	}
+	if bs == 32 {
+		q := quants32(0)
+		VPADDD(q[1], q[0], q[0])
+		VPADDD(q[3], q[2], q[2])
+		VPADDD(q[2], q[0], q[0])
+		sum := hreduceY(q[0], vpaddd)
+		b := GP32()
+		IMUL3L(U32(0xffffff80), sum, b) // -128*sum
+		MOVL(b, Mem{Base: dst, Disp: 36})
+		IMUL3L(U32(0xfffffff8), sum, b) // -8*sum
+		MOVL(b, Mem{Base: dst, Disp: 40})
+	} else {
+		for g := 0; g < 8; g++ { // sub-blocks 2g and 2g+1
+			q := quants32(32 * g)
+			VPADDD(q[1], q[0], q[0])
+			VPADDD(q[3], q[2], q[2])
+			s0 := hreduceY(q[0], vpaddd)
+			s1 := hreduceY(q[2], vpaddd)
+			b := GP32()
+			IMUL3L(U32(0xffffffe0), s0, b) // -32*sum16
+			MOVL(b, Mem{Base: dst, Disp: 280 + 8*g})
+			IMUL3L(U32(0xffffffe0), s1, b)
+			MOVL(b, Mem{Base: dst, Disp: 284 + 8*g})
+			ADDL(s1, s0)
+			MOVW(s0.As16(), Mem{Base: dst, Disp: 264 + 2*g})
+		}
+	}
+	JMP(L("next"))
+	Label(name + "special")
+	for off := 0; off < bs; off += 32 {
+		VMOVDQU(z, Mem{Base: dst, Disp: off})
+	}
+	nan := GP32()
+	MOVL(U32(0x7fc00000), nan)
+	MOVL(nan, Mem{Base: dst, Disp: bs})
+	JMP(L("next"))
+	Label(name + "zero")
+	for off := 0; off < bs; off += 32 {
+		VMOVDQU(z, Mem{Base: dst, Disp: off})
 	}
 	Label(name + "next")
 	ADDQ(U32(uint32(4*bs)), x)
