@@ -113,6 +113,7 @@ var (
 	hasAVX512  bool // AVX512F, with the OS saving zmm and opmask state
 	hasVNNI512 bool // AVX512_VNNI and AVX512BW besides AVX512F: the quantized zmm kernels
 	hasF16C    bool // F16C besides AVX2: the quantized ymm kernels convert f16 scales
+	hasAVXVNNI bool // AVX-VNNI (VEX vpdpbusd) besides those: the quantized ymm kernels use it
 )
 
 // detect reads CPUID and XCR0. A feature counts only if the OS also saves the registers it
@@ -145,6 +146,9 @@ func detect() {
 	hasAVX2FMA = ymmOS && b7&avx2Bit != 0 && c1&fmaBit != 0
 	hasAVX512 = zmmOS && hasAVX2FMA && b7&avx512FBit != 0
 	hasF16C = hasAVX2FMA && c1&f16cBit != 0
+	a71, _, _, _ := cpuid(7, 1)
+	const avxVNNIBit = 1 << 4 // leaf 7 sub-leaf 1 EAX
+	hasAVXVNNI = hasF16C && a71&avxVNNIBit != 0
 	hasVNNI512 = hasAVX512 && b7&avx512BWBit != 0 && c7&vnniBit != 0
 }
 
@@ -285,6 +289,21 @@ func qpanels256(m *Matrix, y []float32, a []byte, rows, p0, p1 int) {
 func qkern256(m *Matrix, p0, np int, a *byte, y *float32) {
 	nb := m.qblocks()
 	w := &m.q[p0*m.panelBytes()]
+	if hasAVXVNNI {
+		switch m.DType {
+		case Q8_0:
+			qpanelsQ8_0R1vx256(w, a, y, nb, np)
+		case Q4_0:
+			qpanelsQ4_0R1vx256(w, a, y, nb, np)
+		case Q4_K:
+			qpanelsQ4_KR1vx256(w, a, y, nb, np)
+		case Q5_K:
+			qpanelsQ5_KR1vx256(w, a, y, nb, np)
+		case Q6_K:
+			qpanelsQ6_KR1vx256(w, a, y, nb, np)
+		}
+		return
+	}
 	switch m.DType {
 	case Q8_0:
 		qpanelsQ8_0R1x256(w, a, y, nb, np)

@@ -18747,6 +18747,4721 @@ qpanelsQ6_KR1x256done:
 	VZEROUPPER
 	RET
 
+// func qpanelsQ8_0R1vx256(w *byte, a *byte, y *float32, nb int, np int)
+// Requires: AVX, AVX2, AVXVNNI, F16C
+TEXT ·qpanelsQ8_0R1vx256(SB), NOSPLIT, $0-40
+	MOVQ         w+0(FP), AX
+	MOVQ         a+8(FP), CX
+	MOVQ         y+16(FP), DX
+	MOVQ         nb+24(FP), BX
+	MOVQ         np+32(FP), SI
+	MOVL         $0x0f0f0f0f, DI
+	VMOVD        DI, X0
+	VPBROADCASTD X0, Y0
+
+qpanelsQ8_0R1vx256panel:
+	TESTQ SI, SI
+	JZ    qpanelsQ8_0R1vx256done
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	MOVQ  CX, DI
+	MOVQ  BX, R8
+
+qpanelsQ8_0R1vx256block:
+	VPBROADCASTD 36(DI), Y10
+	VPBROADCASTD 36(DI), Y11
+	VMOVDQU      32(AX), Y14
+	VPBROADCASTD (DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xd4
+	VMOVDQU      64(AX), Y14
+	VPBROADCASTD (DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xdc
+	VMOVDQU      96(AX), Y14
+	VPBROADCASTD 4(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xd4
+	VMOVDQU      128(AX), Y14
+	VPBROADCASTD 4(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xdc
+	VMOVDQU      160(AX), Y14
+	VPBROADCASTD 8(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xd4
+	VMOVDQU      192(AX), Y14
+	VPBROADCASTD 8(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xdc
+	VMOVDQU      224(AX), Y14
+	VPBROADCASTD 12(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xd4
+	VMOVDQU      256(AX), Y14
+	VPBROADCASTD 12(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xdc
+	VMOVDQU      288(AX), Y14
+	VPBROADCASTD 16(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xd4
+	VMOVDQU      320(AX), Y14
+	VPBROADCASTD 16(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xdc
+	VMOVDQU      352(AX), Y14
+	VPBROADCASTD 20(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xd4
+	VMOVDQU      384(AX), Y14
+	VPBROADCASTD 20(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xdc
+	VMOVDQU      416(AX), Y14
+	VPBROADCASTD 24(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xd4
+	VMOVDQU      448(AX), Y14
+	VPBROADCASTD 24(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xdc
+	VMOVDQU      480(AX), Y14
+	VPBROADCASTD 28(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xd4
+	VMOVDQU      512(AX), Y14
+	VPBROADCASTD 28(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xdc
+	VCVTPH2PS    (AX), Y2
+	VBROADCASTSS 32(DI), Y3
+	VMULPS       Y3, Y2, Y2
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y2, Y10, Y10
+	VADDPS       Y10, Y0, Y0
+	VCVTPH2PS    16(AX), Y2
+	VBROADCASTSS 32(DI), Y3
+	VMULPS       Y3, Y2, Y2
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y2, Y11, Y11
+	VADDPS       Y11, Y1, Y1
+	ADDQ         $0x00000220, AX
+	ADDQ         $0x00000030, DI
+	DECQ         R8
+	JNZ          qpanelsQ8_0R1vx256block
+	VMOVUPS      Y0, (DX)
+	VMOVUPS      Y1, 32(DX)
+	ADDQ         $0x40, DX
+	DECQ         SI
+	JMP          qpanelsQ8_0R1vx256panel
+
+qpanelsQ8_0R1vx256done:
+	VZEROUPPER
+	RET
+
+// func qpanelsQ4_0R1vx256(w *byte, a *byte, y *float32, nb int, np int)
+// Requires: AVX, AVX2, AVXVNNI, F16C
+TEXT ·qpanelsQ4_0R1vx256(SB), NOSPLIT, $0-40
+	MOVQ         w+0(FP), AX
+	MOVQ         a+8(FP), CX
+	MOVQ         y+16(FP), DX
+	MOVQ         nb+24(FP), BX
+	MOVQ         np+32(FP), SI
+	MOVL         $0x0f0f0f0f, DI
+	VMOVD        DI, X0
+	VPBROADCASTD X0, Y0
+
+qpanelsQ4_0R1vx256panel:
+	TESTQ SI, SI
+	JZ    qpanelsQ4_0R1vx256done
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	MOVQ  CX, DI
+	MOVQ  BX, R8
+
+qpanelsQ4_0R1vx256block:
+	VPBROADCASTD 40(DI), Y10
+	VPBROADCASTD 40(DI), Y11
+	VPAND        32(AX), Y0, Y14
+	VMOVDQU      32(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD (DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xd4
+	VPBROADCASTD 4(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xd4
+	VPAND        64(AX), Y0, Y14
+	VMOVDQU      64(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD (DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xdc
+	VPBROADCASTD 4(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xdc
+	VPAND        96(AX), Y0, Y14
+	VMOVDQU      96(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 8(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xd4
+	VPBROADCASTD 12(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xd4
+	VPAND        128(AX), Y0, Y14
+	VMOVDQU      128(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 8(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xdc
+	VPBROADCASTD 12(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xdc
+	VPAND        160(AX), Y0, Y14
+	VMOVDQU      160(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 16(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xd4
+	VPBROADCASTD 20(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xd4
+	VPAND        192(AX), Y0, Y14
+	VMOVDQU      192(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 16(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xdc
+	VPBROADCASTD 20(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xdc
+	VPAND        224(AX), Y0, Y14
+	VMOVDQU      224(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 24(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xd4
+	VPBROADCASTD 28(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xd4
+	VPAND        256(AX), Y0, Y14
+	VMOVDQU      256(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 24(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xdc
+	VPBROADCASTD 28(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xdc
+	VCVTPH2PS    (AX), Y3
+	VBROADCASTSS 32(DI), Y4
+	VMULPS       Y4, Y3, Y3
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y3, Y10, Y10
+	VADDPS       Y10, Y1, Y1
+	VCVTPH2PS    16(AX), Y3
+	VBROADCASTSS 32(DI), Y4
+	VMULPS       Y4, Y3, Y3
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y3, Y11, Y11
+	VADDPS       Y11, Y2, Y2
+	ADDQ         $0x00000120, AX
+	ADDQ         $0x00000030, DI
+	DECQ         R8
+	JNZ          qpanelsQ4_0R1vx256block
+	VMOVUPS      Y1, (DX)
+	VMOVUPS      Y2, 32(DX)
+	ADDQ         $0x40, DX
+	DECQ         SI
+	JMP          qpanelsQ4_0R1vx256panel
+
+qpanelsQ4_0R1vx256done:
+	VZEROUPPER
+	RET
+
+// func qpanelsQ4_KR1vx256(w *byte, a *byte, y *float32, nb int, np int)
+// Requires: AVX, AVX2, AVXVNNI, F16C
+TEXT ·qpanelsQ4_KR1vx256(SB), NOSPLIT, $0-40
+	MOVQ         w+0(FP), AX
+	MOVQ         a+8(FP), CX
+	MOVQ         y+16(FP), DX
+	MOVQ         nb+24(FP), BX
+	MOVQ         np+32(FP), SI
+	MOVL         $0x0f0f0f0f, DI
+	VMOVD        DI, X0
+	VPBROADCASTD X0, Y0
+
+qpanelsQ4_KR1vx256panel:
+	TESTQ SI, SI
+	JZ    qpanelsQ4_KR1vx256done
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	MOVQ  CX, DI
+	MOVQ  BX, R8
+
+qpanelsQ4_KR1vx256block:
+	VPXOR        Y3, Y3, Y3
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y13, Y13, Y13
+	VPAND        320(AX), Y0, Y14
+	VMOVDQU      320(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD (DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 4(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        384(AX), Y0, Y14
+	VMOVDQU      384(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 8(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 12(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        448(AX), Y0, Y14
+	VMOVDQU      448(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 16(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 20(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        512(AX), Y0, Y14
+	VMOVDQU      512(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 24(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 28(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    64(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPXOR        Y13, Y13, Y13
+	VPAND        352(AX), Y0, Y14
+	VMOVDQU      352(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD (DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 4(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        416(AX), Y0, Y14
+	VMOVDQU      416(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 8(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 12(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        480(AX), Y0, Y14
+	VMOVDQU      480(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 16(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 20(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        544(AX), Y0, Y14
+	VMOVDQU      544(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 24(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 28(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    72(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        Y13, Y13, Y13
+	VPAND        576(AX), Y0, Y14
+	VMOVDQU      576(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 32(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 36(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        640(AX), Y0, Y14
+	VMOVDQU      640(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 40(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 44(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        704(AX), Y0, Y14
+	VMOVDQU      704(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 48(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 52(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        768(AX), Y0, Y14
+	VMOVDQU      768(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 56(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 60(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    80(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPXOR        Y13, Y13, Y13
+	VPAND        608(AX), Y0, Y14
+	VMOVDQU      608(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 32(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 36(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        672(AX), Y0, Y14
+	VMOVDQU      672(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 40(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 44(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        736(AX), Y0, Y14
+	VMOVDQU      736(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 48(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 52(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        800(AX), Y0, Y14
+	VMOVDQU      800(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 56(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 60(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    88(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        Y13, Y13, Y13
+	VPAND        832(AX), Y0, Y14
+	VMOVDQU      832(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 64(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 68(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        896(AX), Y0, Y14
+	VMOVDQU      896(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 72(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 76(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        960(AX), Y0, Y14
+	VMOVDQU      960(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 80(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 84(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1024(AX), Y0, Y14
+	VMOVDQU      1024(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 88(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 92(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    96(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPXOR        Y13, Y13, Y13
+	VPAND        864(AX), Y0, Y14
+	VMOVDQU      864(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 64(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 68(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        928(AX), Y0, Y14
+	VMOVDQU      928(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 72(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 76(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        992(AX), Y0, Y14
+	VMOVDQU      992(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 80(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 84(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1056(AX), Y0, Y14
+	VMOVDQU      1056(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 88(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 92(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    104(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        Y13, Y13, Y13
+	VPAND        1088(AX), Y0, Y14
+	VMOVDQU      1088(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 96(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 100(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1152(AX), Y0, Y14
+	VMOVDQU      1152(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 104(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 108(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1216(AX), Y0, Y14
+	VMOVDQU      1216(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 112(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 116(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1280(AX), Y0, Y14
+	VMOVDQU      1280(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 120(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 124(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    112(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPXOR        Y13, Y13, Y13
+	VPAND        1120(AX), Y0, Y14
+	VMOVDQU      1120(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 96(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 100(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1184(AX), Y0, Y14
+	VMOVDQU      1184(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 104(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 108(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1248(AX), Y0, Y14
+	VMOVDQU      1248(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 112(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 116(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1312(AX), Y0, Y14
+	VMOVDQU      1312(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 120(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 124(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    120(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        Y13, Y13, Y13
+	VPAND        1344(AX), Y0, Y14
+	VMOVDQU      1344(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 128(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 132(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1408(AX), Y0, Y14
+	VMOVDQU      1408(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 136(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 140(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1472(AX), Y0, Y14
+	VMOVDQU      1472(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 144(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 148(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1536(AX), Y0, Y14
+	VMOVDQU      1536(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 152(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 156(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    128(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPXOR        Y13, Y13, Y13
+	VPAND        1376(AX), Y0, Y14
+	VMOVDQU      1376(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 128(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 132(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1440(AX), Y0, Y14
+	VMOVDQU      1440(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 136(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 140(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1504(AX), Y0, Y14
+	VMOVDQU      1504(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 144(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 148(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1568(AX), Y0, Y14
+	VMOVDQU      1568(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 152(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 156(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    136(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        Y13, Y13, Y13
+	VPAND        1600(AX), Y0, Y14
+	VMOVDQU      1600(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 160(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 164(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1664(AX), Y0, Y14
+	VMOVDQU      1664(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 168(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 172(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1728(AX), Y0, Y14
+	VMOVDQU      1728(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 176(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 180(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1792(AX), Y0, Y14
+	VMOVDQU      1792(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 184(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 188(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    144(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPXOR        Y13, Y13, Y13
+	VPAND        1632(AX), Y0, Y14
+	VMOVDQU      1632(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 160(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 164(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1696(AX), Y0, Y14
+	VMOVDQU      1696(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 168(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 172(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1760(AX), Y0, Y14
+	VMOVDQU      1760(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 176(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 180(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1824(AX), Y0, Y14
+	VMOVDQU      1824(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 184(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 188(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    152(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        Y13, Y13, Y13
+	VPAND        1856(AX), Y0, Y14
+	VMOVDQU      1856(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 192(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 196(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1920(AX), Y0, Y14
+	VMOVDQU      1920(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 200(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 204(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1984(AX), Y0, Y14
+	VMOVDQU      1984(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 208(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 212(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2048(AX), Y0, Y14
+	VMOVDQU      2048(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 216(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 220(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    160(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPXOR        Y13, Y13, Y13
+	VPAND        1888(AX), Y0, Y14
+	VMOVDQU      1888(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 192(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 196(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1952(AX), Y0, Y14
+	VMOVDQU      1952(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 200(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 204(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2016(AX), Y0, Y14
+	VMOVDQU      2016(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 208(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 212(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2080(AX), Y0, Y14
+	VMOVDQU      2080(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 216(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 220(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    168(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        Y13, Y13, Y13
+	VPAND        2112(AX), Y0, Y14
+	VMOVDQU      2112(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 224(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 228(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2176(AX), Y0, Y14
+	VMOVDQU      2176(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 232(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 236(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2240(AX), Y0, Y14
+	VMOVDQU      2240(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 240(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 244(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2304(AX), Y0, Y14
+	VMOVDQU      2304(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 248(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 252(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    176(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPXOR        Y13, Y13, Y13
+	VPAND        2144(AX), Y0, Y14
+	VMOVDQU      2144(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 224(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 228(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2208(AX), Y0, Y14
+	VMOVDQU      2208(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 232(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 236(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2272(AX), Y0, Y14
+	VMOVDQU      2272(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 240(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 244(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2336(AX), Y0, Y14
+	VMOVDQU      2336(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 248(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 252(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    184(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	VPXOR        Y6, Y6, Y6
+	VPBROADCASTD 264(DI), Y7
+	VPMOVZXBW    192(AX), Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y5, Y5
+	VPMOVZXBW    208(AX), Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y6, Y6
+	VPBROADCASTD 268(DI), Y7
+	VPMOVZXBW    224(AX), Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y5, Y5
+	VPMOVZXBW    240(AX), Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y6, Y6
+	VPBROADCASTD 272(DI), Y7
+	VPMOVZXBW    256(AX), Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y5, Y5
+	VPMOVZXBW    272(AX), Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y6, Y6
+	VPBROADCASTD 276(DI), Y7
+	VPMOVZXBW    288(AX), Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y5, Y5
+	VPMOVZXBW    304(AX), Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y6, Y6
+	VBROADCASTSS 256(DI), Y7
+	VCVTPH2PS    (AX), Y8
+	VMULPS       Y7, Y8, Y8
+	VCVTPH2PS    32(AX), Y9
+	VMULPS       Y7, Y9, Y9
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y8, Y3, Y3
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y9, Y5, Y5
+	VSUBPS       Y5, Y3, Y3
+	VADDPS       Y3, Y1, Y1
+	VBROADCASTSS 256(DI), Y3
+	VCVTPH2PS    16(AX), Y5
+	VMULPS       Y3, Y5, Y5
+	VCVTPH2PS    48(AX), Y7
+	VMULPS       Y3, Y7, Y7
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y5, Y4, Y4
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       Y7, Y6, Y6
+	VSUBPS       Y6, Y4, Y4
+	VADDPS       Y4, Y2, Y2
+	ADDQ         $0x00000940, AX
+	ADDQ         $0x00000160, DI
+	DECQ         R8
+	JNZ          qpanelsQ4_KR1vx256block
+	VMOVUPS      Y1, (DX)
+	VMOVUPS      Y2, 32(DX)
+	ADDQ         $0x40, DX
+	DECQ         SI
+	JMP          qpanelsQ4_KR1vx256panel
+
+qpanelsQ4_KR1vx256done:
+	VZEROUPPER
+	RET
+
+// func qpanelsQ5_KR1vx256(w *byte, a *byte, y *float32, nb int, np int)
+// Requires: AVX, AVX2, AVXVNNI, F16C
+TEXT ·qpanelsQ5_KR1vx256(SB), NOSPLIT, $0-40
+	MOVQ         w+0(FP), AX
+	MOVQ         a+8(FP), CX
+	MOVQ         y+16(FP), DX
+	MOVQ         nb+24(FP), BX
+	MOVQ         np+32(FP), SI
+	MOVL         $0x0f0f0f0f, DI
+	VMOVD        DI, X0
+	VPBROADCASTD X0, Y0
+	MOVL         $0x10101010, DI
+	VMOVD        DI, X1
+	VPBROADCASTD X1, Y1
+
+qpanelsQ5_KR1vx256panel:
+	TESTQ SI, SI
+	JZ    qpanelsQ5_KR1vx256done
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	MOVQ  CX, DI
+	MOVQ  BX, R8
+
+qpanelsQ5_KR1vx256block:
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	VPXOR        Y13, Y13, Y13
+	VMOVDQU      2368(AX), Y6
+	VPAND        320(AX), Y0, Y14
+	VMOVDQU      320(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x03, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD (DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 4(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        384(AX), Y0, Y14
+	VMOVDQU      384(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x01, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 8(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 12(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        448(AX), Y0, Y14
+	VMOVDQU      448(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x01, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 16(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 20(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        512(AX), Y0, Y14
+	VMOVDQU      512(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x03, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 24(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 28(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    64(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        Y13, Y13, Y13
+	VMOVDQU      2400(AX), Y6
+	VPAND        352(AX), Y0, Y14
+	VMOVDQU      352(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x03, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD (DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 4(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        416(AX), Y0, Y14
+	VMOVDQU      416(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x01, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 8(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 12(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        480(AX), Y0, Y14
+	VMOVDQU      480(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x01, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 16(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 20(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        544(AX), Y0, Y14
+	VMOVDQU      544(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x03, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 24(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 28(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    72(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPXOR        Y13, Y13, Y13
+	VMOVDQU      2432(AX), Y6
+	VPAND        576(AX), Y0, Y14
+	VMOVDQU      576(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x03, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 32(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 36(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        640(AX), Y0, Y14
+	VMOVDQU      640(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x01, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 40(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 44(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        704(AX), Y0, Y14
+	VMOVDQU      704(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x01, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 48(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 52(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        768(AX), Y0, Y14
+	VMOVDQU      768(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x03, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 56(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 60(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    80(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        Y13, Y13, Y13
+	VMOVDQU      2464(AX), Y6
+	VPAND        608(AX), Y0, Y14
+	VMOVDQU      608(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x03, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 32(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 36(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        672(AX), Y0, Y14
+	VMOVDQU      672(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x01, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 40(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 44(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        736(AX), Y0, Y14
+	VMOVDQU      736(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x01, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 48(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 52(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        800(AX), Y0, Y14
+	VMOVDQU      800(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x03, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 56(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 60(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    88(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPXOR        Y13, Y13, Y13
+	VMOVDQU      2496(AX), Y6
+	VPAND        832(AX), Y0, Y14
+	VMOVDQU      832(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x03, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 64(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 68(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        896(AX), Y0, Y14
+	VMOVDQU      896(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x01, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 72(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 76(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        960(AX), Y0, Y14
+	VMOVDQU      960(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x01, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 80(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 84(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1024(AX), Y0, Y14
+	VMOVDQU      1024(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x03, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 88(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 92(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    96(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        Y13, Y13, Y13
+	VMOVDQU      2528(AX), Y6
+	VPAND        864(AX), Y0, Y14
+	VMOVDQU      864(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x03, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 64(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 68(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        928(AX), Y0, Y14
+	VMOVDQU      928(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x01, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 72(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 76(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        992(AX), Y0, Y14
+	VMOVDQU      992(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x01, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 80(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 84(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1056(AX), Y0, Y14
+	VMOVDQU      1056(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x03, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 88(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 92(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    104(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPXOR        Y13, Y13, Y13
+	VMOVDQU      2560(AX), Y6
+	VPAND        1088(AX), Y0, Y14
+	VMOVDQU      1088(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x03, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 96(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 100(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1152(AX), Y0, Y14
+	VMOVDQU      1152(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x01, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 104(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 108(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1216(AX), Y0, Y14
+	VMOVDQU      1216(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x01, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 112(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 116(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1280(AX), Y0, Y14
+	VMOVDQU      1280(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x03, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 120(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 124(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    112(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        Y13, Y13, Y13
+	VMOVDQU      2592(AX), Y6
+	VPAND        1120(AX), Y0, Y14
+	VMOVDQU      1120(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x03, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 96(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 100(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1184(AX), Y0, Y14
+	VMOVDQU      1184(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x01, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 104(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 108(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1248(AX), Y0, Y14
+	VMOVDQU      1248(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x01, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 112(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 116(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1312(AX), Y0, Y14
+	VMOVDQU      1312(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x03, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 120(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 124(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    120(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPXOR        Y13, Y13, Y13
+	VMOVDQU      2624(AX), Y6
+	VPAND        1344(AX), Y0, Y14
+	VMOVDQU      1344(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x03, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 128(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 132(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1408(AX), Y0, Y14
+	VMOVDQU      1408(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x01, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 136(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 140(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1472(AX), Y0, Y14
+	VMOVDQU      1472(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x01, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 144(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 148(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1536(AX), Y0, Y14
+	VMOVDQU      1536(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x03, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 152(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 156(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    128(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        Y13, Y13, Y13
+	VMOVDQU      2656(AX), Y6
+	VPAND        1376(AX), Y0, Y14
+	VMOVDQU      1376(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x03, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 128(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 132(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1440(AX), Y0, Y14
+	VMOVDQU      1440(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x01, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 136(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 140(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1504(AX), Y0, Y14
+	VMOVDQU      1504(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x01, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 144(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 148(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1568(AX), Y0, Y14
+	VMOVDQU      1568(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x03, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 152(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 156(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    136(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPXOR        Y13, Y13, Y13
+	VMOVDQU      2688(AX), Y6
+	VPAND        1600(AX), Y0, Y14
+	VMOVDQU      1600(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x03, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 160(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 164(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1664(AX), Y0, Y14
+	VMOVDQU      1664(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x01, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 168(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 172(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1728(AX), Y0, Y14
+	VMOVDQU      1728(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x01, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 176(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 180(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1792(AX), Y0, Y14
+	VMOVDQU      1792(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x03, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 184(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 188(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    144(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        Y13, Y13, Y13
+	VMOVDQU      2720(AX), Y6
+	VPAND        1632(AX), Y0, Y14
+	VMOVDQU      1632(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x03, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 160(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 164(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1696(AX), Y0, Y14
+	VMOVDQU      1696(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x01, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 168(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 172(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1760(AX), Y0, Y14
+	VMOVDQU      1760(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x01, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 176(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 180(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1824(AX), Y0, Y14
+	VMOVDQU      1824(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x03, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 184(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 188(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    152(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPXOR        Y13, Y13, Y13
+	VMOVDQU      2752(AX), Y6
+	VPAND        1856(AX), Y0, Y14
+	VMOVDQU      1856(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x03, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 192(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 196(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1920(AX), Y0, Y14
+	VMOVDQU      1920(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x01, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 200(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 204(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1984(AX), Y0, Y14
+	VMOVDQU      1984(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x01, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 208(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 212(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2048(AX), Y0, Y14
+	VMOVDQU      2048(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x03, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 216(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 220(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    160(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        Y13, Y13, Y13
+	VMOVDQU      2784(AX), Y6
+	VPAND        1888(AX), Y0, Y14
+	VMOVDQU      1888(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x03, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 192(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 196(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1952(AX), Y0, Y14
+	VMOVDQU      1952(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x01, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 200(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 204(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2016(AX), Y0, Y14
+	VMOVDQU      2016(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x01, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 208(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 212(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2080(AX), Y0, Y14
+	VMOVDQU      2080(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x03, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 216(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 220(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    168(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPXOR        Y13, Y13, Y13
+	VMOVDQU      2816(AX), Y6
+	VPAND        2112(AX), Y0, Y14
+	VMOVDQU      2112(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x03, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 224(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 228(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2176(AX), Y0, Y14
+	VMOVDQU      2176(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x01, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 232(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 236(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2240(AX), Y0, Y14
+	VMOVDQU      2240(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x01, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 240(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 244(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2304(AX), Y0, Y14
+	VMOVDQU      2304(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x03, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 248(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 252(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    176(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        Y13, Y13, Y13
+	VMOVDQU      2848(AX), Y6
+	VPAND        2144(AX), Y0, Y14
+	VMOVDQU      2144(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x03, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 224(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 228(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2208(AX), Y0, Y14
+	VMOVDQU      2208(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x01, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 232(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 236(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2272(AX), Y0, Y14
+	VMOVDQU      2272(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x01, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 240(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 244(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2336(AX), Y0, Y14
+	VMOVDQU      2336(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x03, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 248(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 252(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    184(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPXOR        Y6, Y6, Y6
+	VPXOR        Y7, Y7, Y7
+	VPBROADCASTD 264(DI), Y8
+	VPMOVZXBW    192(AX), Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y6, Y6
+	VPMOVZXBW    208(AX), Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y7, Y7
+	VPBROADCASTD 268(DI), Y8
+	VPMOVZXBW    224(AX), Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y6, Y6
+	VPMOVZXBW    240(AX), Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y7, Y7
+	VPBROADCASTD 272(DI), Y8
+	VPMOVZXBW    256(AX), Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y6, Y6
+	VPMOVZXBW    272(AX), Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y7, Y7
+	VPBROADCASTD 276(DI), Y8
+	VPMOVZXBW    288(AX), Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y6, Y6
+	VPMOVZXBW    304(AX), Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y7, Y7
+	VBROADCASTSS 256(DI), Y8
+	VCVTPH2PS    (AX), Y9
+	VMULPS       Y8, Y9, Y9
+	VCVTPH2PS    32(AX), Y10
+	VMULPS       Y8, Y10, Y10
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y9, Y4, Y4
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       Y10, Y6, Y6
+	VSUBPS       Y6, Y4, Y4
+	VADDPS       Y4, Y2, Y2
+	VBROADCASTSS 256(DI), Y4
+	VCVTPH2PS    16(AX), Y6
+	VMULPS       Y4, Y6, Y6
+	VCVTPH2PS    48(AX), Y8
+	VMULPS       Y4, Y8, Y8
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y6, Y5, Y5
+	VCVTDQ2PS    Y7, Y7
+	VMULPS       Y8, Y7, Y7
+	VSUBPS       Y7, Y5, Y5
+	VADDPS       Y5, Y3, Y3
+	ADDQ         $0x00000b40, AX
+	ADDQ         $0x00000160, DI
+	DECQ         R8
+	JNZ          qpanelsQ5_KR1vx256block
+	VMOVUPS      Y2, (DX)
+	VMOVUPS      Y3, 32(DX)
+	ADDQ         $0x40, DX
+	DECQ         SI
+	JMP          qpanelsQ5_KR1vx256panel
+
+qpanelsQ5_KR1vx256done:
+	VZEROUPPER
+	RET
+
+// func qpanelsQ6_KR1vx256(w *byte, a *byte, y *float32, nb int, np int)
+// Requires: AVX, AVX2, AVXVNNI, F16C
+TEXT ·qpanelsQ6_KR1vx256(SB), NOSPLIT, $0-40
+	MOVQ         w+0(FP), AX
+	MOVQ         a+8(FP), CX
+	MOVQ         y+16(FP), DX
+	MOVQ         nb+24(FP), BX
+	MOVQ         np+32(FP), SI
+	MOVL         $0x0f0f0f0f, DI
+	VMOVD        DI, X0
+	VPBROADCASTD X0, Y0
+	MOVL         $0x30303030, DI
+	VMOVD        DI, X1
+	VPBROADCASTD X1, Y1
+
+qpanelsQ6_KR1vx256panel:
+	TESTQ SI, SI
+	JZ    qpanelsQ6_KR1vx256done
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	MOVQ  CX, DI
+	MOVQ  BX, R8
+
+qpanelsQ6_KR1vx256block:
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	VPBROADCASTD 280(DI), Y13
+	VMOVDQU      2336(AX), Y6
+	VPAND        288(AX), Y0, Y14
+	VMOVDQU      288(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD (DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 4(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        352(AX), Y0, Y14
+	VMOVDQU      352(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x02, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 8(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 12(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    32(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 280(DI), Y13
+	VMOVDQU      2368(AX), Y6
+	VPAND        320(AX), Y0, Y14
+	VMOVDQU      320(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD (DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 4(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        384(AX), Y0, Y14
+	VMOVDQU      384(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x02, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 8(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 12(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    40(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPBROADCASTD 284(DI), Y13
+	VMOVDQU      2400(AX), Y6
+	VPAND        416(AX), Y0, Y14
+	VMOVDQU      416(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 16(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 20(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        480(AX), Y0, Y14
+	VMOVDQU      480(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x02, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 24(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 28(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    48(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 284(DI), Y13
+	VMOVDQU      2432(AX), Y6
+	VPAND        448(AX), Y0, Y14
+	VMOVDQU      448(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 16(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 20(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        512(AX), Y0, Y14
+	VMOVDQU      512(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x02, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 24(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 28(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    56(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPBROADCASTD 288(DI), Y13
+	VMOVDQU      2464(AX), Y6
+	VPAND        544(AX), Y0, Y14
+	VMOVDQU      544(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 32(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 36(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        608(AX), Y0, Y14
+	VMOVDQU      608(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x02, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 40(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 44(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    64(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 288(DI), Y13
+	VMOVDQU      2496(AX), Y6
+	VPAND        576(AX), Y0, Y14
+	VMOVDQU      576(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 32(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 36(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        640(AX), Y0, Y14
+	VMOVDQU      640(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x02, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 40(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 44(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    72(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPBROADCASTD 292(DI), Y13
+	VMOVDQU      2528(AX), Y6
+	VPAND        672(AX), Y0, Y14
+	VMOVDQU      672(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 48(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 52(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        736(AX), Y0, Y14
+	VMOVDQU      736(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x02, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 56(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 60(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    80(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 292(DI), Y13
+	VMOVDQU      2560(AX), Y6
+	VPAND        704(AX), Y0, Y14
+	VMOVDQU      704(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 48(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 52(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        768(AX), Y0, Y14
+	VMOVDQU      768(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x02, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 56(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 60(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    88(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPBROADCASTD 296(DI), Y13
+	VMOVDQU      2592(AX), Y6
+	VPAND        800(AX), Y0, Y14
+	VMOVDQU      800(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 64(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 68(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        864(AX), Y0, Y14
+	VMOVDQU      864(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x02, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 72(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 76(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    96(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 296(DI), Y13
+	VMOVDQU      2624(AX), Y6
+	VPAND        832(AX), Y0, Y14
+	VMOVDQU      832(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 64(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 68(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        896(AX), Y0, Y14
+	VMOVDQU      896(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x02, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 72(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 76(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    104(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPBROADCASTD 300(DI), Y13
+	VMOVDQU      2656(AX), Y6
+	VPAND        928(AX), Y0, Y14
+	VMOVDQU      928(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 80(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 84(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        992(AX), Y0, Y14
+	VMOVDQU      992(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x02, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 88(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 92(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    112(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 300(DI), Y13
+	VMOVDQU      2688(AX), Y6
+	VPAND        960(AX), Y0, Y14
+	VMOVDQU      960(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 80(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 84(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1024(AX), Y0, Y14
+	VMOVDQU      1024(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x02, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 88(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 92(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    120(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPBROADCASTD 304(DI), Y13
+	VMOVDQU      2720(AX), Y6
+	VPAND        1056(AX), Y0, Y14
+	VMOVDQU      1056(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 96(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 100(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1120(AX), Y0, Y14
+	VMOVDQU      1120(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x02, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 104(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 108(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    128(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 304(DI), Y13
+	VMOVDQU      2752(AX), Y6
+	VPAND        1088(AX), Y0, Y14
+	VMOVDQU      1088(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 96(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 100(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1152(AX), Y0, Y14
+	VMOVDQU      1152(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x02, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 104(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 108(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    136(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPBROADCASTD 308(DI), Y13
+	VMOVDQU      2784(AX), Y6
+	VPAND        1184(AX), Y0, Y14
+	VMOVDQU      1184(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 112(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 116(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1248(AX), Y0, Y14
+	VMOVDQU      1248(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x02, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 120(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 124(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    144(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 308(DI), Y13
+	VMOVDQU      2816(AX), Y6
+	VPAND        1216(AX), Y0, Y14
+	VMOVDQU      1216(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 112(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 116(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1280(AX), Y0, Y14
+	VMOVDQU      1280(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x02, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 120(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 124(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    152(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPBROADCASTD 312(DI), Y13
+	VMOVDQU      2848(AX), Y6
+	VPAND        1312(AX), Y0, Y14
+	VMOVDQU      1312(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 128(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 132(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1376(AX), Y0, Y14
+	VMOVDQU      1376(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x02, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 136(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 140(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    160(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 312(DI), Y13
+	VMOVDQU      2880(AX), Y6
+	VPAND        1344(AX), Y0, Y14
+	VMOVDQU      1344(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 128(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 132(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1408(AX), Y0, Y14
+	VMOVDQU      1408(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x02, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 136(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 140(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    168(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPBROADCASTD 316(DI), Y13
+	VMOVDQU      2912(AX), Y6
+	VPAND        1440(AX), Y0, Y14
+	VMOVDQU      1440(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 144(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 148(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1504(AX), Y0, Y14
+	VMOVDQU      1504(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x02, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 152(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 156(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    176(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 316(DI), Y13
+	VMOVDQU      2944(AX), Y6
+	VPAND        1472(AX), Y0, Y14
+	VMOVDQU      1472(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 144(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 148(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1536(AX), Y0, Y14
+	VMOVDQU      1536(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x02, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 152(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 156(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    184(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPBROADCASTD 320(DI), Y13
+	VMOVDQU      2976(AX), Y6
+	VPAND        1568(AX), Y0, Y14
+	VMOVDQU      1568(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 160(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 164(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1632(AX), Y0, Y14
+	VMOVDQU      1632(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x02, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 168(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 172(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    192(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 320(DI), Y13
+	VMOVDQU      3008(AX), Y6
+	VPAND        1600(AX), Y0, Y14
+	VMOVDQU      1600(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 160(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 164(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1664(AX), Y0, Y14
+	VMOVDQU      1664(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x02, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 168(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 172(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    200(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPBROADCASTD 324(DI), Y13
+	VMOVDQU      3040(AX), Y6
+	VPAND        1696(AX), Y0, Y14
+	VMOVDQU      1696(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 176(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 180(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1760(AX), Y0, Y14
+	VMOVDQU      1760(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x02, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 184(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 188(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    208(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 324(DI), Y13
+	VMOVDQU      3072(AX), Y6
+	VPAND        1728(AX), Y0, Y14
+	VMOVDQU      1728(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 176(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 180(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1792(AX), Y0, Y14
+	VMOVDQU      1792(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x02, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 184(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 188(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    216(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPBROADCASTD 328(DI), Y13
+	VMOVDQU      3104(AX), Y6
+	VPAND        1824(AX), Y0, Y14
+	VMOVDQU      1824(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 192(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 196(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1888(AX), Y0, Y14
+	VMOVDQU      1888(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x02, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 200(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 204(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    224(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 328(DI), Y13
+	VMOVDQU      3136(AX), Y6
+	VPAND        1856(AX), Y0, Y14
+	VMOVDQU      1856(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 192(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 196(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1920(AX), Y0, Y14
+	VMOVDQU      1920(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x02, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 200(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 204(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    232(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPBROADCASTD 332(DI), Y13
+	VMOVDQU      3168(AX), Y6
+	VPAND        1952(AX), Y0, Y14
+	VMOVDQU      1952(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 208(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 212(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2016(AX), Y0, Y14
+	VMOVDQU      2016(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x02, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 216(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 220(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    240(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 332(DI), Y13
+	VMOVDQU      3200(AX), Y6
+	VPAND        1984(AX), Y0, Y14
+	VMOVDQU      1984(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 208(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 212(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2048(AX), Y0, Y14
+	VMOVDQU      2048(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x02, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 216(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 220(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    248(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPBROADCASTD 336(DI), Y13
+	VMOVDQU      3232(AX), Y6
+	VPAND        2080(AX), Y0, Y14
+	VMOVDQU      2080(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 224(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 228(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2144(AX), Y0, Y14
+	VMOVDQU      2144(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x02, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 232(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 236(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    256(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 336(DI), Y13
+	VMOVDQU      3264(AX), Y6
+	VPAND        2112(AX), Y0, Y14
+	VMOVDQU      2112(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 224(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 228(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2176(AX), Y0, Y14
+	VMOVDQU      2176(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x02, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 232(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 236(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    264(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPBROADCASTD 340(DI), Y13
+	VMOVDQU      3296(AX), Y6
+	VPAND        2208(AX), Y0, Y14
+	VMOVDQU      2208(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 240(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 244(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2272(AX), Y0, Y14
+	VMOVDQU      2272(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x02, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 248(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 252(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    272(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 340(DI), Y13
+	VMOVDQU      3328(AX), Y6
+	VPAND        2240(AX), Y0, Y14
+	VMOVDQU      2240(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSLLW       $0x02, Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y15, Y15
+	VPBROADCASTD 240(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 244(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2304(AX), Y0, Y14
+	VMOVDQU      2304(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y6, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y14, Y14
+	VPSRLW       $0x02, Y6, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 248(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 252(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    280(AX), Y6
+	VPMULLD      Y6, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VCVTPH2PS    (AX), Y6
+	VBROADCASTSS 256(DI), Y7
+	VMULPS       Y7, Y6, Y6
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y6, Y4, Y4
+	VADDPS       Y4, Y2, Y2
+	VCVTPH2PS    16(AX), Y4
+	VBROADCASTSS 256(DI), Y6
+	VMULPS       Y6, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y4, Y5, Y5
+	VADDPS       Y5, Y3, Y3
+	ADDQ         $0x00000d20, AX
+	ADDQ         $0x00000160, DI
+	DECQ         R8
+	JNZ          qpanelsQ6_KR1vx256block
+	VMOVUPS      Y2, (DX)
+	VMOVUPS      Y3, 32(DX)
+	ADDQ         $0x40, DX
+	DECQ         SI
+	JMP          qpanelsQ6_KR1vx256panel
+
+qpanelsQ6_KR1vx256done:
+	VZEROUPPER
+	RET
+
 // func quantAct32x512(dst *byte, x *float32, nb int)
 // Requires: AVX, AVX2, AVX512F, F16C
 TEXT ·quantAct32x512(SB), NOSPLIT, $0-24

@@ -450,7 +450,7 @@ func (k *qk2) nib(off int, hi bool) reg.VecVirtual {
 
 // high ORs into q the high bits in hb shifted by shift (see highBits). The shifts take a
 // register: their memory forms are AVX-512 only.
-func (k *qk2) high(hb reg.VecVirtual, shift int, q reg.VecVirtual) {
+func (k *qk2) high(hb reg.VecVirtual, shift int, q reg.Register) {
 	t := YMM()
 	switch {
 	case shift > 0:
@@ -483,7 +483,7 @@ func (k *qk2) pairDot(q0 reg.VecVirtual, g0 int, q1 reg.VecVirtual, g1 int, s re
 }
 
 // scale2 finishes a block: acc[h] += f32(s[h]) * (d*dx), d at byte dOff (8 f16 per half).
-func (k *qk2) scale2(s [2]reg.VecVirtual, dOff, dxOff int) {
+func (k *qk2) scale2(s [2]reg.Register, dOff, dxOff int) {
 	for h := 0; h < 2; h++ {
 		d := YMM()
 		VCVTPH2PS(k.wm(dOff+16*h), d)
@@ -498,17 +498,27 @@ func (k *qk2) scale2(s [2]reg.VecVirtual, dOff, dxOff int) {
 
 func quantKernels256() {
 	for _, t := range qtypes {
-		qpanels256(t)
+		qpanels256(t, false)
+	}
+	for _, t := range qtypes {
+		qpanels256(t, true)
 	}
 }
 
 // qpanels256 emits qpanels<T>R1x256(w, a *byte, y *float32, nb, np int): np whole panels of
 // nb blocks from w against one activation row a, outputs at y.
-func qpanels256(t qtype) {
+func qpanels256(t qtype, vnni bool) {
 	name := fmt.Sprintf("qpanels%sR1x256", t.name)
+	if vnni {
+		name = fmt.Sprintf("qpanels%sR1vx256", t.name)
+	}
 	TEXT(name, NOSPLIT, "func(w, a *byte, y *float32, nb, np int)")
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s computes one activation row against np whole %s panels of nb blocks.", name, t.name))
+	if vnni {
+		Doc(fmt.Sprintf("%s computes one activation row against np whole %s panels of nb blocks with AVX-VNNI.", name, t.name))
+	} else {
+		Doc(fmt.Sprintf("%s computes one activation row against np whole %s panels of nb blocks.", name, t.name))
+	}
 	k := &qk2{}
 	k.w = Load(Param("w"), GP64()).(reg.GPVirtual)
 	a0 := Load(Param("a"), GP64())
@@ -516,13 +526,15 @@ func qpanels256(t qtype) {
 	nb := Load(Param("nb"), GP64())
 	np := Load(Param("np"), GP64())
 	k.mask0f = bcastY(0x0f0f0f0f)
-	k.ones = bcastY(0x00010001)
-	switch t.name {
-	case "Q8_0":
+	if !vnni {
+		k.ones = bcastY(0x00010001)
+	}
+	switch {
+	case t.name == "Q8_0" && !vnni:
 		k.m80 = bcastY(0x80808080)
-	case "Q5_K":
+	case t.name == "Q5_K":
 		k.maskHi = bcastY(0x10101010)
-	case "Q6_K":
+	case t.name == "Q6_K":
 		k.maskHi = bcastY(0x30303030)
 	}
 	k.a = GP64()
@@ -537,16 +549,29 @@ func qpanels256(t qtype) {
 	MOVQ(a0, k.a)
 	MOVQ(nb, cnt)
 	Label(name + "block")
-	switch t.name {
-	case "Q8_0":
+	switch {
+	case vnni && t.name == "Q8_0":
+		bodyVQ32(k, false)
+	case vnni && t.name == "Q4_0":
+		bodyVQ32(k, true)
+	case vnni && t.name == "Q4_K":
+		bodyVQ45K(k, false)
+	case vnni && t.name == "Q5_K":
+		bodyVQ45K(k, true)
+	case vnni && t.name == "Q6_K":
+		bodyVQ6_K(k)
+	}
+	switch {
+	case vnni:
+	case t.name == "Q8_0":
 		body256Q8_0(k)
-	case "Q4_0":
+	case t.name == "Q4_0":
 		body256Q4_0(k)
-	case "Q4_K":
+	case t.name == "Q4_K":
 		body256Q45K(k, false)
-	case "Q5_K":
+	case t.name == "Q5_K":
 		body256Q45K(k, true)
-	case "Q6_K":
+	case t.name == "Q6_K":
 		body256Q6_K(k)
 	}
 	ADDQ(U32(t.pbytes), k.w)
@@ -584,7 +609,7 @@ func body256Q8_0(k *qk2) {
 			VPADDD(w, s[h], s[h])
 		}
 	}
-	k.scale2(s, 0, 32)
+	k.scale2([2]reg.Register{s[0], s[1]}, 0, 32)
 }
 
 // body256Q4_0: s = bias(-8*sum x) + sum n*x.
@@ -600,7 +625,7 @@ func body256Q4_0(k *qk2) {
 			k.pairDot(k.nib(off, false), 4*(2*v), k.nib(off, true), 4*(2*v+1), s[h])
 		}
 	}
-	k.scale2(s, 0, 32)
+	k.scale2([2]reg.Register{s[0], s[1]}, 0, 32)
 }
 
 // body256Q45K: as bodyQ45K, half by half within each sub-block.
@@ -685,7 +710,7 @@ func body256Q6_K(k *qk2) {
 			VPADDD(t, sumi[h], sumi[h])
 		}
 	}
-	k.scale2(sumi, 0, 256)
+	k.scale2([2]reg.Register{sumi[0], sumi[1]}, 0, 256)
 }
 
 // The activation quantizers (AVX-512): quantAct32x512 and quantAct256x512 write nb blocks of
@@ -1042,4 +1067,169 @@ func quantActY(bs int, perm Mem) {
 	Label(name + "done")
 	VZEROUPPER()
 	RET()
+}
+
+// The AVX-VNNI variants (qpanels<T>R1vx256) of the AVX2 kernels take the AVX-512 kernels'
+// arithmetic on ymm halves: VEX VPDPBUSD (u8 weights, the bias sums of the activations), no
+// int16 stage. The Go assembler encodes VPDPBUSD only with EVEX (AVX512_VNNI), so the VEX form
+// is emitted as bytes; its operands are therefore fixed registers, which the allocator keeps
+// clear of: Y10, Y11 the block sums of the two halves (32-blocks), Y12 the broadcast activation
+// group, Y13 a sub-block's sum (K-quants), Y14 and Y15 the weight bytes.
+
+var (
+	vS0, vS1 = reg.Y10, reg.Y11
+	vX       = reg.Y12
+	vT       = reg.Y13
+	vLo, vHi = reg.Y14, reg.Y15
+)
+
+// vpdpbusdY emits VEX.256.66.0F38.W0 50 /r, VPDPBUSD dst, w, x: dst += u8(w) . s8(x) per dword.
+func vpdpbusdY(dst, w, x reg.VecPhysical) {
+	d, v, b := int(dst.PhysicalIndex()), int(w.PhysicalIndex()), int(x.PhysicalIndex())
+	b1 := byte(0x40 | 0x02) // X clear (no index), map 0F38
+	if d < 8 {
+		b1 |= 0x80 // R is stored inverted
+	}
+	if b < 8 {
+		b1 |= 0x20 // B is stored inverted
+	}
+	b2 := byte((^v&0xf)<<3 | 0x04 | 0x01) // W0, vvvv inverted, L 256, pp 66
+	modrm := byte(0xc0 | (d&7)<<3 | b&7)
+	for i, c := range []byte{0xc4, b1, b2, 0x50, modrm} {
+		ins := &ir.Instruction{Opcode: "BYTE", Operands: []Op{U8(c)}}
+		if i == 0 {
+			ins.Inputs, ins.Outputs, ins.ISA = []Op{dst, w, x}, []Op{dst}, []string{"AVXVNNI"}
+		}
+		Instruction(ins)
+	}
+}
+
+// vdot adds the dot of the bytes in w with the activation group at off into dst.
+func (k *qk2) vdot(dst, w reg.VecPhysical, off int) {
+	VPBROADCASTD(k.act(off), vX)
+	vpdpbusdY(dst, w, vX)
+}
+
+// vnib loads the low (into vLo) and high (into vHi) nibbles of the 32 bytes at off.
+func (k *qk2) vnib(off int) {
+	VPAND(k.wm(off), k.mask0f, vLo)
+	VMOVDQU(k.wm(off), vHi)
+	VPSRLW(U8(4), vHi, vHi)
+	VPAND(k.mask0f, vHi, vHi)
+}
+
+// bodyVQ32: Q8_0 (nib false) or Q4_0 blocks as bodyQ8_0 and bodyQ4_0.
+func bodyVQ32(k *qk2, nib bool) {
+	s := [2]reg.VecPhysical{vS0, vS1}
+	bias := 36
+	if nib {
+		bias = 40
+	}
+	for h := range s {
+		VPBROADCASTD(k.act(bias), s[h])
+	}
+	if !nib {
+		for g := 0; g < 8; g++ {
+			for h := 0; h < 2; h++ {
+				VMOVDQU(k.wm(32+64*g+32*h), vLo)
+				k.vdot(s[h], vLo, 4*g)
+			}
+		}
+	} else {
+		for v := 0; v < 4; v++ {
+			for h := 0; h < 2; h++ {
+				k.vnib(32 + 64*v + 32*h)
+				k.vdot(s[h], vLo, 4*(2*v))
+				k.vdot(s[h], vHi, 4*(2*v+1))
+			}
+		}
+	}
+	k.scale2([2]reg.Register{vS0, vS1}, 0, 32)
+}
+
+// bodyVQ45K: as bodyQ45K, half by half within each sub-block.
+func bodyVQ45K(k *qk2, five bool) {
+	var sumi [2]reg.VecVirtual
+	for h := range sumi {
+		sumi[h] = YMM()
+		zeroY(sumi[h])
+	}
+	for j := 0; j < 8; j++ {
+		for h := 0; h < 2; h++ {
+			VPXOR(vT, vT, vT)
+			var hb reg.VecVirtual
+			if five {
+				hb = loadY(k.wm(2368 + 64*j + 32*h))
+			}
+			for v := 0; v < 4; v++ {
+				k.vnib(320 + 256*j + 64*v + 32*h)
+				if five {
+					k.high(hb, 4-2*v, vLo)
+					k.high(hb, 4-(2*v+1), vHi)
+				}
+				k.vdot(vT, vLo, 32*j+4*(2*v))
+				k.vdot(vT, vHi, 32*j+4*(2*v+1))
+			}
+			sc := YMM()
+			VPMOVZXBD(k.wm(64+16*j+8*h), sc)
+			VPMULLD(sc, vT, vT)
+			VPADDD(vT, sumi[h], sumi[h])
+		}
+	}
+	var summ [2]reg.VecVirtual
+	for h := range summ {
+		summ[h] = YMM()
+		zeroY(summ[h])
+	}
+	for p := 0; p < 4; p++ {
+		b := k.xbcast(264 + 4*p)
+		for h := 0; h < 2; h++ {
+			mw := YMM()
+			vpmovzxbwY(k.wm(192+32*p+16*h), mw)
+			VPMADDWD(b, mw, mw)
+			VPADDD(mw, summ[h], summ[h])
+		}
+	}
+	for h := 0; h < 2; h++ {
+		dx := YMM()
+		VBROADCASTSS(k.act(256), dx)
+		dd, dm := YMM(), YMM()
+		VCVTPH2PS(k.wm(16*h), dd)
+		VMULPS(dx, dd, dd)
+		VCVTPH2PS(k.wm(32+16*h), dm)
+		VMULPS(dx, dm, dm)
+		VCVTDQ2PS(sumi[h], sumi[h])
+		VMULPS(dd, sumi[h], sumi[h])
+		VCVTDQ2PS(summ[h], summ[h])
+		VMULPS(dm, summ[h], summ[h])
+		VSUBPS(summ[h], sumi[h], sumi[h])
+		VADDPS(sumi[h], k.acc[h], k.acc[h])
+	}
+}
+
+// bodyVQ6_K: as bodyQ6_K, half by half within each sub-block.
+func bodyVQ6_K(k *qk2) {
+	var sumi [2]reg.VecVirtual
+	for h := range sumi {
+		sumi[h] = YMM()
+		zeroY(sumi[h])
+	}
+	for s := 0; s < 16; s++ {
+		for h := 0; h < 2; h++ {
+			VPBROADCASTD(k.act(280+4*s), vT)
+			hb := loadY(k.wm(2336 + 64*s + 32*h))
+			for v := 0; v < 2; v++ {
+				k.vnib(288 + 128*s + 64*v + 32*h)
+				k.high(hb, 4-2*(2*v), vLo)
+				k.high(hb, 4-2*(2*v+1), vHi)
+				k.vdot(vT, vLo, 16*s+4*(2*v))
+				k.vdot(vT, vHi, 16*s+4*(2*v+1))
+			}
+			sc := YMM()
+			VPMOVSXBD(k.wm(32+16*s+8*h), sc)
+			VPMULLD(sc, vT, vT)
+			VPADDD(vT, sumi[h], sumi[h])
+		}
+	}
+	k.scale2([2]reg.Register{sumi[0], sumi[1]}, 0, 256)
 }
