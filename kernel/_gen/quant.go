@@ -260,8 +260,9 @@ func bodyQ4_0(k *qk) {
 	k.scale32(s)
 }
 
-// fifthBit ORs into q (bytes 0..15) the fifth bit of group g from hb (bit g of each byte),
-// moved to bit 4 by a word shift that keeps it inside its byte.
+// highBits ORs into q (nibbles 0..15) the high bits of one group from hb, moved into place
+// (bit 4 for Q5_K's fifth bit, bits 4-5 for Q6_K's top pair) by a word shift of shift bits
+// (left if positive) and kept by maskHi: the bits the mask keeps never cross a byte.
 func (k *qk) highBits(hb reg.VecVirtual, shift int, q reg.VecVirtual) {
 	t := ZMM()
 	switch {
