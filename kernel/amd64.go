@@ -136,7 +136,7 @@ func detect() {
 	xcr0, _ := xgetbv()
 	ymmOS := xcr0&0x6 == 0x6            // SSE and AVX state
 	zmmOS := ymmOS && xcr0&0xe0 == 0xe0 // opmask, ZMM_Hi256, Hi16_ZMM state
-	_, b7, c7, _ := cpuid(7, 0)
+	maxSub7, b7, c7, _ := cpuid(7, 0)
 	const (
 		avx2Bit     = 1 << 5
 		avx512FBit  = 1 << 16
@@ -146,9 +146,11 @@ func detect() {
 	hasAVX2FMA = ymmOS && b7&avx2Bit != 0 && c1&fmaBit != 0
 	hasAVX512 = zmmOS && hasAVX2FMA && b7&avx512FBit != 0
 	hasF16C = hasAVX2FMA && c1&f16cBit != 0
-	a71, _, _, _ := cpuid(7, 1)
-	const avxVNNIBit = 1 << 4 // leaf 7 sub-leaf 1 EAX
-	hasAVXVNNI = hasF16C && a71&avxVNNIBit != 0
+	if maxSub7 >= 1 {
+		a71, _, _, _ := cpuid(7, 1)
+		const avxVNNIBit = 1 << 4 // leaf 7 sub-leaf 1 EAX
+		hasAVXVNNI = hasF16C && a71&avxVNNIBit != 0
+	}
 	hasVNNI512 = hasAVX512 && b7&avx512BWBit != 0 && c7&vnniBit != 0
 }
 
