@@ -499,27 +499,22 @@ func (k *qk2) scale2(s [2]reg.Register, dOff, dxOff int) {
 
 func quantKernels256() {
 	for _, t := range qtypes {
-		qpanels256(t, false)
+		qpanels256(t)
 	}
 	for _, t := range qtypes {
-		qpanels256(t, true)
+		for r := 1; r <= 2; r++ {
+			qpanelsV256(t, r)
+		}
 	}
 }
 
 // qpanels256 emits qpanels<T>R1x256(w, a *byte, y *float32, nb, np int): np whole panels of
 // nb blocks from w against one activation row a, outputs at y.
-func qpanels256(t qtype, vnni bool) {
+func qpanels256(t qtype) {
 	name := fmt.Sprintf("qpanels%sR1x256", t.name)
-	if vnni {
-		name = fmt.Sprintf("qpanels%sR1vx256", t.name)
-	}
 	TEXT(name, NOSPLIT, "func(w, a *byte, y *float32, nb, np int)")
 	Pragma("noescape")
-	if vnni {
-		Doc(fmt.Sprintf("%s computes one activation row against np whole %s panels of nb blocks with AVX-VNNI.", name, t.name))
-	} else {
-		Doc(fmt.Sprintf("%s computes one activation row against np whole %s panels of nb blocks.", name, t.name))
-	}
+	Doc(fmt.Sprintf("%s computes one activation row against np whole %s panels of nb blocks.", name, t.name))
 	k := &qk2{}
 	k.w = Load(Param("w"), GP64()).(reg.GPVirtual)
 	a0 := Load(Param("a"), GP64())
@@ -527,11 +522,9 @@ func qpanels256(t qtype, vnni bool) {
 	nb := Load(Param("nb"), GP64())
 	np := Load(Param("np"), GP64())
 	k.mask0f = bcastY(0x0f0f0f0f)
-	if !vnni {
-		k.ones = bcastY(0x00010001)
-	}
+	k.ones = bcastY(0x00010001)
 	switch {
-	case t.name == "Q8_0" && !vnni:
+	case t.name == "Q8_0":
 		k.m80 = bcastY(0x80808080)
 	case t.name == "Q5_K":
 		k.maskHi = bcastY(0x10101010)
@@ -551,19 +544,6 @@ func qpanels256(t qtype, vnni bool) {
 	MOVQ(nb, cnt)
 	Label(name + "block")
 	switch {
-	case vnni && t.name == "Q8_0":
-		bodyVQ32(k, false)
-	case vnni && t.name == "Q4_0":
-		bodyVQ32(k, true)
-	case vnni && t.name == "Q4_K":
-		bodyVQ45K(k, false)
-	case vnni && t.name == "Q5_K":
-		bodyVQ45K(k, true)
-	case vnni && t.name == "Q6_K":
-		bodyVQ6_K(k)
-	}
-	switch {
-	case vnni:
 	case t.name == "Q8_0":
 		body256Q8_0(k)
 	case t.name == "Q4_0":
@@ -1070,17 +1050,18 @@ func quantActY(bs int, perm Mem) {
 	RET()
 }
 
-// The AVX-VNNI variants (qpanels<T>R1vx256) of the AVX2 kernels take the AVX-512 kernels'
+// The AVX-VNNI variants (qpanels<T>R<1,2>vx256) of the AVX2 kernels take the AVX-512 kernels'
 // arithmetic on ymm halves: VEX VPDPBUSD (u8 weights, the bias sums of the activations), no
-// int16 stage. The Go assembler encodes VPDPBUSD only with EVEX (AVX512_VNNI), so the VEX form
-// is emitted as bytes; its operands are therefore fixed registers, which the allocator keeps
-// clear of: Y10, Y11 the block sums of the two halves (32-blocks), Y12 the broadcast activation
-// group, Y13 a sub-block's sum (K-quants), Y14 and Y15 the weight bytes.
+// int16 stage, and two rows per weight load. The Go assembler encodes VPDPBUSD only with EVEX
+// (AVX512_VNNI), so the VEX form is emitted as bytes; its operands are therefore fixed registers,
+// which the allocator keeps clear of: vS the block sums of rows and halves (32-blocks), vT a
+// sub-block's sum per row (K-quants, which go half by half to fit 16 registers), vX the
+// broadcast activation group, vLo and vHi the weight bytes.
 
 var (
-	vS0, vS1 = reg.Y10, reg.Y11
+	vS       = [2][2]reg.VecPhysical{{reg.Y8, reg.Y9}, {reg.Y10, reg.Y11}}
+	vT       = [2]reg.VecPhysical{reg.Y13, reg.Y7}
 	vX       = reg.Y12
-	vT       = reg.Y13
 	vLo, vHi = reg.Y14, reg.Y15
 )
 
@@ -1105,59 +1086,170 @@ func vpdpbusdY(dst, w, x reg.VecPhysical) {
 	}
 }
 
-// vdot adds the dot of the bytes in w with the activation group at off into dst.
-func (k *qk2) vdot(dst, w reg.VecPhysical, off int) {
-	VPBROADCASTD(k.act(off), vX)
+// qkv holds the registers of one AVX-VNNI kernel.
+type qkv struct {
+	rows   int
+	w, a   reg.GPVirtual
+	lda    reg.GPVirtual
+	acc    [2][2]reg.VecVirtual // [row][half]
+	mask0f reg.VecVirtual
+	maskHi reg.VecVirtual
+	q2     *qk2 // for the shared helpers (wm, high)
+}
+
+func (k *qkv) act(r, off int) Mem {
+	if r == 0 {
+		return Mem{Base: k.a, Disp: off}
+	}
+	return Mem{Base: k.a, Index: k.lda, Scale: 1, Disp: off}
+}
+func (k *qkv) wm(off int) Mem { return Mem{Base: k.w, Disp: off} }
+
+// vdot adds the dot of the bytes in w with row r's activation group at off into dst.
+func (k *qkv) vdot(dst, w reg.VecPhysical, r, off int) {
+	VPBROADCASTD(k.act(r, off), vX)
 	vpdpbusdY(dst, w, vX)
 }
 
 // vnib loads the low (into vLo) and high (into vHi) nibbles of the 32 bytes at off.
-func (k *qk2) vnib(off int) {
+func (k *qkv) vnib(off int) {
 	VPAND(k.wm(off), k.mask0f, vLo)
 	VMOVDQU(k.wm(off), vHi)
 	VPSRLW(U8(4), vHi, vHi)
 	VPAND(k.mask0f, vHi, vHi)
 }
 
+// scaleRow finishes half h of a block for row r: acc += f32(s) * (d*dx).
+func (k *qkv) scaleRow(s reg.Register, r, h, dOff, dxOff int) {
+	d := YMM()
+	VCVTPH2PS(k.wm(dOff+16*h), d)
+	dx := YMM()
+	VBROADCASTSS(k.act(r, dxOff), dx)
+	VMULPS(dx, d, d)
+	VCVTDQ2PS(s, s)
+	VMULPS(d, s, s)
+	VADDPS(s, k.acc[r][h], k.acc[r][h])
+}
+
+// qpanelsV256 emits qpanels<T>R<R>vx256(w, a *byte, y *float32, nb, np, lda, ldy int).
+func qpanelsV256(t qtype, rows int) {
+	name := fmt.Sprintf("qpanels%sR%dvx256", t.name, rows)
+	TEXT(name, NOSPLIT, "func(w, a *byte, y *float32, nb, np, lda, ldy int)")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s computes %d activation rows against np whole %s panels of nb blocks with AVX-VNNI.", name, rows, t.name))
+	k := &qkv{rows: rows}
+	k.w = Load(Param("w"), GP64()).(reg.GPVirtual)
+	a0 := Load(Param("a"), GP64())
+	y := Load(Param("y"), GP64())
+	nb := Load(Param("nb"), GP64())
+	np := Load(Param("np"), GP64())
+	k.lda = Load(Param("lda"), GP64()).(reg.GPVirtual)
+	ldy := Load(Param("ldy"), GP64())
+	SHLQ(Imm(2), ldy)
+	k.mask0f = bcastY(0x0f0f0f0f)
+	switch t.name {
+	case "Q5_K":
+		k.maskHi = bcastY(0x10101010)
+	case "Q6_K":
+		k.maskHi = bcastY(0x30303030)
+	}
+	k.q2 = &qk2{maskHi: k.maskHi}
+	k.a = GP64()
+	cnt := GP64()
+	Label(name + "panel")
+	TESTQ(np, np)
+	JZ(LabelRef(name + "done"))
+	for r := 0; r < rows; r++ {
+		for h := 0; h < 2; h++ {
+			k.acc[r][h] = YMM()
+			zeroY(k.acc[r][h])
+		}
+	}
+	MOVQ(a0, k.a)
+	MOVQ(nb, cnt)
+	Label(name + "block")
+	switch t.name {
+	case "Q8_0":
+		bodyVQ32(k, false)
+	case "Q4_0":
+		bodyVQ32(k, true)
+	case "Q4_K":
+		bodyVQ45K(k, false)
+	case "Q5_K":
+		bodyVQ45K(k, true)
+	case "Q6_K":
+		bodyVQ6_K(k)
+	}
+	ADDQ(U32(t.pbytes), k.w)
+	ADDQ(U32(t.abytes), k.a)
+	DECQ(cnt)
+	JNZ(LabelRef(name + "block"))
+	for r := 0; r < rows; r++ {
+		base := Mem{Base: y}
+		if r == 1 {
+			base = Mem{Base: y, Index: ldy, Scale: 1}
+		}
+		VMOVUPS(k.acc[r][0], base)
+		VMOVUPS(k.acc[r][1], base.Offset(32))
+	}
+	ADDQ(U8(64), y)
+	DECQ(np)
+	JMP(LabelRef(name + "panel"))
+	Label(name + "done")
+	VZEROUPPER()
+	RET()
+}
+
 // bodyVQ32: Q8_0 (nib false) or Q4_0 blocks as bodyQ8_0 and bodyQ4_0.
-func bodyVQ32(k *qk2, nib bool) {
-	s := [2]reg.VecPhysical{vS0, vS1}
+func bodyVQ32(k *qkv, nib bool) {
 	bias := 36
 	if nib {
 		bias = 40
 	}
-	for h := range s {
-		VPBROADCASTD(k.act(bias), s[h])
+	for r := 0; r < k.rows; r++ {
+		for h := 0; h < 2; h++ {
+			VPBROADCASTD(k.act(r, bias), vS[r][h])
+		}
 	}
 	if !nib {
 		for g := 0; g < 8; g++ {
 			for h := 0; h < 2; h++ {
 				VMOVDQU(k.wm(32+64*g+32*h), vLo)
-				k.vdot(s[h], vLo, 4*g)
+				for r := 0; r < k.rows; r++ {
+					k.vdot(vS[r][h], vLo, r, 4*g)
+				}
 			}
 		}
 	} else {
 		for v := 0; v < 4; v++ {
 			for h := 0; h < 2; h++ {
 				k.vnib(32 + 64*v + 32*h)
-				k.vdot(s[h], vLo, 4*(2*v))
-				k.vdot(s[h], vHi, 4*(2*v+1))
+				for r := 0; r < k.rows; r++ {
+					k.vdot(vS[r][h], vLo, r, 4*(2*v))
+					k.vdot(vS[r][h], vHi, r, 4*(2*v+1))
+				}
 			}
 		}
 	}
-	k.scale2([2]reg.Register{vS0, vS1}, 0, 32)
+	for r := 0; r < k.rows; r++ {
+		for h := 0; h < 2; h++ {
+			k.scaleRow(vS[r][h], r, h, 0, 32)
+		}
+	}
 }
 
-// bodyVQ45K: as bodyQ45K, half by half within each sub-block.
-func bodyVQ45K(k *qk2, five bool) {
-	var sumi [2]reg.VecVirtual
-	for h := range sumi {
-		sumi[h] = YMM()
-		zeroY(sumi[h])
-	}
-	for j := 0; j < 8; j++ {
-		for h := 0; h < 2; h++ {
-			VPXOR(vT, vT, vT)
+// bodyVQ45K: as bodyQ45K, one half of the panel after the other.
+func bodyVQ45K(k *qkv, five bool) {
+	for h := 0; h < 2; h++ {
+		var sumi [2]reg.VecVirtual
+		for r := 0; r < k.rows; r++ {
+			sumi[r] = YMM()
+			zeroY(sumi[r])
+		}
+		for j := 0; j < 8; j++ {
+			for r := 0; r < k.rows; r++ {
+				VPXOR(vT[r], vT[r], vT[r])
+			}
 			var hb reg.VecVirtual
 			if five {
 				hb = loadY(k.wm(2368 + 64*j + 32*h))
@@ -1165,72 +1257,80 @@ func bodyVQ45K(k *qk2, five bool) {
 			for v := 0; v < 4; v++ {
 				k.vnib(320 + 256*j + 64*v + 32*h)
 				if five {
-					k.high(hb, 4-2*v, vLo)
-					k.high(hb, 4-(2*v+1), vHi)
+					k.q2.high(hb, 4-2*v, vLo)
+					k.q2.high(hb, 4-(2*v+1), vHi)
 				}
-				k.vdot(vT, vLo, 32*j+4*(2*v))
-				k.vdot(vT, vHi, 32*j+4*(2*v+1))
+				for r := 0; r < k.rows; r++ {
+					k.vdot(vT[r], vLo, r, 32*j+4*(2*v))
+					k.vdot(vT[r], vHi, r, 32*j+4*(2*v+1))
+				}
 			}
 			sc := YMM()
 			VPMOVZXBD(k.wm(64+16*j+8*h), sc)
-			VPMULLD(sc, vT, vT)
-			VPADDD(vT, sumi[h], sumi[h])
+			for r := 0; r < k.rows; r++ {
+				VPMULLD(sc, vT[r], vT[r])
+				VPADDD(vT[r], sumi[r], sumi[r])
+			}
 		}
-	}
-	var summ [2]reg.VecVirtual
-	for h := range summ {
-		summ[h] = YMM()
-		zeroY(summ[h])
-	}
-	for p := 0; p < 4; p++ {
-		b := k.xbcast(264 + 4*p)
-		for h := 0; h < 2; h++ {
-			mw := YMM()
-			vpmovzxbwY(k.wm(192+32*p+16*h), mw)
-			VPMADDWD(b, mw, mw)
-			VPADDD(mw, summ[h], summ[h])
+		for r := 0; r < k.rows; r++ {
+			summ := YMM()
+			zeroY(summ)
+			for p := 0; p < 4; p++ {
+				b := YMM()
+				VPBROADCASTD(k.act(r, 264+4*p), b)
+				mw := YMM()
+				vpmovzxbwY(k.wm(192+32*p+16*h), mw)
+				VPMADDWD(b, mw, mw)
+				VPADDD(mw, summ, summ)
+			}
+			dx := YMM()
+			VBROADCASTSS(k.act(r, 256), dx)
+			dd, dm := YMM(), YMM()
+			VCVTPH2PS(k.wm(16*h), dd)
+			VMULPS(dx, dd, dd)
+			VCVTPH2PS(k.wm(32+16*h), dm)
+			VMULPS(dx, dm, dm)
+			VCVTDQ2PS(sumi[r], sumi[r])
+			VMULPS(dd, sumi[r], sumi[r])
+			VCVTDQ2PS(summ, summ)
+			VMULPS(dm, summ, summ)
+			VSUBPS(summ, sumi[r], sumi[r])
+			VADDPS(sumi[r], k.acc[r][h], k.acc[r][h])
 		}
-	}
-	for h := 0; h < 2; h++ {
-		dx := YMM()
-		VBROADCASTSS(k.act(256), dx)
-		dd, dm := YMM(), YMM()
-		VCVTPH2PS(k.wm(16*h), dd)
-		VMULPS(dx, dd, dd)
-		VCVTPH2PS(k.wm(32+16*h), dm)
-		VMULPS(dx, dm, dm)
-		VCVTDQ2PS(sumi[h], sumi[h])
-		VMULPS(dd, sumi[h], sumi[h])
-		VCVTDQ2PS(summ[h], summ[h])
-		VMULPS(dm, summ[h], summ[h])
-		VSUBPS(summ[h], sumi[h], sumi[h])
-		VADDPS(sumi[h], k.acc[h], k.acc[h])
 	}
 }
 
-// bodyVQ6_K: as bodyQ6_K, half by half within each sub-block.
-func bodyVQ6_K(k *qk2) {
-	var sumi [2]reg.VecVirtual
-	for h := range sumi {
-		sumi[h] = YMM()
-		zeroY(sumi[h])
-	}
-	for s := 0; s < 16; s++ {
-		for h := 0; h < 2; h++ {
-			VPBROADCASTD(k.act(280+4*s), vT)
+// bodyVQ6_K: as bodyQ6_K, one half of the panel after the other.
+func bodyVQ6_K(k *qkv) {
+	for h := 0; h < 2; h++ {
+		var sumi [2]reg.VecVirtual
+		for r := 0; r < k.rows; r++ {
+			sumi[r] = YMM()
+			zeroY(sumi[r])
+		}
+		for s := 0; s < 16; s++ {
+			for r := 0; r < k.rows; r++ {
+				VPBROADCASTD(k.act(r, 280+4*s), vT[r])
+			}
 			hb := loadY(k.wm(2336 + 64*s + 32*h))
 			for v := 0; v < 2; v++ {
 				k.vnib(288 + 128*s + 64*v + 32*h)
-				k.high(hb, 4-2*(2*v), vLo)
-				k.high(hb, 4-2*(2*v+1), vHi)
-				k.vdot(vT, vLo, 16*s+4*(2*v))
-				k.vdot(vT, vHi, 16*s+4*(2*v+1))
+				k.q2.high(hb, 4-2*(2*v), vLo)
+				k.q2.high(hb, 4-2*(2*v+1), vHi)
+				for r := 0; r < k.rows; r++ {
+					k.vdot(vT[r], vLo, r, 16*s+4*(2*v))
+					k.vdot(vT[r], vHi, r, 16*s+4*(2*v+1))
+				}
 			}
 			sc := YMM()
 			VPMOVSXBD(k.wm(32+16*s+8*h), sc)
-			VPMULLD(sc, vT, vT)
-			VPADDD(vT, sumi[h], sumi[h])
+			for r := 0; r < k.rows; r++ {
+				VPMULLD(sc, vT[r], vT[r])
+				VPADDD(vT[r], sumi[r], sumi[r])
+			}
+		}
+		for r := 0; r < k.rows; r++ {
+			k.scaleRow(sumi[r], r, h, 0, 256)
 		}
 	}
-	k.scale2([2]reg.Register{sumi[0], sumi[1]}, 0, 256)
 }
