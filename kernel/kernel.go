@@ -29,8 +29,8 @@
 // (qportable.go). Integer sums are exact in any order and the float steps are the same on every
 // path, so each path gives the portable result bitwise, and the batch-width invariant holds for
 // them too. The paths: vpdpbusd (AVX-512 VNNI, 1..4 rows per weight load), vpmaddubsw/vpmaddwd
-// or, with AVX-VNNI, VEX vpdpbusd (AVX2, one row per pass over L2-sized chunks) and portable Go;
-// an AVX-512 CPU without VNNI runs the portable quantized kernels.
+// or, with AVX-VNNI, VEX vpdpbusd (AVX2, 1 row per pass over L2-sized chunks, 2 with AVX-VNNI)
+// and portable Go; an AVX-512 CPU without VNNI runs the portable quantized kernels.
 package kernel
 
 import (
