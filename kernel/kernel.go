@@ -20,6 +20,17 @@
 // A large product is split by panels across a persistent worker pool (see SetMaxThreads); the
 // split never changes a bit of the result. ProbeBandwidth measures the memory-read ceiling that
 // matrix-vector products are bounded by.
+//
+// Quantized weights (NewQuant: GGUF blocks of Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) stay quantized,
+// repacked into 16-row panel blocks of about the file's size (qmatrix.go). Their products
+// quantize each activation row per block as ggml's vec_dot does for the type (Q8_0-style
+// 32-blocks for Q8_0 and Q4_0, Q8_K-style 256-blocks with block sums for the K-quants; qact.go),
+// sum weight and activation quants exactly in int32, and scale in f32 in a fixed order per block
+// (qportable.go). Integer sums are exact in any order and the float steps are the same on every
+// path, so each path gives the portable result bitwise, and the batch-width invariant holds for
+// them too. The paths: vpdpbusd (AVX-512 VNNI, 1..4 rows per weight load), vpmaddubsw/vpmaddwd
+// or, with AVX-VNNI, VEX vpdpbusd (AVX2, 1 row per pass over L2-sized chunks, 2 with AVX-VNNI)
+// and portable Go; an AVX-512 CPU without VNNI runs the portable quantized kernels.
 package kernel
 
 import (
@@ -43,6 +54,9 @@ func (d DType) String() string {
 	case BF16:
 		return "bf16"
 	}
+	if qi, ok := qinfos[d]; ok {
+		return qi.t.String()
+	}
 	return fmt.Sprintf("dtype(%d)", int(d))
 }
 
@@ -63,6 +77,7 @@ type Matrix struct {
 	DType DType
 	f32   []float32 // panels (see Panel) when DType == F32
 	bf16  []uint16  // pair-interleaved panels (see Panel) when DType == BF16
+	q     []byte    // panel blocks (see qmatrix.go) when DType.Quantized()
 }
 
 // NewF32 repacks row-major f32 weights w[N*K] into panels (see Panel). The input is not
@@ -120,7 +135,18 @@ func (m *Matrix) LoadF32(w []float32) error {
 // panels is the number of panels of m, the last one possibly partial.
 func (m *Matrix) panels() int { return (m.N + Panel - 1) / Panel }
 
-// panelLen is the number of elements of one panel, padding included.
+// panelBytes is the size in bytes of one panel, padding included.
+func (m *Matrix) panelBytes() int {
+	switch m.DType {
+	case F32:
+		return m.panelLen() * 4
+	case BF16:
+		return m.panelLen() * 2
+	}
+	return m.qblocks() * qinfos[m.DType].pbytes
+}
+
+// panelLen is the number of elements of one float panel, padding included.
 func (m *Matrix) panelLen() int {
 	if m.DType == BF16 {
 		return (m.K + 1) &^ 1 * Panel
@@ -139,15 +165,30 @@ func (m *Matrix) index(j, i int) int {
 
 // Bytes is the number of weight bytes one product streams (the figure bandwidth is measured by).
 func (m *Matrix) Bytes() int64 {
+	if m.DType.Quantized() {
+		return int64(len(m.q))
+	}
 	if m.DType == BF16 {
 		return int64(m.N) * int64(m.K) * 2
 	}
 	return int64(m.N) * int64(m.K) * 4
 }
 
-// Row returns row j of W as f32 (a copy for bf16). Used for embedding lookups of tied heads and
-// by tests; not a hot path.
+// Row returns row j of W as f32 (a copy for bf16; for a quantized matrix, its blocks
+// dequantized bitwise as quant.Dequantize does). Used for embedding lookups and by tests; it
+// allocates nothing.
 func (m *Matrix) Row(dst []float32, j int) {
+	if qi, ok := qinfos[m.DType]; ok {
+		var nat [256]byte // one ggml block (at most Q6_K's 210 bytes)
+		bb := qi.t.BlockBytes()
+		for b := 0; b < m.qblocks(); b++ {
+			unpackLane(m.DType, m.panelBlock(j/Panel, b), j%Panel, nat[:bb])
+			if err := quant.Dequantize(qi.t, nat[:bb], dst[b*qi.block:(b+1)*qi.block]); err != nil {
+				panic("kernel.Row: " + err.Error()) // sizes come from the matrix itself
+			}
+		}
+		return
+	}
 	for i := 0; i < m.K; i++ {
 		if m.DType == F32 {
 			dst[i] = m.f32[m.index(j, i)]
