@@ -3,9 +3,11 @@ package runner_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -293,5 +295,82 @@ func TestBatcherRefusesSharedSequence(t *testing.T) {
 	other := runner.NewSequence(tinyBatchQwen3(t), 8)
 	if _, err := b.Generate(context.Background(), other, runner.Request{Prompt: []int{1}, MaxTokens: 1}, nil); err == nil {
 		t.Fatal("a sequence of another target was accepted")
+	}
+}
+
+// BenchmarkBatchedDecode is the aggregate decode rate of streams generations decoded together on
+// one Batcher (greedy, plain, 64 tokens each after a short prompt), against one stream alone:
+// on a CPU a decode step reads every weight once whatever its rows, so streams share the reads.
+// stories260K is small enough to be bound by per-row work instead; the synthetic Qwen3-0.6B
+// shape (random bf16 weights, built in memory) is bandwidth-bound like real models.
+//
+//	go test ./runner -run '^$' -bench BatchedDecode -benchtime 3x
+func BenchmarkBatchedDecode(b *testing.B) {
+	targets := []struct {
+		name string
+		load func(b *testing.B) model.Target
+	}{
+		{"stories260K", func(b *testing.B) model.Target {
+			m, err := transformer.LoadLlama2C(shareddata.Path(b, "stories260K/stories260K.bin"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			return m
+		}},
+		{"qwen3-0.6b", func(b *testing.B) model.Target {
+			if testing.Short() {
+				b.Skip("builds a 1.2 GB model")
+			}
+			cfg, err := transformer.SyntheticConfig("qwen3-0.6b")
+			if err != nil {
+				b.Fatal(err)
+			}
+			m, err := transformer.Synthetic(cfg, 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return m
+		}},
+	}
+	for _, tg := range targets {
+		var target model.Target
+		for _, streams := range []int{1, 2, 4, 8} {
+			b.Run(fmt.Sprintf("%s/streams=%d", tg.name, streams), func(b *testing.B) {
+				if target == nil {
+					target = tg.load(b)
+				}
+				const tokens = 64
+				bt := runner.NewBatcher(target)
+				seqs := make([]*runner.Sequence, streams)
+				for i := range seqs {
+					seqs[i] = runner.NewSequence(target, 256)
+				}
+				var steps, width atomic.Int64
+				bt.OnStep = func(w int) { steps.Add(1); width.Add(int64(w)) }
+				total := 0
+				for b.Loop() {
+					// Every stream joins before the first step, as if they had all been running.
+					bt.Pause()
+					var wg sync.WaitGroup
+					for i := range seqs {
+						wg.Go(func() {
+							// A prompt that differs per stream, so no rows are reused.
+							req := runner.Request{Prompt: []int{1, 10 + i, 20 + i}, MaxTokens: tokens}
+							if _, err := bt.Generate(context.Background(), seqs[i], req, nil); err != nil {
+								b.Error(err)
+							}
+						})
+					}
+					for bt.Width() < streams {
+						runtime.Gosched()
+					}
+					bt.Resume()
+					wg.Wait()
+					total += streams * tokens
+				}
+				b.ReportMetric(float64(total)/b.Elapsed().Seconds(), "tok/s")
+				b.ReportMetric(float64(width.Load())/float64(max(steps.Load(), 1)), "width")
+			})
+		}
 	}
 }

@@ -58,7 +58,7 @@ func (s *Server) execute(r *http.Request, j *job, piece func(string) error) (*ou
 	stop := context.AfterFunc(s.base, cancel)
 	defer stop()
 
-	release, err := s.sched.acquire(ctx, s.cfg.QueueTimeout)
+	release, err := s.sched.of(mi.Name, mi.Parallel).acquire(ctx, s.cfg.QueueTimeout)
 	if err != nil {
 		return nil, err
 	}

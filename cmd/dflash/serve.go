@@ -49,7 +49,7 @@ func cmdServe(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	ms.register(fs)
 	host := fs.String("host", server.AddrFromEnv(), "listen address (env DFLASH_HOST; 127.0.0.1:0 picks a free port)")
 	modelsFile := fs.String("models", "", "models file: one \"name path [draft]\" per line (instead of --model)")
-	parallel := fs.Int("parallel", 1, "requests admitted at once (generations on one model still run one at a time)")
+	parallel := fs.Int("parallel", 0, "generations each model decodes together (0: from the memory a sequence needs, at most 4)")
 	maxQueue := fs.Int("max-queue", 64, "requests waiting for a slot before 503 (< 0: unlimited)")
 	queueTimeout := fs.Duration("queue-timeout", 2*time.Minute, "longest wait for a slot before 503 (< 0: unlimited)")
 	keepAlive := fs.Duration("keep-alive", 5*time.Minute, "idle time before a model unloads (< 0: never)")
@@ -96,8 +96,8 @@ func cmdServe(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	case len(specs) == 0:
 		return usagef("no models: give --model PATH [--draft DIR] [--name NAME] (repeatable) or --models FILE")
 	}
-	if *parallel < 1 {
-		return usagef("--parallel %d: must be >= 1", *parallel)
+	if *parallel < 0 {
+		return usagef("--parallel %d: must be >= 0 (0 picks it per model)", *parallel)
 	}
 	if *grace <= 0 {
 		return usagef("--grace %v: must be > 0", *grace)
@@ -108,12 +108,17 @@ func cmdServe(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	}
 	// Every model's files are checked here, weights' headers included, so a broken one ends
 	// the start naming it (or, with --skip-broken, is listed as unavailable).
-	b, err := backend.New(backend.Options{Models: specs, Context: *ctxLen, SkipBroken: *skipBroken})
+	b, err := backend.New(backend.Options{Models: specs, Context: *ctxLen, SkipBroken: *skipBroken, Parallel: *parallel})
 	if err != nil {
 		return err
 	}
+	for _, mi := range b.Models() {
+		if mi.Error == "" {
+			log.Info("model", "name", mi.Name, "parallel", mi.Parallel, "context", mi.ContextLength)
+		}
+	}
 	// The server's zero values mean "default"; the flags' negative values mean "unlimited".
-	cfg := server.Config{Addr: *host, Parallel: *parallel, MaxQueue: *maxQueue, QueueTimeout: *queueTimeout,
+	cfg := server.Config{Addr: *host, Parallel: max(*parallel, 1), MaxQueue: *maxQueue, QueueTimeout: *queueTimeout,
 		KeepAlive: *keepAlive, MaxLoaded: *maxLoaded, Version: version, ShutdownTimeout: *grace,
 		WriteTimeout: *writeTimeout, ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout,
 		APIKey: *apiKey, Origins: server.OriginsFromEnv()}

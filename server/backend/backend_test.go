@@ -284,7 +284,7 @@ func TestWaitHonoursContext(t *testing.T) {
 
 func TestModelsListing(t *testing.T) {
 	bin := shareddata.Path(t, storiesRel)
-	b, err := backend.New(backend.Options{Models: []backend.Spec{{Path: bin}, {Name: "s:draft", Path: bin, Draft: randomDraft(t, bin)}}})
+	b, err := backend.New(backend.Options{Models: []backend.Spec{{Path: bin}, {Name: "s:draft", Path: bin, Draft: randomDraft(t, bin)}}, Parallel: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +298,7 @@ func TestModelsListing(t *testing.T) {
 	// tokens: plain turns) are known from the files before the model loads.
 	want := server.ModelInfo{Name: "stories260K:latest", Family: "llama", ParameterSize: "260K", Quantization: "F32",
 		Format: "llama2.c", Size: st.Size(), ModifiedAt: st.ModTime().UTC(), ContextLength: 512, ModelContext: 512, Template: backend.PlainTemplate,
-		Digest: ms[0].Digest}
+		Digest: ms[0].Digest, Parallel: 2}
 	// The digest is ollama's: 64 hex digits (`ollama list` shows its first 12 as the ID). It
 	// covers the draft's files too, so the two entries differ, and it is stable across starts.
 	if ok, _ := regexp.MatchString(`^[0-9a-f]{64}$`, ms[0].Digest); !ok {
@@ -334,8 +334,8 @@ func TestModelsListing(t *testing.T) {
 	}
 }
 
-// Concurrent generations on one model (the server's Parallel > 1) take turns; each gets the
-// same greedy answer as alone, whatever the other left in the cache.
+// Concurrent generations on one model (its Parallel > 1) are decoded together; each gets the
+// same greedy answer as alone, whatever the others left in the caches.
 func TestConcurrentGenerations(t *testing.T) {
 	m := loadStories(t, true)
 	prompts := []string{"Once upon a time", "Lily and Ben went to the park.", "Once upon a time, there was", "The cat"}
@@ -373,7 +373,7 @@ func TestInfoIsTheDescription(t *testing.T) {
 	// A cap below both models' 512 positions: the listing shows the cap, the loaded capacity, and
 	// the model's own 512 beside it.
 	const ctxCap = 256
-	b, err := backend.New(backend.Options{Models: specs, Context: ctxCap})
+	b, err := backend.New(backend.Options{Models: specs, Context: ctxCap, Parallel: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +389,7 @@ func TestInfoIsTheDescription(t *testing.T) {
 		st, _ := os.Stat(s.Path)
 		want := server.ModelInfo{Name: s.Name + ":latest", Family: d.Family, ParameterSize: engine.ParameterSize(d.Parameters),
 			Quantization: d.DType, Format: d.Format, Size: d.Size, ModifiedAt: st.ModTime().UTC(),
-			ContextLength: min(d.Context, ctxCap), ModelContext: d.Context, Template: d.Template.String()}
+			ContextLength: min(d.Context, ctxCap), ModelContext: d.Context, Template: d.Template.String(), Parallel: 3}
 		if want.Digest, err = d.Digest(); err != nil {
 			t.Fatal(err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/dflash/dflash/engine"
 	"github.com/dflash/dflash/model/transformer"
@@ -17,35 +18,56 @@ import (
 // tokens (engine.PlainTemplate).
 const PlainTemplate = engine.PlainTemplate
 
-// Model is a loaded model. Generations run one at a time (the target's forwards share one
-// workspace); a generation that waits for another honours its context while waiting.
+// Model is a loaded model. Up to parallel generations run at once, decoded together by one
+// runner.Batcher (one target forward per step over the rows of all of them); a generation beyond
+// that waits for a sequence, honouring its context meanwhile (the server's scheduler normally
+// keeps it from asking).
 //
-// Invariant: between generations the drafting session holds context rows for exactly the
-// sequence's cached tokens (runner.Generate settles the session before it returns), so the next
-// request's Restore keeps the same prefix in both. The Model opened the session, so the Model
-// closes it: on reset and on Close. The depth policy is the draft's (its controller learns
-// across every request the model serves).
+// Each running generation has a sequence of its own, taken from the idle ones: the one whose
+// cached tokens share the longest prefix with its prompt (so a conversation that continues
+// reuses its rows whatever ran in between), else a new one while fewer than parallel exist, else
+// the least recently used. A sequence and its drafting session are made on first need, so memory
+// grows with the generations actually run at once, up to parallel caches.
+//
+// Invariant: between generations a sequence's drafting session holds context rows for exactly
+// the sequence's cached tokens (runner.Generate settles the session before it returns), so the
+// next request's Restore keeps the same prefix in both. The Model opened the sessions, so the
+// Model closes them: when a failed generation's sequence is dropped, and on Close. The depth
+// policy is the draft's (its controller learns across every request the model serves).
 type Model struct {
-	info   server.ModelInfo
-	e      *engine.Engine
-	tmpl   engine.Template // the model's, ChatML or the plain fallback (engine.Description)
-	ctxLen int
-	draft  *engine.Draft // nil: plain decoding
+	info     server.ModelInfo
+	e        *engine.Engine
+	tmpl     engine.Template // the model's, ChatML or the plain fallback (engine.Description)
+	ctxLen   int
+	draft    *engine.Draft // nil: plain decoding
+	parallel int
+	batcher  *runner.Batcher
 
-	turn    chan struct{} // holds one token while a generation runs
-	seq     *runner.Sequence
-	session runner.Session
-	last    runner.Stats
-	closed  bool
+	slots chan struct{} // one token per running generation, parallel in all
+
+	mu     sync.Mutex
+	idle   []*slot // sequences no generation uses, most recently used last
+	made   int     // sequences alive (idle or running)
+	last   runner.Stats
+	closed bool
+	onStep func(width int)
 }
 
-// open loads a described model and its draft; info is its listing (see info).
+// slot is one sequence with its drafting session (nil without a draft).
+type slot struct {
+	seq     *runner.Sequence
+	session runner.Session
+}
+
+// open loads a described model and its draft; info is its listing (see info), whose Parallel
+// (at least 1) is how many generations it decodes together.
 func open(d *engine.Description, info server.ModelInfo, ctxCap int) (*Model, error) {
 	e, err := d.Load(transformer.KeepDType)
 	if err != nil {
 		return nil, err
 	}
-	m := &Model{e: e, info: info, tmpl: d.Template, ctxLen: contextLength(d, ctxCap), turn: make(chan struct{}, 1)}
+	m := &Model{e: e, info: info, tmpl: d.Template, ctxLen: contextLength(d, ctxCap), parallel: max(info.Parallel, 1)}
+	m.slots = make(chan struct{}, m.parallel)
 	if len(d.Drafts) > 0 {
 		dr, err := e.OpenDraft(d.Drafts[0])
 		if err != nil {
@@ -53,27 +75,73 @@ func open(d *engine.Description, info server.ModelInfo, ctxCap int) (*Model, err
 		}
 		m.draft = dr
 	}
-	m.reset()
+	m.batcher = runner.NewBatcher(e.Target)
+	m.batcher.OnStep = m.step
 	return m, nil
 }
 
-// reset starts from empty caches: after a failure that may have left the sequence and the
-// session out of step, reusing nothing is the safe choice.
-func (m *Model) reset() {
-	m.seq = runner.NewSequence(m.e.Target, m.ctxLen)
-	m.closeSession()
-	if m.draft != nil {
-		m.session = m.draft.Drafter.Open(m.ctxLen)
+// ObserveSteps implements server.StepObserver: f is called after every decode step with the
+// number of generations it ran.
+func (m *Model) ObserveSteps(f func(width int)) {
+	m.mu.Lock()
+	m.onStep = f
+	m.mu.Unlock()
+}
+
+func (m *Model) step(width int) {
+	m.mu.Lock()
+	f := m.onStep
+	m.mu.Unlock()
+	if f != nil {
+		f(width)
 	}
 }
 
-// closeSession ends the drafting session, if any. After a failure its state may be out of step
-// with the sequence, so an error closing it only means there is nothing left worth keeping.
-func (m *Model) closeSession() {
-	if m.session != nil {
-		_ = m.session.Close()
-		m.session = nil
+// take returns the idle sequence that best fits prompt (see Model), or a new one.
+func (m *Model) take(prompt []int) *slot {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	best, shared := -1, 0
+	for i, s := range m.idle {
+		if n := sharedPrefix(s.seq.Tokens(), prompt); best < 0 || n > shared || n == shared {
+			best, shared = i, n // ties go to the most recently used
+		}
 	}
+	if best >= 0 && (shared > 0 || m.made >= m.parallel) {
+		s := m.idle[best]
+		m.idle = append(m.idle[:best], m.idle[best+1:]...)
+		return s
+	}
+	m.made++
+	s := &slot{seq: runner.NewSequence(m.e.Target, m.ctxLen)}
+	if m.draft != nil {
+		s.session = m.draft.Drafter.Open(m.ctxLen)
+	}
+	return s
+}
+
+// put returns s to the idle sequences, or drops it (closing its session) when broken: after a
+// failure that may have left the sequence and the session out of step, reusing nothing is the
+// safe choice. An error closing a broken session only means there is nothing left worth keeping.
+func (m *Model) put(s *slot, broken bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if broken || m.closed {
+		m.made--
+		if s.session != nil {
+			_ = s.session.Close()
+		}
+		return
+	}
+	m.idle = append(m.idle, s)
+}
+
+func sharedPrefix(a, b []int) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
 }
 
 // Info implements server.Model.
@@ -115,15 +183,18 @@ func chatMessages(msgs []server.ChatMessage) []chat.Message {
 // first sees the prompt's last token (so a SentencePiece space after BOS is treated as in
 // running text); the runner applies the end-of-sequence ids and the request's stop strings, and
 // text it held back (an incomplete character, a possible start of a stop string) is emitted as
-// a final piece with ID -1.
+// a final piece with ID -1. It runs on the model's Batcher with the other running generations.
 func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(server.Token) error) (server.GenResult, error) {
 	select {
-	case m.turn <- struct{}{}:
+	case m.slots <- struct{}{}:
 	case <-ctx.Done():
 		return server.GenResult{}, ctx.Err()
 	}
-	defer func() { <-m.turn }()
-	if m.closed {
+	defer func() { <-m.slots }()
+	m.mu.Lock()
+	closed := m.closed
+	m.mu.Unlock()
+	if closed {
 		return server.GenResult{}, errors.New("backend: generate on a closed model")
 	}
 	if len(req.Prompt) == 0 {
@@ -136,21 +207,22 @@ func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(s
 		Prompt: req.Prompt, Options: req.Options, Seeded: req.Seeded, MaxTokens: req.MaxTokens,
 		Stop: m.e.Stop, StopStrings: req.Stop, Text: stream,
 	}
-	if m.session != nil {
-		rr.Session, rr.Depth = m.session, m.draft.Drafter.Depth()
+	s := m.take(req.Prompt)
+	if s.session != nil {
+		rr.Session, rr.Depth = s.session, m.draft.Drafter.Depth()
 	}
 	var emitErr error
-	st, err := runner.Generate(ctx, m.seq, rr, func(t runner.Token) error {
+	st, err := m.batcher.Generate(ctx, s.seq, rr, func(t runner.Token) error {
 		emitErr = emit(server.Token{ID: t.ID, Text: t.Text})
 		return emitErr
 	})
+	// The runner failed (not a cancellation, not the server stopping us through emit): the
+	// caches may be out of step, so the sequence is not reused.
+	m.put(s, err != nil && ctx.Err() == nil && (emitErr == nil || !errors.Is(err, emitErr)))
+	m.mu.Lock()
 	m.last = st
-	if err != nil && ctx.Err() == nil && (emitErr == nil || !errors.Is(err, emitErr)) {
-		// The runner failed (not a cancellation, not the server stopping us through emit): the
-		// caches may be out of step, so the next request starts afresh.
-		m.reset()
-	}
-	return result(st, len(req.Prompt), m.session != nil), err
+	m.mu.Unlock()
+	return result(st, len(req.Prompt), s.session != nil), err
 }
 
 // result maps the runner's statistics. prompt_eval_count is the prompt's whole length, reused
@@ -173,19 +245,38 @@ func result(st runner.Stats, prompt int, drafted bool) server.GenResult {
 	return r
 }
 
-// LastStats are the runner's statistics of the latest generation (Reused shows prefix reuse).
-// Tests and diagnostics only; it is not synchronised with a running generation.
-func (m *Model) LastStats() runner.Stats { return m.last }
+// LastStats are the runner's statistics of the latest generation to end (Reused shows prefix
+// reuse). Tests and diagnostics only.
+func (m *Model) LastStats() runner.Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.last
+}
 
-// Close implements server.Model: it drops the engine, caches and draft for the GC to free.
+// Close implements server.Model: it waits for running generations (the server closes a model
+// only when none runs), closes every drafting session and drops the engine, caches and draft
+// for the GC to free.
 func (m *Model) Close() error {
-	m.turn <- struct{}{}
-	defer func() { <-m.turn }()
+	for range m.parallel {
+		m.slots <- struct{}{}
+	}
+	defer func() {
+		for range m.parallel {
+			<-m.slots
+		}
+	}()
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if m.closed {
 		return errors.New("backend: model closed twice")
 	}
 	m.closed = true
-	m.closeSession()
-	m.e, m.seq, m.draft, m.tmpl = nil, nil, nil, engine.Template{}
+	for _, s := range m.idle {
+		if s.session != nil {
+			_ = s.session.Close()
+		}
+	}
+	m.idle, m.made = nil, 0
+	m.e, m.draft, m.batcher, m.tmpl = nil, nil, nil, engine.Template{}
 	return nil
 }
