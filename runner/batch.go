@@ -24,10 +24,11 @@ const BatchPrefillChunk = 32
 // wider the batch, and past BatchRows/2 sequences a round drafts nothing.
 const BatchRows = 8
 
-// BatchDepth is the depth each round of a sequence batched with width-1 others drafts when its
-// policy is adaptive: BatchRows/width - 1, at least 0 (plain decoding). A fixed policy (and a
-// seeded request's, Depth.Seeded) keeps its depth whatever the width; at width 1 the adaptive
-// controller chooses as it does alone.
+// BatchDepth is the most tokens a round of a sequence batched with width-1 others drafts when
+// its policy is adaptive: BatchRows/width - 1, at least 0 (plain decoding). Below it the
+// controller's own choice stands (a draft it has learned to distrust stays unused). A fixed
+// policy (and a seeded request's, Depth.Seeded) keeps its depth whatever the width; at width 1
+// the adaptive controller chooses as it does alone.
 func BatchDepth(width int) int { return max(0, BatchRows/max(width, 1)-1) }
 
 // emitGrace is how long a generation's emit may take before the other generations' steps stop
@@ -228,6 +229,7 @@ func (b *Batcher) stepLocked() {
 		step := b.step
 		b.mu.Unlock()
 		b.runStep(step)
+		clear(step) // the lanes may end before the next step
 		b.mu.Lock()
 		b.stepping = false
 	}
@@ -319,17 +321,19 @@ func (l *lane) outlasted() {
 }
 
 // depth is the next round's depth for a generation of policy p on b, at most limit, and whether
-// the round's outcome should train p's controller: only rounds chosen by it, alone on b (a
-// batched round's time says little about the depth's cost alone).
+// the round's outcome should train p's controller. Alone on b, p chooses and learns as without a
+// Batcher. Batched, an adaptive p's choice is capped at BatchDepth(width) and learns nothing: a
+// batched round's time says little about what the depth costs alone, which is what the
+// controller models. A fixed p (a seeded request's too) keeps its depth.
 func (b *Batcher) depth(p Depth, limit int) (n int, learn bool) {
-	if _, fixed := p.IsFixed(); !fixed {
-		if w := b.Width(); w > 1 {
-			return min(BatchDepth(w), max(limit, 0)), false
-		}
-	}
+	w := b.Width()
 	b.ctl.Lock()
 	defer b.ctl.Unlock()
-	return p.choose(limit), true
+	n = p.choose(limit)
+	if _, fixed := p.IsFixed(); !fixed && w > 1 {
+		return min(n, BatchDepth(w)), false
+	}
+	return n, true
 }
 
 func (b *Batcher) observe(p Depth, n, accepted int, took time.Duration) {

@@ -145,8 +145,8 @@ func batchReqs(vocab int, opts sample.Options, seeded bool) []batchReq {
 }
 
 // TestBatchedGreedyEqualsAlone: the greedy output of a generation is the same alone and batched
-// with 1..7 others, plain and speculative (a random DFlash draft, mostly rejected, and an adaptive
-// depth, which the batch's width overrides), on every kernel path. The widest step must hold
+// with 1..7 others, plain and speculative (a random DFlash draft, mostly rejected, at an adaptive
+// depth, which the batch's width caps, and at a fixed one), on every kernel path. The widest step must hold
 // every generation, or the test would not be testing batches.
 func TestBatchedGreedyEqualsAlone(t *testing.T) {
 	kerneltest.ForEachPath(t, func(t *testing.T) {
@@ -155,7 +155,10 @@ func TestBatchedGreedyEqualsAlone(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, s := range []batchSetup{{target: target}, {target: target, draft: runner.NewBlockDrafter(d)}} {
+		// A fixed depth puts verify rows of every sequence in each step; the adaptive one is
+		// capped by the width (BatchDepth).
+		for _, s := range []batchSetup{{target: target}, {target: target, draft: runner.NewBlockDrafter(d)},
+			{target: target, draft: runner.WithDepth(runner.NewBlockDrafter(d), runner.Fixed(5))}} {
 			checkBatchedEqualsAlone(t, s, batchReqs(target.Config().Vocab, sample.Options{}, false))
 		}
 	})
