@@ -187,18 +187,89 @@ func TestBatchedStories260K(t *testing.T) {
 	kerneltest.ForEachPath(t, func(t *testing.T) {
 		reqs := batchReqs(target.Config().Vocab, sample.Options{}, false)
 		checkBatchedEqualsAlone(t, batchSetup{target: target}, reqs)
+		// An oracle proposes one known sequence: every request here shares its prompt, which
+		// the batch still decodes as separate sequences.
+		prompt := []int{1, 403, 407, 261, 378}
+		plain := batchSetup{target: target}
+		full := append(slices.Clone(prompt), plain.alone(t, batchReq{prompt: prompt, n: 40})...)
+		o := &runner.OracleDrafter{Tokens: full, Limit: 7, Noise: 0.2, Vocab: target.Config().Vocab, Seed: 3}
+		reqs = nil
+		for i := range 5 {
+			reqs = append(reqs, batchReq{prompt: prompt, n: 10 + 7*i})
+		}
+		checkBatchedEqualsAlone(t, batchSetup{target: target, draft: o}, reqs)
 	})
-	// An oracle proposes one known sequence: every request here shares its prompt, which the
-	// batch still decodes as separate sequences.
-	prompt := []int{1, 403, 407, 261, 378}
-	plain := batchSetup{target: target}
-	full := append(slices.Clone(prompt), plain.alone(t, batchReq{prompt: prompt, n: 40})...)
-	o := &runner.OracleDrafter{Tokens: full, Limit: 7, Noise: 0.2, Vocab: target.Config().Vocab, Seed: 3}
-	var reqs []batchReq
-	for i := range 5 {
-		reqs = append(reqs, batchReq{prompt: prompt, n: 10 + 7*i})
+}
+
+// TestBatchedJoinMidStream: generations that join while others decode (their prompts prefilled
+// in chunks between the others' steps) and leave while others go on change no one's output.
+// Four start together; the first, at its third token, starts four more and waits in its emit
+// until they have joined, so the next step holds all eight: four decoding, four prefilling.
+func TestBatchedJoinMidStream(t *testing.T) {
+	target := tinyBatchQwen3(t)
+	d, err := dflash.Random(target, dflash.ConfigFor(target.Config(), 2, 8), 7, kernel.F32)
+	if err != nil {
+		t.Fatal(err)
 	}
-	checkBatchedEqualsAlone(t, batchSetup{target: target, draft: o}, reqs)
+	for _, s := range []batchSetup{{target: target}, {target: target, draft: runner.WithDepth(runner.NewBlockDrafter(d), runner.Fixed(3))}} {
+		reqs := batchReqs(target.Config().Vocab, sample.Options{}, false)
+		reqs[0].n = 12
+		want := make([][]int, len(reqs))
+		for i, r := range reqs {
+			want[i] = s.alone(t, r)
+		}
+		b := runner.NewBatcher(target)
+		b.EmitGrace = time.Hour
+		var mu sync.Mutex
+		widest := 0
+		b.OnStep = func(w int) {
+			mu.Lock()
+			widest = max(widest, w)
+			mu.Unlock()
+		}
+		outs := make([][]int, len(reqs))
+		errs := make([]error, len(reqs))
+		var wg sync.WaitGroup
+		var start func(i int)
+		start = func(i int) {
+			wg.Go(func() {
+				var session runner.Session
+				if s.draft != nil {
+					session = s.draft.Open(256)
+					defer session.Close()
+				}
+				_, errs[i] = b.Generate(context.Background(), runner.NewSequence(target, 256), s.request(reqs[i], session), func(tok runner.Token) error {
+					outs[i] = append(outs[i], tok.ID)
+					if i == 0 && len(outs[i]) == 3 {
+						for j := 4; j < len(reqs); j++ {
+							start(j)
+						}
+						for b.Width() < len(reqs) {
+							runtime.Gosched()
+						}
+					}
+					return nil
+				})
+			})
+		}
+		b.Pause()
+		for i := range 4 {
+			start(i)
+		}
+		for b.Width() < 4 {
+			runtime.Gosched()
+		}
+		b.Resume()
+		wg.Wait()
+		for i := range reqs {
+			if errs[i] != nil || !slices.Equal(outs[i], want[i]) {
+				t.Errorf("draft %v, generation %d: err %v\n got %v\nwant %v", s.draft != nil, i, errs[i], outs[i], want[i])
+			}
+		}
+		if widest != len(reqs) {
+			t.Errorf("draft %v: the widest step ran %d sequences, want %d", s.draft != nil, widest, len(reqs))
+		}
+	}
 }
 
 // TestBatchedHybridFallsBack: a target without ForwardBatch (Qwen3.5's hybrid) runs a step one
