@@ -447,3 +447,34 @@ func TestGenerateStopString(t *testing.T) {
 		})
 	}
 }
+
+// Two conversations that alternate on a model of two sequences each keep their own rows: the
+// second turn of each reuses its first turn's prompt, whatever ran in between.
+func TestInterleavedConversationsKeepTheirRows(t *testing.T) {
+	bin := shareddata.Path(t, storiesRel)
+	b, err := backend.New(backend.Options{Models: []backend.Spec{{Name: "s", Path: bin}}, Parallel: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lm, err := b.Load(context.Background(), "s:latest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lm.Close()
+	m := lm.(*backend.Model)
+	turn1 := []string{"Once upon a time, there was a little girl", "Tom and his dog went to the big park"}
+	var first [][]int
+	for _, p := range turn1 {
+		ids, _ := m.Tokenize(p)
+		c, _ := generate(t, m, ids, 8)
+		first = append(first, append(ids, c.ids[:len(c.ids)-1]...))
+	}
+	for i, f := range first {
+		// The next turn: the first turn's prompt and answer (as the cache holds them), then more.
+		next := append(slices.Clone(f), f[1:5]...)
+		generate(t, m, next, 4)
+		if reused := m.LastStats().Reused; reused != len(f) {
+			t.Errorf("conversation %d: second turn reused %d rows, want its first turn's %d", i, reused, len(f))
+		}
+	}
+}

@@ -23,10 +23,9 @@ const PlainTemplate = engine.PlainTemplate
 // that waits for a sequence, honouring its context meanwhile (the server's scheduler normally
 // keeps it from asking).
 //
-// Each running generation has a sequence of its own, taken from the idle ones: the one whose
-// cached tokens share the longest prefix with its prompt (so a conversation that continues
-// reuses its rows whatever ran in between), else a new one while fewer than parallel exist, else
-// the least recently used. A sequence and its drafting session are made on first need, so memory
+// Each running generation has a sequence of its own (take): an idle one whose rows its prompt
+// mostly continues (so a conversation reuses its rows whatever ran in between), else a new one
+// while fewer than parallel exist, else the idle one sharing the longest prefix. A sequence and its drafting session are made on first need, so memory
 // grows with the generations actually run at once, up to parallel caches.
 //
 // Invariant: between generations a sequence's drafting session holds context rows for exactly
@@ -97,17 +96,31 @@ func (m *Model) step(width int) {
 	}
 }
 
-// take returns the idle sequence that best fits prompt (see Model), or a new one.
+// take returns the sequence for a generation of prompt: among the idle ones whose shared prefix
+// with the prompt is at least half the tokens they hold (a conversation going on keeps its
+// prompt's rows even when its answer is tokenized differently the next turn) or half the prompt
+// (a prompt asked again), the one sharing the longest prefix,
+// the most recently used among equals; else a new one while fewer than parallel exist; else the
+// idle one sharing the longest prefix. So a new conversation does not take over another's rows
+// while there is room for its own.
 func (m *Model) take(prompt []int) *slot {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	best, shared := -1, 0
 	for i, s := range m.idle {
-		if n := sharedPrefix(s.seq.Tokens(), prompt); best < 0 || n > shared || n == shared {
-			best, shared = i, n // ties go to the most recently used
+		n := sharedPrefix(s.seq.Tokens(), prompt)
+		if n > 0 && (2*n >= len(s.seq.Tokens()) || 2*n >= len(prompt)) && n >= shared {
+			best, shared = i, n
 		}
 	}
-	if best >= 0 && (shared > 0 || m.made >= m.parallel) {
+	if best < 0 && m.made >= m.parallel {
+		for i, s := range m.idle {
+			if n := sharedPrefix(s.seq.Tokens(), prompt); best < 0 || n > shared {
+				best, shared = i, n
+			}
+		}
+	}
+	if best >= 0 {
 		s := m.idle[best]
 		m.idle = append(m.idle[:best], m.idle[best+1:]...)
 		return s
