@@ -32,6 +32,9 @@ func (p *Part) ProjectAttentionSeqs(h *Heads, seqs []Seq, li int, w *AttnWeights
 			return
 		}
 	}
+	if p.K == nil {
+		panic("nn: a part spanning several sequences needs the key/value staging of Workspace.StageKV")
+	}
 	RMSNormRows(p.XN, p.X, norm, p.Rows, p.hidden, eps)
 	kw := p.kvWidth
 	kc, vc := p.K[:p.Rows*kw], p.V[:p.Rows*kw]
@@ -49,7 +52,7 @@ func (p *Part) ProjectAttentionSeqs(h *Heads, seqs []Seq, li int, w *AttnWeights
 		}
 		r := a - p.Lo
 		pos := s.Pos + a - s.Lo
-		h.finish(w, p.Q[r*qw:b*qw-p.Lo*qw], kc[r*kw:(b-p.Lo)*kw], b-a, pos)
+		h.finish(w, p.Q[r*qw:(b-p.Lo)*qw], kc[r*kw:(b-p.Lo)*kw], b-a, pos)
 		copy(s.KV.K[li][pos*kw:], kc[r*kw:(b-p.Lo)*kw])
 		copy(s.KV.V[li][pos*kw:], vc[r*kw:(b-p.Lo)*kw])
 	}
