@@ -112,11 +112,6 @@ func cmdServe(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	for _, mi := range b.Models() {
-		if mi.Error == "" {
-			log.Info("model", "name", mi.Name, "parallel", mi.Parallel, "context", mi.ContextLength)
-		}
-	}
 	// The server's zero values mean "default"; the flags' negative values mean "unlimited".
 	cfg := server.Config{Addr: *host, Parallel: max(*parallel, 1), MaxQueue: *maxQueue, QueueTimeout: *queueTimeout,
 		KeepAlive: *keepAlive, MaxLoaded: *maxLoaded, Version: version, ShutdownTimeout: *grace,
@@ -139,7 +134,7 @@ func cmdServe(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 			log.Error("model unavailable", "name", m.Name, "err", m.Error)
 			continue
 		}
-		log.Info("model", "name", m.Name, "family", m.Family, "parameters", m.ParameterSize, "draft", m.Draft)
+		log.Info("model", "name", m.Name, "family", m.Family, "parameters", m.ParameterSize, "draft", m.Draft, "parallel", m.Parallel)
 		if d, ok := b.Describe(m.Name); ok && d.TextOnly {
 			log.Info(engine.TextOnlyNotice, "name", m.Name)
 		}
