@@ -86,3 +86,20 @@ type Target interface {
 	// WeightBytes is the number of weight bytes one decode step streams.
 	WeightBytes() int64
 }
+
+// BatchItem is one sequence's share of a batched forward: its cache and the rows to run on it.
+type BatchItem struct {
+	Cache cache.Cache
+	Request
+}
+
+// BatchTarget is a target that runs the rows of several sequences in one forward: the weight
+// products run once over the stacked rows of every item, attention per item against its own
+// cache. ForwardBatch(items) gives each item the Result, bit for bit, that Forward(item.Cache,
+// item.Request) alone would, and commits each item's rows to its cache; the items' caches must be
+// distinct and every item must ask the same Taps. On error no cache is changed. The Results alias
+// the target's workspace as Forward's do (valid until the next forward).
+type BatchTarget interface {
+	Target
+	ForwardBatch(items []BatchItem) ([]Result, error)
+}

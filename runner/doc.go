@@ -1,4 +1,6 @@
-// Package runner owns one request's decode loop: prompt prefill with prefix reuse, plain
+// Package runner owns one request's decode loop, alone or batched with others (Batcher: one
+// target forward per step over the rows of every running generation, each on its own
+// sequence): prompt prefill with prefix reuse, plain
 // decoding, speculative rounds (a session proposes, one target forward verifies, the target cache
 // is rewound to the last kept row), the DFlash drafting sessions, the depth policy and the
 // statistics of a request. A target cache that cannot rewind (a hybrid target's recurrent state)

@@ -175,6 +175,11 @@ type Detokenizer interface {
 // seq stays consistent (its tokens are its cache rows) and the session is settled (never closed:
 // its opener closes it).
 func Generate(ctx context.Context, seq *Sequence, req Request, emit func(Token) error) (st Stats, err error) {
+	return generate(ctx, seq, req, emit, nil)
+}
+
+// generate is Generate, its target forwards run through l's Batcher steps when l is not nil.
+func generate(ctx context.Context, seq *Sequence, req Request, emit func(Token) error, l *lane) (st Stats, err error) {
 	st.Requests = 1
 	if len(req.Prompt) == 0 {
 		return st, errors.New("generate: empty prompt")
@@ -195,7 +200,7 @@ func Generate(ctx context.Context, seq *Sequence, req Request, emit func(Token) 
 			return st, fmt.Errorf("generate: prompt token %d is %d, outside the vocabulary of %d", i, t, vocab)
 		}
 	}
-	g := &generation{seq: seq, req: req, emit: emit, now: req.Clock, st: &st, vocab: vocab, stops: stops}
+	g := &generation{seq: seq, req: req, emit: emit, now: req.Clock, st: &st, vocab: vocab, stops: stops, lane: l}
 	if g.now == nil {
 		g.now = time.Now
 	}
@@ -223,7 +228,7 @@ func Generate(ctx context.Context, seq *Sequence, req Request, emit func(Token) 
 	// The output ended without a stop string: show what was held back.
 	show, _ := stops.Text(req.Text.Flush())
 	if show += stops.Flush(); show != "" && emit != nil {
-		if err := emit(Token{ID: -1, Text: show}); err != nil {
+		if err := g.emitToken(Token{ID: -1, Text: show}); err != nil {
 			st.Reason = StopCanceled
 			return st, err
 		}
@@ -243,6 +248,7 @@ type generation struct {
 	vocab int
 	taps  []int
 	v     verifier
+	lane  *lane // the generation's place in a Batcher, nil alone
 
 	res     model.Result // the last target forward's, valid until the next
 	tapRows [][]float32
@@ -337,6 +343,9 @@ func (g *generation) prefill(ctx context.Context) error {
 		if at := g.req.Checkpoint; keeps && at > off {
 			n = min(n, at-off)
 		}
+		if g.lane != nil && g.lane.b.Width() > 1 {
+			n = min(n, BatchPrefillChunk) // running streams keep flowing between the chunks
+		}
 		if err := g.forward(rest[:n], model.LogitsNone, n); err != nil {
 			return fmt.Errorf("generate: prefill at %d: %w", seq.cache.Offset(), err)
 		}
@@ -417,7 +426,14 @@ func (g *generation) forward(tokens []int, rows model.LogitRows, kept int) error
 
 // run is one target forward over tokens; its result stays in g.res.
 func (g *generation) run(tokens []int, rows model.LogitRows) error {
-	res, err := g.seq.target.Forward(g.seq.cache, model.Request{Tokens: tokens, Logits: rows, Taps: g.taps})
+	r := model.Request{Tokens: tokens, Logits: rows, Taps: g.taps}
+	var res model.Result
+	var err error
+	if g.lane != nil {
+		res, err = g.lane.forward(r)
+	} else {
+		res, err = g.seq.target.Forward(g.seq.cache, r)
+	}
 	if err != nil {
 		return err
 	}
@@ -536,9 +552,9 @@ func (g *generation) decode(ctx context.Context) error {
 		if g.req.MaxTokens > 0 {
 			limit = min(limit, g.req.MaxTokens-st.DecodeTokens-1)
 		}
-		n := 0
+		n, learn := 0, false
 		if d != nil {
-			n = g.depth.choose(min(limit, d.Limit()))
+			n, learn = g.chooseDepth(min(limit, d.Limit()))
 		}
 
 		g.context = 0
@@ -609,8 +625,8 @@ func (g *generation) decode(ctx context.Context) error {
 		st.DraftTime += t1.Sub(t0)
 		st.VerifyTime += t2.Sub(t1)
 		st.OtherTime += t3.Sub(t2)
-		if d != nil {
-			g.depth.observe(len(drafts), accepted, t3.Sub(t0)-g.context)
+		if learn {
+			g.observeDepth(len(drafts), accepted, t3.Sub(t0)-g.context)
 		}
 		for i, t := range emitted {
 			g.all = append(g.all, t)
@@ -627,7 +643,7 @@ func (g *generation) decode(ctx context.Context) error {
 				piece.Text, hit = g.stops.Text(g.req.Text.Add(t))
 			}
 			if g.emit != nil {
-				if err := g.emit(piece); err != nil {
+				if err := g.emitToken(piece); err != nil {
 					g.trace(round, emitted[:i+1])
 					st.Reason = StopCanceled
 					return err
@@ -647,6 +663,31 @@ func (g *generation) decode(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// chooseDepth is the next round's depth, at most limit, and whether its outcome trains the
+// policy: alone, the policy's choice; batched, the Batcher's (Batcher.depth).
+func (g *generation) chooseDepth(limit int) (int, bool) {
+	if g.lane != nil {
+		return g.lane.b.depth(g.depth, limit)
+	}
+	return g.depth.choose(limit), true
+}
+
+func (g *generation) observeDepth(n, accepted int, took time.Duration) {
+	if g.lane != nil {
+		g.lane.b.observe(g.depth, n, accepted, took)
+		return
+	}
+	g.depth.observe(n, accepted, took)
+}
+
+// emitToken hands piece to the request's emit (through the lane, batched: see lane.emit).
+func (g *generation) emitToken(piece Token) error {
+	if g.lane != nil {
+		return g.lane.emit(g.emit, piece)
+	}
+	return g.emit(piece)
 }
 
 // round is the trace of a round at position that asked for n drafts.

@@ -22,7 +22,8 @@ type Backend interface {
 }
 
 // Model is one loaded model. The server serialises nothing on its behalf except through its
-// scheduler: with Config.Parallel > 1, Generate may be called concurrently and must cope.
+// scheduler: with a Parallel above 1, Generate is called concurrently, up to that many at once,
+// and must cope (server/backend decodes them together in one batch).
 type Model interface {
 	Info() ModelInfo
 	// ContextLength is the most positions (prompt + generated) one generation may use.
@@ -42,6 +43,14 @@ type Model interface {
 	Generate(ctx context.Context, req GenRequest, emit func(Token) error) (GenResult, error)
 	// Close frees the model. The server calls it once, when no generation is running.
 	Close() error
+}
+
+// StepObserver is implemented by a Model that decodes its running generations together: the
+// server gives it, once loaded, a function to call after every decode step with the step's width
+// (the generations it ran), which feeds the dflash_batch_width metrics. The function is cheap
+// and safe for concurrent use.
+type StepObserver interface {
+	ObserveSteps(f func(width int))
 }
 
 // ModelInfo describes a configured model for listings (/api/tags, /api/show, /v1/models).
@@ -71,6 +80,9 @@ type ModelInfo struct {
 	// System is the model's default system message (an ollama manifest's system layer), shown by
 	// /api/show; the model's RenderChat applies it.
 	System string
+	// Parallel is how many generations the model runs at once, decoded together (0: the
+	// server's Config.Parallel).
+	Parallel int
 }
 
 // ChatMessage is one turn of a conversation. Role is "system", "user", "assistant" or "tool".

@@ -27,8 +27,9 @@
 // /api/embeddings) and cuts to dimensions; the model pools its rows. An embedding takes a
 // scheduler slot like a generation.
 //
-// Scheduling: at most Config.Parallel generations run at once; later requests wait in FIFO
-// order. A full queue answers 503 with Retry-After; a request that cannot start within
+// Scheduling: each model runs at most its Parallel generations at once (ModelInfo.Parallel, else
+// Config.Parallel; a Model decodes them together); later requests for it wait in FIFO order in
+// the model's own queue. A full queue answers 503 with Retry-After; a request that cannot start within
 // Config.QueueTimeout answers 503 with Retry-After. A client that disconnects cancels its
 // generation at the next token (the Model checks its context) and frees its place.
 // A client that stops reading is cut when a write misses Config.WriteTimeout, which frees its

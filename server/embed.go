@@ -75,7 +75,7 @@ func (s *Server) embed(r *http.Request, j *embedJob) (*embedOutcome, error) {
 	defer cancel()
 	stop := context.AfterFunc(s.base, cancel)
 	defer stop()
-	release, err := s.sched.acquire(ctx, s.cfg.QueueTimeout)
+	release, err := s.sched.of(mi.Name, mi.Parallel).acquire(ctx, s.cfg.QueueTimeout)
 	if err != nil {
 		return nil, err
 	}

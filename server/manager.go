@@ -23,6 +23,8 @@ type manager struct {
 	keepAlive time.Duration // default for requests that give none
 	maxLoaded int           // idle models beyond this are unloaded before a new load; 0: no limit
 	onLoad    func(name string, d time.Duration, err error)
+	// onModel, when set, is called with every model loaded, before any request uses it.
+	onModel func(name string, m Model)
 
 	mu     sync.Mutex
 	models map[string]*entry
@@ -144,6 +146,9 @@ func (m *manager) load(e *entry, victims []Model) {
 	}
 	if m.onLoad != nil {
 		m.onLoad(e.name, took, err)
+	}
+	if err == nil && m.onModel != nil {
+		m.onModel(e.name, model)
 	}
 	m.mu.Lock()
 	e.model, e.err, e.loadTook = model, err, took

@@ -19,6 +19,8 @@ type metrics struct {
 	loadFailures *prometheus.CounterVec   // model
 	queueDepth   prometheus.Gauge
 	running      prometheus.Gauge
+	batchWidth   *prometheus.GaugeVec     // model: the latest decode step's width
+	batchSteps   *prometheus.HistogramVec // model: every decode step's width
 }
 
 func newMetrics() *metrics {
@@ -61,9 +63,16 @@ func newMetrics() *metrics {
 		running: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "dflash_running_generations", Help: "Generations holding a slot.",
 		}),
+		batchWidth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "dflash_batch_width", Help: "Generations the latest decode step of the model ran together.",
+		}, []string{"model"}),
+		batchSteps: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "dflash_batch_step_width", Help: "Generations each decode step of the model ran together.",
+			Buckets: []float64{1, 2, 3, 4, 6, 8, 12, 16, 32},
+		}, []string{"model"}),
 	}
 	m.reg.MustRegister(m.requests, m.duration, m.genTokens, m.promptTokens, m.reusedTokens, m.tau, m.tpot,
-		m.loadSeconds, m.loadFailures, m.queueDepth, m.running,
+		m.loadSeconds, m.loadFailures, m.queueDepth, m.running, m.batchWidth, m.batchSteps,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -77,5 +86,14 @@ func (m *metrics) observeGeneration(model string, res GenResult) {
 	}
 	if res.Speculation != nil && res.Speculation.Rounds > 0 {
 		m.tau.WithLabelValues(model).Observe(res.Speculation.Tau)
+	}
+}
+
+// stepObserver is what a model reports its decode steps' widths to (StepObserver).
+func (m *metrics) stepObserver(model string) func(int) {
+	g, h := m.batchWidth.WithLabelValues(model), m.batchSteps.WithLabelValues(model)
+	return func(w int) {
+		g.Set(float64(w))
+		h.Observe(float64(w))
 	}
 }

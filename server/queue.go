@@ -153,3 +153,96 @@ func (s *scheduler) close() {
 		close(s.shut)
 	}
 }
+
+// schedulers are the per-model schedulers: each model runs up to its own number of generations
+// at once (ModelInfo.Parallel, else Config.Parallel: ollama's OLLAMA_NUM_PARALLEL is per model
+// too), and its requests beyond that wait in its own FIFO queue of at most maxQueue. A model's
+// scheduler is made at its first request and kept (a few words; the model names are the
+// configured ones).
+type schedulers struct {
+	parallel int // default slots per model
+	maxQueue int
+	onDepth  func(int) // reports the total queue depth after each change
+
+	mu     sync.Mutex
+	byName map[string]*scheduler
+	depths map[string]int
+	closed bool
+}
+
+func newSchedulers(parallel, maxQueue int, onDepth func(int)) *schedulers {
+	if onDepth == nil {
+		onDepth = func(int) {}
+	}
+	return &schedulers{parallel: parallel, maxQueue: maxQueue, onDepth: onDepth,
+		byName: map[string]*scheduler{}, depths: map[string]int{}}
+}
+
+// of is the scheduler of model name, with parallel slots (<= 0: the default) when it is new.
+func (ss *schedulers) of(name string, parallel int) *scheduler {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	s, ok := ss.byName[name]
+	if !ok {
+		if parallel <= 0 {
+			parallel = ss.parallel
+		}
+		s = newScheduler(parallel, ss.maxQueue, func(n int) { ss.report(name, n) })
+		if ss.closed {
+			s.close()
+		}
+		ss.byName[name] = s
+	}
+	return s
+}
+
+// report records model name's queue depth and reports the total. A scheduler calls it under its
+// own lock, so it must not call back into one.
+func (ss *schedulers) report(name string, n int) {
+	ss.mu.Lock()
+	ss.depths[name] = n
+	total := 0
+	for _, d := range ss.depths {
+		total += d
+	}
+	ss.mu.Unlock()
+	ss.onDepth(total)
+}
+
+func (ss *schedulers) all() []*scheduler {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	out := make([]*scheduler, 0, len(ss.byName))
+	for _, s := range ss.byName {
+		out = append(out, s)
+	}
+	return out
+}
+
+// depth is the number of waiting requests, all models together.
+func (ss *schedulers) depth() int {
+	n := 0
+	for _, s := range ss.all() {
+		n += s.depth()
+	}
+	return n
+}
+
+// running is the number of slots held, all models together.
+func (ss *schedulers) running() int {
+	n := 0
+	for _, s := range ss.all() {
+		n += s.running()
+	}
+	return n
+}
+
+// close closes every scheduler, and those made later are born closed.
+func (ss *schedulers) close() {
+	ss.mu.Lock()
+	ss.closed = true
+	ss.mu.Unlock()
+	for _, s := range ss.all() {
+		s.close()
+	}
+}

@@ -77,7 +77,7 @@ func (s *Server) execute(r *http.Request, j *job, emit func(p reply.Part, lps []
 	stop := context.AfterFunc(s.base, cancel)
 	defer stop()
 
-	release, err := s.sched.acquire(ctx, s.cfg.QueueTimeout)
+	release, err := s.sched.of(mi.Name, mi.Parallel).acquire(ctx, s.cfg.QueueTimeout)
 	if err != nil {
 		return nil, err
 	}

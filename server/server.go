@@ -22,8 +22,11 @@ const DefaultAddr = "127.0.0.1:11434"
 
 // Config controls a Server. Zero fields take the defaults documented on each.
 type Config struct {
-	Addr            string        // listen address; default AddrFromEnv()
-	Parallel        int           // generations running at once; default 1
+	Addr string // listen address; default AddrFromEnv()
+	// Parallel is how many generations each model runs at once, decoded together in one batch
+	// (ollama's OLLAMA_NUM_PARALLEL), unless the model's ModelInfo.Parallel says otherwise;
+	// requests beyond it wait in the model's queue. Default 1.
+	Parallel        int
 	MaxQueue        int           // requests waiting for a slot; default 64, < 0 unlimited
 	QueueTimeout    time.Duration // longest wait for a slot; default 2m, < 0 unlimited
 	KeepAlive       time.Duration // idle time before a model unloads; default 5m, < 0 forever
@@ -162,7 +165,7 @@ type Server struct {
 	b        Backend
 	log      *slog.Logger
 	met      *metrics
-	sched    *scheduler
+	sched    *schedulers
 	mgr      *manager
 	handler  http.Handler
 	origins  []string    // allowed browser origins: defaultOrigins and Config.Origins
@@ -190,7 +193,7 @@ func New(cfg Config, b Backend, logger *slog.Logger) *Server {
 	if maxQueue < 0 {
 		maxQueue = 0
 	}
-	s.sched = newScheduler(cfg.Parallel, maxQueue, func(n int) { s.met.queueDepth.Set(float64(n)) })
+	s.sched = newSchedulers(cfg.Parallel, maxQueue, func(n int) { s.met.queueDepth.Set(float64(n)) })
 	maxLoaded := cfg.MaxLoaded
 	if maxLoaded < 0 {
 		maxLoaded = 0
@@ -202,6 +205,11 @@ func New(cfg Config, b Backend, logger *slog.Logger) *Server {
 		}
 		s.met.loadSeconds.WithLabelValues(name).Observe(d.Seconds())
 	})
+	s.mgr.onModel = func(name string, m Model) {
+		if o, ok := m.(StepObserver); ok {
+			o.ObserveSteps(s.met.stepObserver(name))
+		}
+	}
 	s.origins = append(append([]string(nil), defaultOrigins...), cfg.Origins...)
 	s.loopback.Store(isLoopback(cfg.Addr))
 	s.handler = s.routes()

@@ -50,7 +50,7 @@ func cmdServe(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	ms.register(fs)
 	host := fs.String("host", server.AddrFromEnv(), "listen address (env DFLASH_HOST; 127.0.0.1:0 picks a free port)")
 	modelsFile := fs.String("models", "", "models file: one \"name path [draft]\" per line (instead of --model)")
-	parallel := fs.Int("parallel", 1, "requests admitted at once (generations on one model still run one at a time)")
+	parallel := fs.Int("parallel", 0, "generations each model decodes together (0: from the memory a sequence needs, at most 4)")
 	maxQueue := fs.Int("max-queue", 64, "requests waiting for a slot before 503 (< 0: unlimited)")
 	queueTimeout := fs.Duration("queue-timeout", 2*time.Minute, "longest wait for a slot before 503 (< 0: unlimited)")
 	keepAlive := fs.Duration("keep-alive", 5*time.Minute, "idle time before a model unloads (< 0: never)")
@@ -98,8 +98,8 @@ func cmdServe(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	case len(specs) == 0:
 		return usagef("no models: give --model PATH [--draft DIR] [--name NAME] (repeatable) or --models FILE")
 	}
-	if *parallel < 1 {
-		return usagef("--parallel %d: must be >= 1", *parallel)
+	if *parallel < 0 {
+		return usagef("--parallel %d: must be >= 0 (0 picks it per model)", *parallel)
 	}
 	coupling, err := server.ParseCoupling(*coupled)
 	if err != nil {
@@ -121,12 +121,12 @@ func cmdServe(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		log.Warn("depth controllers start cold", "err", err)
 		costs = ""
 	}
-	b, err := backend.New(backend.Options{Models: specs, Context: *ctxLen, SkipBroken: *skipBroken, DepthCache: costs})
+	b, err := backend.New(backend.Options{Models: specs, Context: *ctxLen, SkipBroken: *skipBroken, DepthCache: costs, Parallel: *parallel})
 	if err != nil {
 		return err
 	}
 	// The server's zero values mean "default"; the flags' negative values mean "unlimited".
-	cfg := server.Config{Addr: *host, Parallel: *parallel, MaxQueue: *maxQueue, QueueTimeout: *queueTimeout,
+	cfg := server.Config{Addr: *host, Parallel: max(*parallel, 1), MaxQueue: *maxQueue, QueueTimeout: *queueTimeout,
 		KeepAlive: *keepAlive, MaxLoaded: *maxLoaded, Version: version, ShutdownTimeout: *grace,
 		WriteTimeout: *writeTimeout, ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout,
 		APIKey: *apiKey, Origins: server.OriginsFromEnv(), Coupling: coupling}
@@ -147,7 +147,7 @@ func cmdServe(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 			log.Error("model unavailable", "name", m.Name, "err", m.Error)
 			continue
 		}
-		log.Info("model", "name", m.Name, "family", m.Family, "parameters", m.ParameterSize, "draft", m.Draft)
+		log.Info("model", "name", m.Name, "family", m.Family, "parameters", m.ParameterSize, "draft", m.Draft, "parallel", m.Parallel)
 		if d, ok := b.Describe(m.Name); ok && d.TextOnly {
 			log.Info(engine.TextOnlyNotice, "name", m.Name)
 		}

@@ -148,7 +148,7 @@ func TestServeUsage(t *testing.T) {
 		{[]string{"--draft", "d"}, "before any --model"},
 		{[]string{"--model", "m", "--models", "f"}, "not both"},
 		{[]string{"--model", "m", "--log", "xml"}, "--log"},
-		{[]string{"--model", "m", "--parallel", "0"}, "--parallel"},
+		{[]string{"--model", "m", "--parallel", "-1"}, "--parallel"}, // 0 is the per-model default
 	}
 	for _, c := range cases {
 		code, _, errs := runCLI(t, "", append([]string{"serve"}, c.args...)...)

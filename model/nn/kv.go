@@ -109,7 +109,6 @@ func (h *Heads) Project(q []float32, c KV, li int, w *AttnWeights, x []float32, 
 	kvw := c.Width
 	kc := c.K[li][pos*kvw : (pos+rows)*kvw]
 	vc := c.V[li][pos*kvw : (pos+rows)*kvw]
-	qw := h.Heads * h.HeadDim
 	// One hand-off to the kernel's pool for the products of x. The shapes were checked at
 	// load, so the error path (separate products, which report the misfit) is never taken in
 	// practice.
@@ -123,6 +122,15 @@ func (h *Heads) Project(q []float32, c KV, li int, w *AttnWeights, x []float32, 
 		w.K.MatMul(kc, x, rows)
 		w.V.MatMul(vc, x, rows)
 	}
+	h.finish(w, q, kc, rows, pos)
+}
+
+// finish applies the per-head norms and RoPE to rows rows of keys kc (and queries q, unless nil)
+// at positions [pos, pos+rows), in place. Each row is done alone, so a row's bits depend only on
+// its own products and position.
+func (h *Heads) finish(w *AttnWeights, q, kc []float32, rows, pos int) {
+	kvw := h.KVHeads * h.HeadDim
+	qw := h.Heads * h.HeadDim
 	for i := 0; i < rows; i++ {
 		ki := kc[i*kvw : (i+1)*kvw]
 		if w.KNorm != nil {

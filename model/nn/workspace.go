@@ -19,8 +19,12 @@ type Workspace struct {
 	Tmp      []float32 // Rows x hidden: a sublayer's output before its residual add
 	Gate, Up []float32 // Rows x intermediate
 	Scores   []float32 // attention scratch (ScratchLen): set by the owner, not by NewWorkspace
+	// K and V stage the keys and values of rows that belong to several sequences (Rows x the
+	// key/value width, see StageKV): their products run over all rows at once, and each row
+	// then goes to its own sequence's cache. nil unless the owner batches sequences.
+	K, V []float32
 
-	hidden, qWidth, intermediate int
+	hidden, qWidth, intermediate, kvWidth int
 }
 
 // NewWorkspace sizes scratch for rows rows of a decoder with the given widths; Scores is left to
@@ -36,14 +40,24 @@ func NewWorkspace(rows, hidden, qWidth, intermediate int) *Workspace {
 	}
 }
 
+// StageKV sizes the key/value staging of a workspace whose forwards stack the rows of several
+// sequences (Part.ProjectAttentionSeqs), for keys and values of kvWidth floats per row.
+func (ws *Workspace) StageKV(kvWidth int) {
+	ws.K, ws.V = make([]float32, ws.Rows*kvWidth), make([]float32, ws.Rows*kvWidth)
+	ws.kvWidth = kvWidth
+}
+
 // view points v at rows [lo, hi) of ws (Scores aside).
 func (ws *Workspace) view(v *Workspace, lo, hi int) {
-	h, q, im := ws.hidden, ws.qWidth, ws.intermediate
+	h, q, im, kw := ws.hidden, ws.qWidth, ws.intermediate, ws.kvWidth
 	v.Rows = hi - lo
 	v.X, v.XN, v.Tmp = ws.X[lo*h:hi*h], ws.XN[lo*h:hi*h], ws.Tmp[lo*h:hi*h]
 	v.Q, v.Att = ws.Q[lo*q:hi*q], ws.Att[lo*q:hi*q]
 	v.Gate, v.Up = ws.Gate[lo*im:hi*im], ws.Up[lo*im:hi*im]
-	v.hidden, v.qWidth, v.intermediate = h, q, im
+	if ws.K != nil {
+		v.K, v.V = ws.K[lo*kw:hi*kw], ws.V[lo*kw:hi*kw]
+	}
+	v.hidden, v.qWidth, v.intermediate, v.kvWidth = h, q, im, kw
 }
 
 // MLPResidual is the second half of a pre-norm decoder layer for rows rows of x (width hidden):

@@ -11,6 +11,7 @@ package transformer
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/dflash/dflash/cache"
 	"github.com/dflash/dflash/kernel"
@@ -40,6 +41,11 @@ type Model struct {
 	partScores nn.PartScratch
 	fwd        forward
 	phases     *nn.Phases // runs fwd, bound once so that a forward allocates nothing
+	// kvs, one and single are a forward's per-sequence views, reused so that a forward
+	// allocates nothing once they have grown to the widest batch.
+	kvs    []nn.KV
+	one    [1]model.BatchItem
+	single [1]model.Result
 }
 
 // workspace holds every buffer a forward writes: the per-chunk scratch of nn.Workspace, plus
@@ -71,6 +77,7 @@ func newModel(cfg model.Config, sp spec, emb, head *kernel.Matrix, layers []Laye
 		Workspace: nn.NewWorkspace(nn.ChunkRows, cfg.Hidden, cfg.Heads*cfg.HeadDim, cfg.Intermediate),
 		Outputs:   model.NewOutputs(cfg.Vocab, cfg.Layers),
 	}
+	m.ws.StageKV(cfg.KVHeads * cfg.HeadDim)
 	m.partScores = nn.NewPartScratch(m.heads.Rope.MaxPos())
 	m.fwd.m = m
 	m.phases = nn.NewPhases(&m.fwd, m.ws.Workspace, cfg.Layers)
@@ -137,69 +144,148 @@ func (m *Model) WeightBytes() int64 {
 }
 
 // Forward runs r.Tokens at positions c.Offset()... and commits them to c. It checks everything
-// before touching the cache, so on error the cache is unchanged.
+// before touching the cache, so on error the cache is unchanged. It is ForwardBatch of one item.
 func (m *Model) Forward(c cache.Cache, r model.Request) (model.Result, error) {
-	kv, ok := nn.AsKV(c)
-	if !ok {
-		return model.Result{}, fmt.Errorf("transformer: forward needs a cache made by NewCache or a *cache.KV, got %T", c)
-	}
-	cfg := &m.cfg
-	n := len(r.Tokens)
-	pos := kv.Offset()
-	if kv.Layers != cfg.Layers || kv.Width != cfg.KVHeads*cfg.HeadDim {
-		return model.Result{}, fmt.Errorf("transformer: cache of %d layers x width %d does not fit a model of %d layers x width %d", kv.Layers, kv.Width, cfg.Layers, cfg.KVHeads*cfg.HeadDim)
-	}
-	if !kv.Room(n) {
-		return model.Result{}, fmt.Errorf("transformer: %d rows at offset %d exceed cache capacity %d", n, pos, kv.Capacity)
-	}
-	res, err := m.ws.Prepare(r, cfg.Vocab, cfg.Hidden)
+	m.one[0] = model.BatchItem{Cache: c, Request: r}
+	res, err := m.forwardBatch(m.one[:], false)
+	m.one[0] = model.BatchItem{}
 	if err != nil {
-		return model.Result{}, fmt.Errorf("transformer: %w", err)
+		return model.Result{}, err
 	}
-	m.grow(pos + n)
-	for start := 0; start < n; start += nn.ChunkRows {
-		rows := min(nn.ChunkRows, n-start)
-		lo, hi := 0, 0 // chunk rows whose logits are asked for
-		switch {
-		case r.Logits == model.LogitsAll:
-			lo, hi = 0, rows
-		case r.Logits == model.LogitsLast && start+rows == n:
-			lo, hi = rows-1, rows
+	return res[0], nil
+}
+
+// ForwardBatch implements model.BatchTarget: the rows of every item, stacked in item order, run
+// through the layers in chunks of nn.ChunkRows rows, each chunk's products over all its rows and
+// its attention per sequence (nn.Seq). A row's bits are those of the same row in a Forward of its
+// item alone (TestForwardBatchBitwise).
+func (m *Model) ForwardBatch(items []model.BatchItem) ([]model.Result, error) {
+	return m.forwardBatch(items, true)
+}
+
+func (m *Model) forwardBatch(items []model.BatchItem, batch bool) ([]model.Result, error) {
+	cfg := &m.cfg
+	m.kvs = m.kvs[:0]
+	total, maxPos := 0, 0
+	for i := range items {
+		it := &items[i]
+		kv, err := m.checkCache(it.Cache, len(it.Tokens))
+		if err == nil {
+			for j := 0; j < i; j++ {
+				if m.kvs[j].KV == kv.KV {
+					err = fmt.Errorf("the cache of sequence %d is also sequence %d's", i, j)
+				}
+			}
 		}
-		var dst []float32
-		switch {
-		case r.Logits == model.LogitsAll:
-			dst = res.Logits[start*cfg.Vocab:]
-		case hi > lo:
-			dst = res.Logits
+		if err != nil {
+			if batch {
+				err = fmt.Errorf("sequence %d: %w", i, err)
+			}
+			return nil, fmt.Errorf("transformer: %w", err)
 		}
-		f := &m.fwd
-		f.kv, f.tokens, f.pos, f.taps, f.tapRow = kv, r.Tokens[start:start+rows], pos+start, res.Taps, start
-		f.logits, f.logitLo, f.logitHi, f.hidden = dst, lo, hi, res.Hidden
+		m.kvs = append(m.kvs, kv)
+		total += len(it.Tokens)
+		maxPos = max(maxPos, kv.Offset()+len(it.Tokens))
+	}
+	var res []model.Result
+	var err error
+	if batch {
+		res, err = m.ws.PrepareBatch(items, cfg.Vocab, cfg.Hidden)
+	} else {
+		// One item: Prepare's own messages, and the same LogitRow PrepareBatch would set.
+		var r model.Result
+		r, err = m.ws.Prepare(items[0].Request, cfg.Vocab, cfg.Hidden)
+		if err == nil {
+			m.single[0] = r
+			res = m.single[:]
+			m.ws.LogitRow = singleLogitRows(m.ws.LogitRow, items[0].Request)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("transformer: %w", err)
+	}
+	m.grow(maxPos)
+	f := &m.fwd
+	f.logits, f.taps = m.ws.Stacked()
+	f.hidden = res[0].Hidden // only a forward alone returns hidden states (PrepareBatch refuses them)
+	// Chunks of up to nn.ChunkRows stacked rows; item it and its row ir are where the next chunk
+	// starts.
+	it, ir := 0, 0
+	for start := 0; start < total; {
+		rows := min(nn.ChunkRows, total-start)
+		f.seqs = f.seqs[:0]
+		for lo := 0; lo < rows; {
+			n := min(len(items[it].Tokens)-ir, rows-lo)
+			f.seqs = append(f.seqs, nn.Seq{KV: m.kvs[it], Lo: lo, Hi: lo + n, Pos: m.kvs[it].Offset() + ir})
+			f.tokens = append(f.tokens[:lo], items[it].Tokens[ir:ir+n]...)
+			lo += n
+			if ir += n; ir == len(items[it].Tokens) {
+				it, ir = it+1, 0
+			}
+		}
+		f.row0 = start
+		f.logitRow = m.ws.LogitRow[start : start+rows]
 		m.phases.Run(m.partScores, rows)
-		f.kv, f.tokens, f.taps, f.logits, f.hidden = nn.KV{}, nil, nil, nil, nil
+		start += rows
 	}
-	if err := kv.Advance(n); err != nil {
-		return model.Result{}, fmt.Errorf("transformer: %w", err) // unreachable: Room was checked
+	clear(f.seqs[:cap(f.seqs)]) // drop the caches' views: the model must not keep them alive
+	f.taps, f.logits, f.hidden = nil, nil, nil
+	for i := range m.kvs {
+		if err := m.kvs[i].Advance(len(items[i].Tokens)); err != nil {
+			return nil, fmt.Errorf("transformer: %w", err) // unreachable: Room was checked
+		}
+		m.kvs[i] = nn.KV{}
 	}
 	return res, nil
 }
 
-// forward is one chunk of a Forward, as nn.Phases runs it: up to nn.ChunkRows rows at positions
-// [pos, pos+len(tokens)), split into parts (nn.PartScratch.Parts) that run concurrently on the
-// kernel's pool, each taking its rows through a layer, with one join per layer (see nn.Stack).
-// Tapped layers' outputs go to taps at row tapRow; chunk rows [logitLo, logitHi) write their
-// logits to logits[(i-logitLo)*Vocab:]. A split changes no bit (TestSplitForwardBitwise).
+// checkCache returns the view of c that a forward of n rows on it writes, or why it cannot.
+func (m *Model) checkCache(c cache.Cache, n int) (nn.KV, error) {
+	cfg := &m.cfg
+	kv, ok := nn.AsKV(c)
+	if !ok {
+		return nn.KV{}, fmt.Errorf("forward needs a cache made by NewCache or a *cache.KV, got %T", c)
+	}
+	if kv.Layers != cfg.Layers || kv.Width != cfg.KVHeads*cfg.HeadDim {
+		return nn.KV{}, fmt.Errorf("cache of %d layers x width %d does not fit a model of %d layers x width %d", kv.Layers, kv.Width, cfg.Layers, cfg.KVHeads*cfg.HeadDim)
+	}
+	if !kv.Room(n) {
+		return nn.KV{}, fmt.Errorf("%d rows at offset %d exceed cache capacity %d", n, kv.Offset(), kv.Capacity)
+	}
+	return kv, nil
+}
+
+// singleLogitRows is Outputs.LogitRow for a forward of r alone.
+func singleLogitRows(dst []int, r model.Request) []int {
+	n := len(r.Tokens)
+	dst = slices.Grow(dst[:0], n)[:n]
+	for i := range dst {
+		dst[i] = -1
+		switch {
+		case r.Logits == model.LogitsAll:
+			dst[i] = i
+		case r.Logits == model.LogitsLast && i == n-1:
+			dst[i] = 0
+		}
+	}
+	return dst
+}
+
+// forward is one chunk of a forward, as nn.Phases runs it: up to nn.ChunkRows stacked rows (of
+// one sequence or several, seqs), split into parts (nn.PartScratch.Parts) that run concurrently
+// on the kernel's pool, each taking its rows through a layer, with one join per layer (see
+// nn.Stack). Chunk row i is stacked row row0+i: tapped layers' outputs go to taps at that row,
+// and its logits, when logitRow[i] >= 0, to row logitRow[i] of logits. A split changes no bit
+// (TestSplitForwardBitwise), nor does the batching (TestForwardBatchBitwise).
 type forward struct {
-	m                *Model
-	kv               nn.KV
-	tokens           []int
-	pos              int
-	taps             [][]float32
-	tapRow           int
-	logits           []float32
-	logitLo, logitHi int
-	hidden           []float32 // Request.Hidden: every row's normed state, from row tapRow
+	m        *Model
+	seqs     []nn.Seq
+	tokens   []int
+	row0     int
+	taps     [][]float32
+	logits   []float32
+	logitRow []int
+	hidden   []float32 // Request.Hidden of a forward alone: every row's normed state
 }
 
 func (f *forward) Embed(p *nn.Part) {
@@ -211,37 +297,47 @@ func (f *forward) Embed(p *nn.Part) {
 
 func (f *forward) Open(p *nn.Part, li int) {
 	l := &f.m.layers[li]
-	p.ProjectAttention(&f.m.heads, f.kv, li, &l.AttnWeights, l.AttnNorm, f.m.cfg.RMSEps, f.pos)
+	p.ProjectAttentionSeqs(&f.m.heads, f.seqs, li, &l.AttnWeights, l.AttnNorm, f.m.cfg.RMSEps)
 }
 
 // Join makes the head-major copies of layer li's rows, between the parts that computed the keys
 // and those that read them (see nn.KV.Publish).
-func (f *forward) Join(li int) { f.kv.Publish(li, f.pos, len(f.tokens)) }
+func (f *forward) Join(li int) { nn.PublishSeqs(f.seqs, li) }
 
 func (f *forward) Close(p *nn.Part, li int) {
 	m := f.m
 	cfg := &m.cfg
 	l := &m.layers[li]
-	p.AttentionResidual(&m.heads, f.kv, li, l.O, len(f.tokens), f.pos, nn.Causal)
+	p.AttentionResidualSeqs(&m.heads, f.seqs, li, l.O, nn.Causal)
 	p.MLPResidual(p.X, p.Rows, cfg.Hidden, l.MLPNorm, cfg.RMSEps, l.Gate, l.Up, l.Down)
 	if ti := m.ws.TapIdx[li]; ti >= 0 {
-		copy(f.taps[ti][(f.tapRow+p.Lo)*cfg.Hidden:], p.X)
+		copy(f.taps[ti][(f.row0+p.Lo)*cfg.Hidden:], p.X)
 	}
 }
 
+// Head runs the final norm and the output head over each run of the part's rows whose logits go
+// to consecutive rows (all of a verification, the last row of each decoding sequence), one
+// product per run.
 func (f *forward) Head(p *nn.Part) {
 	m := f.m
-	h := m.cfg.Hidden
+	h, vocab := m.cfg.Hidden, m.cfg.Vocab
 	if f.hidden != nil {
 		// The same norm the head's rows get below, over every row: the bits of a row's
 		// embedding state are those its logits are computed from.
-		nn.RMSNormRows(f.hidden[(f.tapRow+p.Lo)*h:], p.X, m.norm, p.Rows, h, m.cfg.RMSEps)
+		nn.RMSNormRows(f.hidden[(f.row0+p.Lo)*h:], p.X, m.norm, p.Rows, h, m.cfg.RMSEps)
 	}
-	a, b := max(p.Lo, f.logitLo), min(p.Hi, f.logitHi)
-	if a >= b {
-		return
+	for a := p.Lo; a < p.Hi; {
+		if f.logitRow[a] < 0 {
+			a++
+			continue
+		}
+		b := a + 1
+		for b < p.Hi && f.logitRow[b] == f.logitRow[a]+b-a {
+			b++
+		}
+		xn := p.XN[(a-p.Lo)*h : (b-p.Lo)*h]
+		nn.RMSNormRows(xn, p.X[(a-p.Lo)*h:(b-p.Lo)*h], m.norm, b-a, h, m.cfg.RMSEps)
+		m.head.MatMul(f.logits[f.logitRow[a]*vocab:], xn, b-a)
+		a = b
 	}
-	xn := p.XN[(a-p.Lo)*h : (b-p.Lo)*h]
-	nn.RMSNormRows(xn, p.X[(a-p.Lo)*h:(b-p.Lo)*h], m.norm, b-a, h, m.cfg.RMSEps)
-	m.head.MatMul(f.logits[(a-f.logitLo)*m.cfg.Vocab:], xn, b-a)
 }

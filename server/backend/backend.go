@@ -59,6 +59,9 @@ type Options struct {
 	// shares): a loaded model's controller starts from it and saves to it. Empty: every load
 	// starts cold and nothing is written.
 	DepthCache string
+	// Parallel is how many generations each model decodes together (dflash serve --parallel);
+	// 0 derives it per model from the memory a sequence needs (AutoParallel).
+	Parallel int
 }
 
 // PullOptions say where the backend's pulls go: the hub endpoint and token (default HF_ENDPOINT,
@@ -72,6 +75,7 @@ type PullOptions struct {
 // change only by appending (a pull adds a model), under mu.
 type Backend struct {
 	ctx        int
+	parallel   int // Options.Parallel
 	stores     *ref.Env
 	pull       PullOptions
 	depthCache string
@@ -95,7 +99,7 @@ func New(o Options) (*Backend, error) {
 	if len(o.Models) == 0 {
 		return nil, errors.New("backend: no models configured")
 	}
-	b := &Backend{ctx: o.Context, stores: o.Stores, pull: o.Pull, depthCache: o.DepthCache}
+	b := &Backend{ctx: o.Context, stores: o.Stores, pull: o.Pull, depthCache: o.DepthCache, parallel: o.Parallel}
 	if b.ctx <= 0 {
 		b.ctx = DefaultContext
 	}
@@ -116,6 +120,9 @@ func New(o Options) (*Backend, error) {
 		}
 		seen[s.Name] = true
 		d, in, err := describe(s, b.ctx, o.Stores)
+		if err == nil {
+			in.Parallel = b.parallelOf(d, in.ContextLength)
+		}
 		if err != nil {
 			err = fmt.Errorf("backend: model %s: %w", s.Name, err)
 			if !o.SkipBroken {
@@ -193,6 +200,15 @@ func describe(s Spec, ctxCap int, stores *ref.Env) (*engine.Description, server.
 		return nil, server.ModelInfo{}, err
 	}
 	return d, info(s.Name, d, ctxCap, digest), nil
+}
+
+// parallelOf is how many generations a model decodes together: Options.Parallel, or AutoParallel
+// of what one sequence of ctxLen positions needs.
+func (b *Backend) parallelOf(d *engine.Description, ctxLen int) int {
+	if b.parallel > 0 {
+		return b.parallel
+	}
+	return AutoParallel(SequenceBytes(d, ctxLen), memAvailable())
 }
 
 // defaultName is the request name of a model configured without one: a store's own name for a

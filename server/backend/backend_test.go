@@ -284,7 +284,7 @@ func TestWaitHonoursContext(t *testing.T) {
 
 func TestModelsListing(t *testing.T) {
 	bin := shareddata.Path(t, storiesRel)
-	b, err := backend.New(backend.Options{Models: []backend.Spec{{Path: bin}, {Name: "s:draft", Path: bin, Draft: randomDraft(t, bin)}}})
+	b, err := backend.New(backend.Options{Models: []backend.Spec{{Path: bin}, {Name: "s:draft", Path: bin, Draft: randomDraft(t, bin)}}, Parallel: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +298,7 @@ func TestModelsListing(t *testing.T) {
 	// tokens: plain turns) are known from the files before the model loads.
 	want := server.ModelInfo{Name: "stories260K:latest", Family: "llama", ParameterSize: "260K", Quantization: "F32",
 		Format: "llama2.c", Size: st.Size(), ModifiedAt: st.ModTime().UTC(), ContextLength: 512, ModelContext: 512, Template: backend.PlainTemplate,
-		Digest: ms[0].Digest}
+		Digest: ms[0].Digest, Parallel: 2}
 	// The digest is ollama's: 64 hex digits (`ollama list` shows its first 12 as the ID). It
 	// covers the draft's files too, so the two entries differ, and it is stable across starts.
 	if ok, _ := regexp.MatchString(`^[0-9a-f]{64}$`, ms[0].Digest); !ok {
@@ -334,8 +334,8 @@ func TestModelsListing(t *testing.T) {
 	}
 }
 
-// Concurrent generations on one model (the server's Parallel > 1) take turns; each gets the
-// same greedy answer as alone, whatever the other left in the cache.
+// Concurrent generations on one model (its Parallel > 1) are decoded together; each gets the
+// same greedy answer as alone, whatever the others left in the caches.
 func TestConcurrentGenerations(t *testing.T) {
 	m := loadStories(t, true)
 	prompts := []string{"Once upon a time", "Lily and Ben went to the park.", "Once upon a time, there was", "The cat"}
@@ -373,7 +373,7 @@ func TestInfoIsTheDescription(t *testing.T) {
 	// A cap below both models' 512 positions: the listing shows the cap, the loaded capacity, and
 	// the model's own 512 beside it.
 	const ctxCap = 256
-	b, err := backend.New(backend.Options{Models: specs, Context: ctxCap})
+	b, err := backend.New(backend.Options{Models: specs, Context: ctxCap, Parallel: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +389,7 @@ func TestInfoIsTheDescription(t *testing.T) {
 		st, _ := os.Stat(s.Path)
 		want := server.ModelInfo{Name: s.Name + ":latest", Family: d.Family, ParameterSize: engine.ParameterSize(d.Parameters),
 			Quantization: d.DType, Format: d.Format, Size: d.Size, ModifiedAt: st.ModTime().UTC(),
-			ContextLength: min(d.Context, ctxCap), ModelContext: d.Context, Template: d.Template.String()}
+			ContextLength: min(d.Context, ctxCap), ModelContext: d.Context, Template: d.Template.String(), Parallel: 3}
 		if want.Digest, err = d.Digest(); err != nil {
 			t.Fatal(err)
 		}
@@ -445,5 +445,36 @@ func TestGenerateStopString(t *testing.T) {
 				t.Fatalf("got %q (%s, %d tokens), want %q then stop", c.text.String(), res.DoneReason, res.EvalTokens, want)
 			}
 		})
+	}
+}
+
+// Two conversations that alternate on a model of two sequences each keep their own rows: the
+// second turn of each reuses its first turn's prompt, whatever ran in between.
+func TestInterleavedConversationsKeepTheirRows(t *testing.T) {
+	bin := shareddata.Path(t, storiesRel)
+	b, err := backend.New(backend.Options{Models: []backend.Spec{{Name: "s", Path: bin}}, Parallel: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lm, err := b.Load(context.Background(), "s:latest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lm.Close()
+	m := lm.(*backend.Model)
+	turn1 := []string{"Once upon a time, there was a little girl", "Tom and his dog went to the big park"}
+	var first [][]int
+	for _, p := range turn1 {
+		ids, _ := m.Tokenize(p)
+		c, _ := generate(t, m, ids, 8)
+		first = append(first, append(ids, c.ids[:len(c.ids)-1]...))
+	}
+	for i, f := range first {
+		// The next turn: the first turn's prompt and answer (as the cache holds them), then more.
+		next := append(slices.Clone(f), f[1:5]...)
+		generate(t, m, next, 4)
+		if reused := m.LastStats().Reused; reused != len(f) {
+			t.Errorf("conversation %d: second turn reused %d rows, want its first turn's %d", i, reused, len(f))
+		}
 	}
 }

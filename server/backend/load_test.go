@@ -24,27 +24,28 @@ import (
 // run is the same and the numbers compare across client counts).
 const loadTokens = 64
 
-// BenchmarkServeLoad drives the real server over loopback HTTP with 1, 4 and 16 concurrent
+// BenchmarkServeLoad drives the real server over loopback HTTP with 1, 2, 4, 8 and 16 concurrent
 // streaming clients (ollama /api/generate, raw prompt, greedy, num_predict 64), plain and with a
 // random DFlash draft (mechanics only: a random draft's proposals are almost all rejected, so it
 // shows the cost of speculation, not its gain). One op is one request from every client at once.
 // Reported: tok/s (all clients' tokens over wall time), TPOT p50/p99 per request (time from its
 // first to its last token over tokens-1) and TTFT p50/p99 (request sent to first token, queueing
-// for the model included: a model runs one generation at a time).
+// for the model included). The model decodes every client's generation together (Parallel is
+// the client count).
 //
 //	go test ./server/backend -run '^$' -bench ServeLoad -benchtime 5x
 func BenchmarkServeLoad(b *testing.B) {
 	bin := shareddata.Path(b, storiesRel)
 	draft := randomDraft(b, bin)
 	for _, withDraft := range []bool{false, true} {
-		for _, clients := range []int{1, 4, 16} {
+		for _, clients := range []int{1, 2, 4, 8, 16} {
 			name := fmt.Sprintf("%s/clients=%d", map[bool]string{false: "plain", true: "draft"}[withDraft], clients)
 			b.Run(name, func(b *testing.B) {
 				spec := backend.Spec{Name: "m", Path: bin}
 				if withDraft {
 					spec.Draft = draft
 				}
-				be, err := backend.New(backend.Options{Models: []backend.Spec{spec}})
+				be, err := backend.New(backend.Options{Models: []backend.Spec{spec}, Parallel: clients})
 				if err != nil {
 					b.Fatal(err)
 				}

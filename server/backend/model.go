@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 
 	"github.com/dflash/dflash/cache"
 	"github.com/dflash/dflash/engine"
@@ -19,41 +20,65 @@ import (
 // tokens (engine.PlainTemplate).
 const PlainTemplate = engine.PlainTemplate
 
-// Model is a loaded model. Generations run one at a time (the target's forwards share one
-// workspace); a generation that waits for another honours its context while waiting.
+// Model is a loaded model. Up to parallel generations run at once, decoded together by one
+// runner.Batcher (one target forward per step over the rows of all of them); a generation beyond
+// that waits for a sequence, honouring its context meanwhile (the server's scheduler normally
+// keeps it from asking). An embedding runs alone: it waits for the running generations to end
+// and new ones wait for it (embed), since its forwards use the target's one workspace outside
+// the Batcher's steps.
 //
-// Invariant: between generations the drafting session holds context rows for exactly the
-// sequence's cached tokens (runner.Generate settles the session before it returns), so the next
-// request's Restore keeps the same prefix in both. The Model opened the session, so the Model
-// closes it: on reset and on Close. The depth policy is the draft's (its controller learns
-// across every request the model serves).
+// Each running generation has a sequence of its own (take): an idle one whose rows its prompt
+// mostly continues (so a conversation reuses its rows whatever ran in between), else a new one
+// while fewer than parallel exist, else the idle one sharing the longest prefix. A sequence and its drafting session are made on first need, so memory
+// grows with the generations actually run at once, up to parallel caches.
+//
+// Invariant: between generations a sequence's drafting session holds context rows for exactly
+// the sequence's cached tokens (runner.Generate settles the session before it returns), so the
+// next request's Restore keeps the same prefix in both. The Model opened the sessions, so the
+// Model closes them: when a failed generation's sequence is dropped, and on Close. The depth
+// policy is the draft's (its controller learns across every request the model serves).
 type Model struct {
-	info   server.ModelInfo
-	e      *engine.Engine
-	tmpl   engine.Template // the model's, ChatML or the plain fallback (engine.Description)
-	ctxLen int
-	draft  *engine.Draft  // nil: plain decoding
-	pool   runner.Pooling // how embeddings pool (engine.Description.Pooling)
+	info     server.ModelInfo
+	e        *engine.Engine
+	tmpl     engine.Template // the model's, ChatML or the plain fallback (engine.Description)
+	ctxLen   int
+	draft    *engine.Draft // nil: plain decoding
+	parallel int
+	batcher  *runner.Batcher
+	pool     runner.Pooling // how embeddings pool (engine.Description.Pooling)
+	learned  learned        // where the draft's controller keeps its costs (zero: nowhere)
 
 	// checkpoints says the target's cache cannot rewind (a hybrid target): prefix reuse goes
 	// through state checkpoints, which a chat's history end is worth one of. Set at open.
 	checkpoints bool
 
-	turn    chan struct{} // holds one token while a generation runs
-	seq     *runner.Sequence
-	session runner.Session
-	last    runner.Stats
-	closed  bool
-	learned learned // where the draft's controller keeps its costs (zero: nowhere)
+	slots chan struct{} // one token per running generation, parallel in all
+	// embed is held shared by each running generation and exclusively by an embedding.
+	embed sync.RWMutex
+
+	mu     sync.Mutex
+	idle   []*slot // sequences no generation uses, most recently used last
+	made   int     // sequences alive (idle or running)
+	last   runner.Stats
+	closed bool
+	onStep func(width int)
 }
 
-// open loads a described model and its draft; info is its listing (see info).
+// slot is one sequence with its drafting session (nil without a draft).
+type slot struct {
+	seq     *runner.Sequence
+	session runner.Session
+}
+
+// open loads a described model and its draft; info is its listing (see info), whose Parallel
+// (at least 1) is how many generations it decodes together.
 func open(d *engine.Description, info server.ModelInfo, ctxCap int, depthCache string) (*Model, error) {
 	e, err := d.Load(transformer.KeepDType)
 	if err != nil {
 		return nil, err
 	}
-	m := &Model{e: e, info: info, tmpl: d.Template, ctxLen: contextLength(d, ctxCap), turn: make(chan struct{}, 1), pool: d.Pooling}
+	m := &Model{e: e, info: info, tmpl: d.Template, ctxLen: contextLength(d, ctxCap), parallel: max(info.Parallel, 1), pool: d.Pooling}
+	m.slots = make(chan struct{}, m.parallel)
 	if len(d.Drafts) > 0 {
 		dr, err := e.OpenDraft(d.Drafts[0])
 		if err != nil {
@@ -62,28 +87,88 @@ func open(d *engine.Description, info server.ModelInfo, ctxCap int, depthCache s
 		m.draft = dr
 		m.learned = openLearned(depthCache, d, dr)
 	}
-	m.reset()
-	m.checkpoints = !cache.CanRewind(m.seq.Cache())
+	m.checkpoints = !cache.CanRewind(e.Target.NewCache(1))
+	m.batcher = runner.NewBatcher(e.Target)
+	m.batcher.OnStep = m.step
 	return m, nil
 }
 
-// reset starts from empty caches: after a failure that may have left the sequence and the
-// session out of step, reusing nothing is the safe choice.
-func (m *Model) reset() {
-	m.seq = runner.NewSequence(m.e.Target, m.ctxLen)
-	m.closeSession()
-	if m.draft != nil {
-		m.session = m.draft.Drafter.Open(m.ctxLen)
+// ObserveSteps implements server.StepObserver: f is called after every decode step with the
+// number of generations it ran.
+func (m *Model) ObserveSteps(f func(width int)) {
+	m.mu.Lock()
+	m.onStep = f
+	m.mu.Unlock()
+}
+
+func (m *Model) step(width int) {
+	m.mu.Lock()
+	f := m.onStep
+	m.mu.Unlock()
+	if f != nil {
+		f(width)
 	}
 }
 
-// closeSession ends the drafting session, if any. After a failure its state may be out of step
-// with the sequence, so an error closing it only means there is nothing left worth keeping.
-func (m *Model) closeSession() {
-	if m.session != nil {
-		_ = m.session.Close()
-		m.session = nil
+// take returns the sequence for a generation of prompt: among the idle ones whose shared prefix
+// with the prompt is at least half the tokens they hold (a conversation going on keeps its
+// prompt's rows even when its answer is tokenized differently the next turn) or half the prompt
+// (a prompt asked again), the one sharing the longest prefix,
+// the most recently used among equals; else a new one while fewer than parallel exist; else the
+// idle one sharing the longest prefix. So a new conversation does not take over another's rows
+// while there is room for its own.
+func (m *Model) take(prompt []int) *slot {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	best, shared := -1, 0
+	for i, s := range m.idle {
+		n := sharedPrefix(s.seq.Tokens(), prompt)
+		if n > 0 && (2*n >= len(s.seq.Tokens()) || 2*n >= len(prompt)) && n >= shared {
+			best, shared = i, n
+		}
 	}
+	if best < 0 && m.made >= m.parallel {
+		for i, s := range m.idle {
+			if n := sharedPrefix(s.seq.Tokens(), prompt); best < 0 || n > shared {
+				best, shared = i, n
+			}
+		}
+	}
+	if best >= 0 {
+		s := m.idle[best]
+		m.idle = append(m.idle[:best], m.idle[best+1:]...)
+		return s
+	}
+	m.made++
+	s := &slot{seq: runner.NewSequence(m.e.Target, m.ctxLen)}
+	if m.draft != nil {
+		s.session = m.draft.Drafter.Open(m.ctxLen)
+	}
+	return s
+}
+
+// put returns s to the idle sequences, or drops it (closing its session) when broken: after a
+// failure that may have left the sequence and the session out of step, reusing nothing is the
+// safe choice. An error closing a broken session only means there is nothing left worth keeping.
+func (m *Model) put(s *slot, broken bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if broken || m.closed {
+		m.made--
+		if s.session != nil {
+			_ = s.session.Close()
+		}
+		return
+	}
+	m.idle = append(m.idle, s)
+}
+
+func sharedPrefix(a, b []int) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
 }
 
 // Info implements server.Model.
@@ -141,15 +226,20 @@ func chatMessages(msgs []server.ChatMessage) []chat.Message {
 // first sees the prompt's last token (so a SentencePiece space after BOS is treated as in
 // running text); the runner applies the end-of-sequence ids and the request's stop strings, and
 // text it held back (an incomplete character, a possible start of a stop string) is emitted as
-// a final piece with ID -1.
+// a final piece with ID -1. It runs on the model's Batcher with the other running generations.
 func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(server.Token) error) (server.GenResult, error) {
 	select {
-	case m.turn <- struct{}{}:
+	case m.slots <- struct{}{}:
 	case <-ctx.Done():
 		return server.GenResult{}, ctx.Err()
 	}
-	defer func() { <-m.turn }()
-	if m.closed {
+	defer func() { <-m.slots }()
+	m.embed.RLock()
+	defer m.embed.RUnlock()
+	m.mu.Lock()
+	closed := m.closed
+	m.mu.Unlock()
+	if closed {
 		return server.GenResult{}, errors.New("backend: generate on a closed model")
 	}
 	if len(req.Prompt) == 0 {
@@ -163,11 +253,12 @@ func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(s
 		Stop: m.e.Stop, StopStrings: req.Stop, Text: stream, Checkpoint: req.Checkpoint,
 		Logprobs: req.Logprobs, TopLogprobs: req.TopLogprobs,
 	}
-	if m.session != nil {
-		rr.Session, rr.Depth = m.session, m.draft.Drafter.Depth()
+	s := m.take(req.Prompt)
+	if s.session != nil {
+		rr.Session, rr.Depth = s.session, m.draft.Drafter.Depth()
 	}
 	var emitErr error
-	st, err := runner.Generate(ctx, m.seq, rr, func(t runner.Token) error {
+	st, err := m.batcher.Generate(ctx, s.seq, rr, func(t runner.Token) error {
 		tok := server.Token{ID: t.ID, Text: t.Text}
 		if req.Logprobs && t.ID >= 0 {
 			tok.Logprob = m.logprob(t)
@@ -175,14 +266,14 @@ func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(s
 		emitErr = emit(tok)
 		return emitErr
 	})
+	// The runner failed (not a cancellation, not the server stopping us through emit): the
+	// caches may be out of step, so the sequence is not reused.
+	m.put(s, err != nil && ctx.Err() == nil && (emitErr == nil || !errors.Is(err, emitErr)))
+	m.mu.Lock()
 	m.last = st
 	m.learned.saveEvery(saveInterval)
-	if err != nil && ctx.Err() == nil && (emitErr == nil || !errors.Is(err, emitErr)) {
-		// The runner failed (not a cancellation, not the server stopping us through emit): the
-		// caches may be out of step, so the next request starts afresh.
-		m.reset()
-	}
-	return result(st, len(req.Prompt), m.session != nil), err
+	m.mu.Unlock()
+	return result(st, len(req.Prompt), s.session != nil), err
 }
 
 // logprob is t's log probabilities with each token's own bytes as its text (TokenBytes: a
@@ -223,16 +314,18 @@ func result(st runner.Stats, prompt int, drafted bool) server.GenResult {
 }
 
 // Embed implements server.Embedder: runner.Embed with the model's pooling, on a cache of its own
-// (the sequence's rows, kept for the next generation's prefix, are untouched). It takes the
-// generation turn, since both use the target's one workspace.
+// (the sequences' rows, kept for the next generations' prefixes, are untouched). It runs alone
+// (see Model): its forwards use the target's one workspace outside the Batcher's steps.
 func (m *Model) Embed(ctx context.Context, tokens []int) ([]float32, error) {
-	select {
-	case m.turn <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	m.embed.Lock()
+	defer m.embed.Unlock()
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
-	defer func() { <-m.turn }()
-	if m.closed {
+	m.mu.Lock()
+	closed := m.closed
+	m.mu.Unlock()
+	if closed {
 		return nil, errors.New("backend: embed on a closed model")
 	}
 	vocab := m.e.Target.Config().Vocab
@@ -270,20 +363,39 @@ func (m *Model) Learned() runner.Learned {
 // rewind (a hybrid one) resumes a chat's next turn from the checkpoint at its history's end.
 func (m *Model) WantsHistoryCheckpoint() bool { return m.checkpoints }
 
-// LastStats are the runner's statistics of the latest generation (Reused shows prefix reuse).
-// Tests and diagnostics only; it is not synchronised with a running generation.
-func (m *Model) LastStats() runner.Stats { return m.last }
+// LastStats are the runner's statistics of the latest generation to end (Reused shows prefix
+// reuse). Tests and diagnostics only.
+func (m *Model) LastStats() runner.Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.last
+}
 
-// Close implements server.Model: it drops the engine, caches and draft for the GC to free.
+// Close implements server.Model: it waits for running generations (the server closes a model
+// only when none runs), closes every drafting session and drops the engine, caches and draft
+// for the GC to free.
 func (m *Model) Close() error {
-	m.turn <- struct{}{}
-	defer func() { <-m.turn }()
+	for range m.parallel {
+		m.slots <- struct{}{}
+	}
+	defer func() {
+		for range m.parallel {
+			<-m.slots
+		}
+	}()
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if m.closed {
 		return errors.New("backend: model closed twice")
 	}
 	m.closed = true
 	m.learned.save()
-	m.closeSession()
-	m.e, m.seq, m.draft, m.tmpl = nil, nil, nil, engine.Template{}
+	for _, s := range m.idle {
+		if s.session != nil {
+			_ = s.session.Close()
+		}
+	}
+	m.idle, m.made = nil, 0
+	m.e, m.draft, m.batcher, m.tmpl = nil, nil, nil, engine.Template{}
 	return nil
 }

@@ -7,7 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dflash/dflash/engine"
 	"github.com/dflash/dflash/internal/shareddata"
+	"github.com/dflash/dflash/model/transformer"
 )
 
 func TestParseModelsFile(t *testing.T) {
@@ -69,5 +71,43 @@ func TestNewRejects(t *testing.T) {
 		if _, err := New(c.o); err == nil || !strings.Contains(err.Error(), c.err) {
 			t.Errorf("%s: err %v, want one containing %q", c.name, err, c.err)
 		}
+	}
+}
+
+// TestAutoParallel: the default --parallel is what half the available memory holds of a
+// sequence's caches, between 1 and MaxAutoParallel, and 1 when the memory is unknown.
+func TestAutoParallel(t *testing.T) {
+	const gib = 1 << 30
+	for _, c := range []struct {
+		seq, avail int64
+		want       int
+	}{
+		{gib, 0, 1},       // unknown memory
+		{gib, 3 * gib, 1}, // 1.5 GiB usable: one sequence
+		{gib, 6 * gib, 3}, // three
+		{gib, 64 * gib, MaxAutoParallel},
+		{gib, gib, 1}, // not even one fits: still one, the model must serve
+	} {
+		if got := AutoParallel(c.seq, c.avail); got != c.want {
+			t.Errorf("AutoParallel(%d, %d) = %d, want %d", c.seq, c.avail, got, c.want)
+		}
+	}
+}
+
+// TestSequenceBytes: Qwen3-0.6B's shape (28 layers, 8 key/value heads of 128) at 4096 positions
+// holds keys and values of 28 x 4096 x 1024 floats each, no head-major copies at heads of 128;
+// a draft of 5 layers adds as much per layer.
+func TestSequenceBytes(t *testing.T) {
+	cfg, err := transformer.SyntheticConfig("qwen3-0.6b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &engine.Description{Config: cfg}
+	if got, want := SequenceBytes(d, 4096), int64(28*4096*1024*4*2); got != want {
+		t.Errorf("target alone: %d bytes, want %d", got, want)
+	}
+	d.Drafts = []engine.DraftInfo{{Layers: 5}}
+	if got, want := SequenceBytes(d, 4096), int64(33*4096*1024*4*2); got != want {
+		t.Errorf("with a 5-layer draft: %d bytes, want %d", got, want)
 	}
 }

@@ -59,6 +59,7 @@ func (b *Backend) add(s Spec) (server.ModelInfo, error) {
 	if err != nil {
 		return server.ModelInfo{}, err
 	}
+	in.Parallel = b.parallelOf(d, in.ContextLength)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for i, have := range b.specs {

@@ -1,0 +1,86 @@
+package nn
+
+import "github.com/dflash/dflash/kernel"
+
+// Seq is one sequence's rows in a chunk of a forward that stacks the rows of several sequences
+// (a batch): chunk rows [Lo, Hi), at positions Pos, Pos+1, ... of the sequence's own cache KV.
+//
+// A batched layer runs its weight products once over the stacked rows of every sequence, which
+// streams the weights once for all of them, and its attention per sequence against that
+// sequence's cache. A row's bits depend only on its own input, position and cache: a product's
+// row never depends on the other rows (kernel.MatMul), and attention reads only the row's own
+// sequence. So a sequence's output does not depend on the sequences batched with it.
+type Seq struct {
+	KV     KV
+	Lo, Hi int
+	Pos    int
+}
+
+// overlap is the rows of s inside [lo, hi), empty (a >= b) when none are.
+func (s *Seq) overlap(lo, hi int) (a, b int) { return max(s.Lo, lo), min(s.Hi, hi) }
+
+// ProjectAttentionSeqs is ProjectAttention for a part of a chunk whose rows belong to the
+// sequences seqs (ascending, covering the chunk). A part inside one sequence projects straight
+// into its cache (ProjectAttention, the same bits). Otherwise the products of all the part's rows
+// run together into the staging K and V (Workspace.StageKV), and each row, normed and rotated at
+// its own position as Project does it, is copied to its sequence's cache.
+func (p *Part) ProjectAttentionSeqs(h *Heads, seqs []Seq, li int, w *AttnWeights, norm []float32, eps float32) {
+	for i := range seqs {
+		s := &seqs[i]
+		if s.Lo <= p.Lo && p.Hi <= s.Hi {
+			p.ProjectAttention(h, s.KV, li, w, norm, eps, s.Pos-s.Lo)
+			return
+		}
+	}
+	if p.K == nil {
+		panic("nn: a part spanning several sequences needs the key/value staging of Workspace.StageKV")
+	}
+	RMSNormRows(p.XN, p.X, norm, p.Rows, p.hidden, eps)
+	kw := p.kvWidth
+	kc, vc := p.K[:p.Rows*kw], p.V[:p.Rows*kw]
+	if err := kernel.MatMulEach(p.XN, p.Rows, kernel.Product{M: w.Q, Y: p.Q}, kernel.Product{M: w.K, Y: kc}, kernel.Product{M: w.V, Y: vc}); err != nil {
+		w.Q.MatMul(p.Q, p.XN, p.Rows)
+		w.K.MatMul(kc, p.XN, p.Rows)
+		w.V.MatMul(vc, p.XN, p.Rows)
+	}
+	qw := h.Heads * h.HeadDim
+	for i := range seqs {
+		s := &seqs[i]
+		a, b := s.overlap(p.Lo, p.Hi)
+		if a >= b {
+			continue
+		}
+		r := a - p.Lo
+		pos := s.Pos + a - s.Lo
+		h.finish(w, p.Q[r*qw:(b-p.Lo)*qw], kc[r*kw:(b-p.Lo)*kw], b-a, pos)
+		copy(s.KV.K[li][pos*kw:], kc[r*kw:(b-p.Lo)*kw])
+		copy(s.KV.V[li][pos*kw:], vc[r*kw:(b-p.Lo)*kw])
+	}
+}
+
+// PublishSeqs is KV.Publish of layer li for every sequence of a chunk.
+func PublishSeqs(seqs []Seq, li int) {
+	for i := range seqs {
+		s := &seqs[i]
+		s.KV.Publish(li, s.Pos, s.Hi-s.Lo)
+	}
+}
+
+// AttentionResidualSeqs is AttentionResidual for a part of a chunk whose rows belong to seqs:
+// each sequence's rows attend over its own cache, as the rows of a forward of that sequence
+// alone (its chunk rows are the forward's rows), then the output product runs over all the
+// part's rows at once.
+func (p *Part) AttentionResidualSeqs(h *Heads, seqs []Seq, li int, o *kernel.Matrix, vis Visibility) {
+	qw := h.Heads * h.HeadDim
+	for i := range seqs {
+		s := &seqs[i]
+		a, b := s.overlap(p.Lo, p.Hi)
+		if a >= b {
+			continue
+		}
+		r := (a - p.Lo) * qw
+		h.Attend(p.Att[r:], p.Q[r:], a-s.Lo, b-s.Lo, s.Hi-s.Lo, s.KV, li, s.Pos, vis, p.Scores)
+	}
+	o.MatMul(p.Tmp, p.Att, p.Rows)
+	Add(p.X, p.Tmp)
+}

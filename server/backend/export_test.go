@@ -1,0 +1,8 @@
+package backend
+
+// Test hooks into a loaded model's runner.Batcher: a test that must know its steps' width pauses
+// them, starts its generations, waits for Running, and resumes.
+
+func PauseSteps(m *Model)  { m.batcher.Pause() }
+func ResumeSteps(m *Model) { m.batcher.Resume() }
+func Running(m *Model) int { return m.batcher.Width() }
