@@ -70,6 +70,7 @@ func commands() []command {
 		{"pull", "download a Hugging Face model or draft into the hub cache (resumable, verified)", cmdPull},
 		{"list", "list the models and drafts in the hub cache and ollama's store", cmdList},
 		{"show", "show what a model is: config, template, stop tokens, fitting drafts", cmdShow},
+		{"perplexity", "score a text file with a model: perplexity, and KL divergence against a base model", cmdPerplexity},
 		{"convert", "write a model as a GGUF file (--type f32|bf16|q8_0|q4_0|q4_k_m) or a folder as bf16", cmdConvert},
 		{"version", "print the version and the revision it was built from", func(args []string, _ io.Reader, stdout, _ io.Writer) error {
 			if len(args) > 0 {
