@@ -47,11 +47,15 @@ type srcTensor struct {
 // the layers its use_more_bits rule picks (the first and last eighth, and every third between),
 // Q4_K elsewhere. A matrix whose row length is not a multiple of its type's block falls back:
 // Q4_K to Q4_0, Q6_K to Q8_0, and to F16 when no 32-block fits either. The file is written
-// beside out and renamed into place.
+// beside out and renamed into place. A DFlash or DFlash2 draft folder is written as a draft GGUF
+// instead (convertDraft).
 func ConvertGGUF(src, out, typ string) (*Conversion, error) {
 	ft, base, err := convertType(typ)
 	if err != nil {
 		return nil, err
+	}
+	if isDraftFolder(src) {
+		return convertDraft(src, out, ft, base)
 	}
 	d, err := Describe(Options{Model: src})
 	if err != nil {
@@ -111,42 +115,51 @@ func ConvertGGUF(src, out, typ string) (*Conversion, error) {
 	for i, t := range ts {
 		infos[i] = gguf.TensorInfo{Name: t.name, Shape: t.shape, Type: conv.pick(t, base, ft, cfg)}
 	}
+	if err := conv.write(src, out, kvs, ts, infos); err != nil {
+		return nil, err
+	}
+	return conv, nil
+}
+
+// write writes the GGUF of kvs and ts (in the types of infos) beside out and renames it into
+// place, quantizing one tensor at a time.
+func (c *Conversion) write(src, out string, kvs []gguf.KV, ts []srcTensor, infos []gguf.TensorInfo) error {
 	tmp := out + ".partial"
 	f, err := os.Create(tmp)
 	if err != nil {
-		return nil, fmt.Errorf("convert: %w", err)
+		return fmt.Errorf("convert: %w", err)
 	}
 	defer os.Remove(tmp) // a no-op after the rename
 	defer f.Close()
 	w, err := gguf.NewWriter(f, kvs, infos)
 	if err != nil {
-		return nil, fmt.Errorf("convert %s: %w", src, err)
+		return fmt.Errorf("convert %s: %w", src, err)
 	}
 	for i, t := range ts {
 		v, err := t.load()
 		if err != nil {
-			return nil, fmt.Errorf("convert %s: tensor %s: %w", src, t.name, err)
+			return fmt.Errorf("convert %s: tensor %s: %w", src, t.name, err)
 		}
 		data, err := quant.Quantize(infos[i].Type, v)
 		if err != nil {
-			return nil, fmt.Errorf("convert %s: tensor %s: %w", src, t.name, err)
+			return fmt.Errorf("convert %s: tensor %s: %w", src, t.name, err)
 		}
 		if err := w.WriteTensor(data); err != nil {
-			return nil, fmt.Errorf("convert %s: %w", src, err)
+			return fmt.Errorf("convert %s: %w", src, err)
 		}
-		conv.Types[infos[i].Type]++
+		c.Types[infos[i].Type]++
 	}
 	if err := w.Close(); err != nil {
-		return nil, fmt.Errorf("convert %s: %w", src, err)
+		return fmt.Errorf("convert %s: %w", src, err)
 	}
 	if err := f.Close(); err != nil {
-		return nil, fmt.Errorf("convert: %w", err)
+		return fmt.Errorf("convert: %w", err)
 	}
 	if err := os.Rename(tmp, out); err != nil {
-		return nil, fmt.Errorf("convert: %w", err)
+		return fmt.Errorf("convert: %w", err)
 	}
-	conv.Tensors = len(ts)
-	return conv, nil
+	c.Tensors = len(ts)
+	return nil
 }
 
 func convertType(typ string) (FileType, quant.Type, error) {
@@ -187,6 +200,12 @@ func (c *Conversion) pick(t srcTensor, base quant.Type, ft FileType, cfg model.C
 			want = quant.Q6_K
 		}
 	}
+	return c.fit(t, want)
+}
+
+// fit is want, or the fallback type when t's rows are not whole blocks of it (recorded): Q4_K
+// falls back to Q4_0, Q6_K to Q8_0, and to F16 when no 32-block fits either.
+func (c *Conversion) fit(t srcTensor, want quant.Type) quant.Type {
 	got := want
 	fits := func(ty quant.Type) bool { return t.shape[0]%uint64(ty.BlockSize()) == 0 }
 	if !fits(got) {

@@ -136,44 +136,54 @@ func (gl *ggufLoader) vector(name string, n int) []float32 {
 	return v
 }
 
-// matrix reads a weight of n rows of k (ggml shape [k, n]) in the compute dtype. F32 and BF16
-// stay as stored and F16 widens to F32 exactly, as for safetensors. A quantized tensor is
-// dequantized and rounded to bf16 at load: the interim path until the quantized kernels land,
-// which costs the bf16 bytes in memory and per decode step (WeightBytes reports those) and one
-// extra rounding of each dequantized weight.
+// matrix reads a weight of n rows of k (ggml shape [k, n]) in the compute dtype (GGUFMatrix).
 func (gl *ggufLoader) matrix(name string, n, k int) *kernel.Matrix {
 	t, ok := gl.info(name, uint64(k), uint64(n))
 	if !ok {
 		return nil
 	}
-	wantBF16 := gl.dtype == ForceBF16 || (gl.dtype == KeepDType && t.Type != quant.F32 && t.Type != quant.F16)
+	m, err := GGUFMatrix(gl.f, t, n, k, gl.dtype)
+	if err != nil {
+		gl.errs = append(gl.errs, err)
+		return nil
+	}
+	if m.DType == kernel.BF16 {
+		gl.seen = kernel.BF16
+	}
+	return m
+}
+
+// GGUFMatrix converts a GGUF tensor of n rows of k (its info t, shape-checked by the caller)
+// into kernel panels in the compute dtype: the one GGUF tensor-to-matrix conversion, for targets
+// and drafts alike. F32 and BF16 stay as stored and F16 widens to F32 exactly, as for
+// safetensors. A quantized tensor is dequantized and rounded to bf16 at load: the interim path
+// until the quantized kernels land, which costs the bf16 bytes in memory and per decode step
+// (WeightBytes reports those) and one extra rounding of each dequantized weight.
+func GGUFMatrix(f *gguf.File, t gguf.TensorInfo, n, k int, dtype Compute) (*kernel.Matrix, error) {
+	wantBF16 := dtype == ForceBF16 || (dtype == KeepDType && t.Type != quant.F32 && t.Type != quant.F16)
 	if t.Type == quant.BF16 && wantBF16 {
-		b, err := gl.f.Data(name)
+		b, err := f.Data(t.Name)
 		if err != nil {
-			gl.errs = append(gl.errs, err)
-			return nil
+			return nil, err
 		}
 		w := make([]uint16, n*k)
 		for i := range w {
 			w[i] = uint16(b[2*i]) | uint16(b[2*i+1])<<8
 		}
-		gl.seen = kernel.BF16
-		return kernel.NewBF16(w, n, k)
+		return kernel.NewBF16(w, n, k), nil
 	}
-	v, err := gl.f.F32(name)
+	v, err := f.F32(t.Name)
 	if err != nil {
-		gl.errs = append(gl.errs, err)
-		return nil
+		return nil, err
 	}
 	if !wantBF16 {
-		return kernel.NewF32(v, n, k)
+		return kernel.NewF32(v, n, k), nil
 	}
 	w := make([]uint16, len(v))
 	for i, x := range v {
 		w[i] = quant.F32ToBF16(x)
 	}
-	gl.seen = kernel.BF16
-	return kernel.NewBF16(w, n, k)
+	return kernel.NewBF16(w, n, k), nil
 }
 
 // LoadGGUF loads a Qwen3 or Llama GGUF file: llama.cpp's tensor names (gguf.LayerTensorNames),

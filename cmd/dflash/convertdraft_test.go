@@ -1,0 +1,150 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/dflash/dflash/defaultmodel"
+	"github.com/dflash/dflash/engine"
+	"github.com/dflash/dflash/kernel"
+	"github.com/dflash/dflash/kernel/kerneltest"
+	"github.com/dflash/dflash/model/dflash2"
+)
+
+// convertCLI runs dflash convert and returns what it printed.
+func convertCLI(t *testing.T, in, out, typ string) string {
+	t.Helper()
+	code, msg, errs := runCLI(t, "", "convert", "--model", in, "--out", out, "--type", typ)
+	if code != 0 {
+		t.Fatalf("convert %s --type %s: exit %d: %s", in, typ, code, errs)
+	}
+	return msg
+}
+
+// traceRounds reads a --trace file without its timings: what the draft proposed (and with what
+// probabilities), what was accepted and emitted, round by round.
+func traceRounds(t *testing.T, path string) []string {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rounds []string
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		var r map[string]any
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("trace line %q: %v", line, err)
+		}
+		delete(r, "draft_ns")
+		delete(r, "verify_ns")
+		b, _ := json.Marshal(r)
+		rounds = append(rounds, string(b))
+	}
+	return rounds
+}
+
+// A bf16 draft folder converted to a bf16 draft GGUF holds the same bits, so --draft FILE
+// proposes exactly what --draft FOLDER proposes: the same tokens with the same draft
+// probabilities (sampled, so the trace carries q), round for round. Both kinds of draft: the
+// default pair's DFlash draft and a random DFlash2 one.
+func TestConvertDraftBF16ProposesAsTheFolder(t *testing.T) {
+	target, draft, err := defaultmodel.Dirs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.Open(engine.Options{Model: target})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	d2 := filepath.Join(dir, "dflash2")
+	if err := dflash2.WriteRandom(d2, e.Target.Config(), dflash2.ConfigFor(e.Target.Config(), 1, 8), 5, kernel.BF16); err != nil {
+		t.Fatal(err)
+	}
+	for _, folder := range []string{draft, d2} {
+		file := filepath.Join(dir, filepath.Base(folder)+"-bf16.gguf")
+		if msg := convertCLI(t, folder, file, "bf16"); !strings.Contains(msg, "as BF16") {
+			t.Errorf("convert says %q", msg)
+		}
+		var traces [2][]string
+		var outs [2]string
+		for i, d := range []string{folder, file} {
+			tr := filepath.Join(dir, "trace"+strconv.Itoa(i))
+			code, out, errs := runCLI(t, "", "run", "--model", target, "--draft", d, "--depth", "4", "-p", "Once upon a time",
+				"-n", "48", "--temp", "0.8", "--seed", "3", "--print-ids", "--trace", tr)
+			if code != 0 {
+				t.Fatalf("run --draft %s: exit %d: %s", d, code, errs)
+			}
+			traces[i], outs[i] = traceRounds(t, tr), out
+		}
+		if outs[0] != outs[1] || strings.Join(traces[0], "\n") != strings.Join(traces[1], "\n") {
+			t.Errorf("%s: the bf16 GGUF drafts otherwise than the folder\nfolder: %s\n%s\nGGUF: %s\n%s", filepath.Base(folder),
+				outs[0], strings.Join(traces[0], "\n"), outs[1], strings.Join(traces[1], "\n"))
+		}
+		if len(traces[0]) < 5 || !strings.Contains(traces[0][0], `"q":[`) {
+			t.Errorf("%s: %d rounds, first %s: want several rounds with draft probabilities", filepath.Base(folder), len(traces[0]), traces[0][0])
+		}
+	}
+}
+
+var tauRe = regexp.MustCompile(`tau ([0-9.]+)`)
+
+// Quantized drafts on quantized targets: the default pair converted to Q8_0 and Q4_K_M (each
+// draft on the target of its type), and the bf16 draft folder on the Q8_0 target. Greedy
+// speculative output is the plain output on every kernel path, and the quantized drafts still
+// draft well (tau well above 1; the bf16 pair's is about 4 at depth 4).
+func TestQuantizedDraftOnQuantizedTarget(t *testing.T) {
+	target, draft, err := defaultmodel.Dirs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	files := map[string]string{}
+	for _, typ := range []string{"q8_0", "q4_k_m"} {
+		files["target-"+typ] = filepath.Join(dir, "target-"+typ+".gguf")
+		files["draft-"+typ] = filepath.Join(dir, "draft-"+typ+".gguf")
+		convertCLI(t, target, files["target-"+typ], typ)
+		if msg := convertCLI(t, draft, files["draft-"+typ], typ); !strings.Contains(msg, "as "+strings.ToUpper(typ)) {
+			t.Errorf("convert of the draft says %q", msg)
+		}
+	}
+	pairs := [][2]string{
+		{files["target-q8_0"], files["draft-q8_0"]},
+		{files["target-q4_k_m"], files["draft-q4_k_m"]},
+		{files["target-q8_0"], draft},
+	}
+	kerneltest.ForEachPath(t, func(t *testing.T) {
+		for _, p := range pairs {
+			args := []string{"run", "--model", p[0], "-p", "Once upon a time", "-n", "40", "--print-ids"}
+			code, want, errs := runCLI(t, "", args...)
+			if code != 0 {
+				t.Fatalf("plain %s: exit %d: %s", p[0], code, errs)
+			}
+			code, got, errs := runCLI(t, "", append(args, "--draft", p[1], "--depth", "4")...)
+			if code != 0 {
+				t.Fatalf("speculative %s with %s: exit %d: %s", p[0], p[1], code, errs)
+			}
+			name := filepath.Base(p[0]) + " with " + filepath.Base(p[1])
+			if got != want {
+				t.Errorf("%s: speculative ids\n got %s\nwant %s", name, got, want)
+			}
+			m := tauRe.FindStringSubmatch(errs)
+			if m == nil {
+				t.Fatalf("%s: no tau in %q", name, errs)
+			}
+			if tau, _ := strconv.ParseFloat(m[1], 64); tau < 1.5 {
+				t.Errorf("%s: tau %g: the quantized draft no longer drafts the target's continuation", name, tau)
+			}
+		}
+	})
+	// A target GGUF is no draft: refused naming what the file is.
+	code, _, errs := runCLI(t, "", "run", "--model", files["target-q8_0"], "--draft", files["target-q8_0"], "-n", "4", "-p", "Once")
+	if code == 0 || !strings.Contains(errs, `general.architecture is "qwen3"`) {
+		t.Errorf("a target GGUF as --draft: exit %d, %q", code, errs)
+	}
+}
