@@ -149,13 +149,13 @@ func registerArch() bool {
 	detect()
 	// register prepends, so the most preferred path is registered last.
 	if hasAVX2FMA {
-		register(&impl{name: "avx2", panels: panels256, dot: dotF32x256, axpy: axpyF32x256, expShift: expShiftF32x256,
+		register(&impl{name: "avx2", panels: panels256, qpanels: qpanelsGo, dot: dotF32x256, axpy: axpyF32x256, expShift: expShiftF32x256,
 			axpyRowsMax: axpyRowsMaxF32x256, dotRows: dotRowsF32x256, scoresRows: scores256, weightedRows8: weightedRows8F32x256, maxF32: maxF32x256, siluMul: siluMulF32x256,
 			dotsRows: dotsRowsF32x256, axpyRows: axpyRowsF32x256})
 		sumF32 = sumF32x256
 	}
 	if hasAVX512 {
-		register(&impl{name: "avx512", panels: panels512, dot: dotF32x512, axpy: axpyF32x512, expShift: expShiftF32x512,
+		register(&impl{name: "avx512", panels: panels512, qpanels: qpanels512, dot: dotF32x512, axpy: axpyF32x512, expShift: expShiftF32x512,
 			axpyRowsMax: axpyRowsMaxF32x512, dotRows: dotRowsF32x512, scoresRows: scores512, weightedRows8: weightedRows8F32x512, maxF32: maxF32x512, siluMul: siluMulF32x512,
 			dotsRows: dotsRowsF32x512, axpyRows: axpyRowsF32x512})
 	}
@@ -169,4 +169,9 @@ func scores512(y *float32, ldy int, qt *float32, nq int, kt *float32, ldk, d, n 
 
 func scores256(y *float32, ldy int, qt *float32, nq int, kt *float32, ldk, d, n int) {
 	scoresRowsF32x256(y, ldy, qt, nq, kt, ldk, d, (n+7)/8)
+}
+
+// qpanels512 runs quantized products on the AVX-512 path.
+func qpanels512(m *Matrix, y []float32, a []byte, rows, p0, p1 int) {
+	qpanelsGo(m, y, a, rows, p0, p1)
 }

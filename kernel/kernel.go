@@ -43,6 +43,9 @@ func (d DType) String() string {
 	case BF16:
 		return "bf16"
 	}
+	if qi, ok := qinfos[d]; ok {
+		return qi.t.String()
+	}
 	return fmt.Sprintf("dtype(%d)", int(d))
 }
 
@@ -63,6 +66,7 @@ type Matrix struct {
 	DType DType
 	f32   []float32 // panels (see Panel) when DType == F32
 	bf16  []uint16  // pair-interleaved panels (see Panel) when DType == BF16
+	q     []byte    // panel blocks (see qmatrix.go) when DType.Quantized()
 }
 
 // NewF32 repacks row-major f32 weights w[N*K] into panels (see Panel). The input is not
@@ -120,7 +124,18 @@ func (m *Matrix) LoadF32(w []float32) error {
 // panels is the number of panels of m, the last one possibly partial.
 func (m *Matrix) panels() int { return (m.N + Panel - 1) / Panel }
 
-// panelLen is the number of elements of one panel, padding included.
+// panelBytes is the size in bytes of one panel, padding included.
+func (m *Matrix) panelBytes() int {
+	switch m.DType {
+	case F32:
+		return m.panelLen() * 4
+	case BF16:
+		return m.panelLen() * 2
+	}
+	return m.qblocks() * qinfos[m.DType].pbytes
+}
+
+// panelLen is the number of elements of one float panel, padding included.
 func (m *Matrix) panelLen() int {
 	if m.DType == BF16 {
 		return (m.K + 1) &^ 1 * Panel
@@ -139,15 +154,27 @@ func (m *Matrix) index(j, i int) int {
 
 // Bytes is the number of weight bytes one product streams (the figure bandwidth is measured by).
 func (m *Matrix) Bytes() int64 {
+	if m.DType.Quantized() {
+		return int64(len(m.q))
+	}
 	if m.DType == BF16 {
 		return int64(m.N) * int64(m.K) * 2
 	}
 	return int64(m.N) * int64(m.K) * 4
 }
 
-// Row returns row j of W as f32 (a copy for bf16). Used for embedding lookups of tied heads and
-// by tests; not a hot path.
+// Row returns row j of W as f32 (a copy for bf16; for a quantized matrix, its blocks
+// dequantized bitwise as quant.Dequantize does). Used for embedding lookups and by tests; not a
+// hot path (a quantized row allocates its blocks' scratch).
 func (m *Matrix) Row(dst []float32, j int) {
+	if m.DType.Quantized() {
+		nat := make([]byte, m.nativeRowBytes())
+		m.nativeRow(nat, j)
+		if err := quant.Dequantize(qinfos[m.DType].t, nat, dst[:m.K]); err != nil {
+			panic("kernel.Row: " + err.Error()) // sizes come from the matrix itself
+		}
+		return
+	}
 	for i := 0; i < m.K; i++ {
 		if m.DType == F32 {
 			dst[i] = m.f32[m.index(j, i)]

@@ -69,9 +69,10 @@ const maxSegments = 4
 type segment struct {
 	m      *Matrix
 	y      []float32
-	np     int   // panels of m
-	per    int   // panels per chunk
-	first  int64 // index of its first chunk in the job
+	a      []byte // quantized activations when m is quantized
+	np     int    // panels of m
+	per    int    // panels per chunk
+	first  int64  // index of its first chunk in the job
 	chunks int64
 }
 
@@ -105,6 +106,10 @@ func (j *job) claim() {
 			s = &j.seg[k]
 		}
 		p0 := int(c-s.first) * s.per
+		if s.a != nil {
+			j.p.qpanels(s.m, s.y, s.a, j.rows, p0, min(p0+s.per, s.np))
+			continue
+		}
 		j.p.panels(s.m, s.y, j.x, j.rows, p0, min(p0+s.per, s.np))
 	}
 }
@@ -286,12 +291,36 @@ func matmul(p *impl, m *Matrix, y, x []float32, rows int) {
 func matmulEach(p *impl, x []float32, rows int, ps ...Product) {
 	var total int64
 	np := 0
-	for _, q := range ps {
+	// Quantized matrices take their activations quantized, once per kind for the call.
+	var acts [maxSegments][]byte
+	var scratch *actScratch
+	for k, q := range ps {
 		total += work(q.M, rows)
 		np += q.M.panels()
+		if qi, ok := qinfos[q.M.DType]; ok {
+			if scratch == nil {
+				scratch = actPool.Get().(*actScratch)
+			}
+			for k2 := range k {
+				if ok2 := ps[k2].M.DType.Quantized(); ok2 && qinfos[ps[k2].M.DType].kind == qi.kind {
+					acts[k] = acts[k2]
+					break
+				}
+			}
+			if acts[k] == nil {
+				acts[k] = scratch.quantized(qi.kind, x, rows, q.M.K)
+			}
+		}
+	}
+	if scratch != nil {
+		defer actPool.Put(scratch)
 	}
 	inline := func() {
-		for _, q := range ps {
+		for k, q := range ps {
+			if acts[k] != nil {
+				p.qpanels(q.M, q.Y, acts[k], rows, 0, q.M.panels())
+				continue
+			}
 			p.panels(q.M, q.Y, x, rows, 0, q.M.panels())
 		}
 	}
@@ -309,15 +338,11 @@ func matmulEach(p *impl, x []float32, rows int, ps ...Product) {
 	j.nchunks = 0
 	for k, q := range ps {
 		s := &j.seg[k]
-		s.m, s.y, s.np = q.M, q.Y, q.M.panels()
+		s.m, s.y, s.a, s.np = q.M, q.Y, acts[k], q.M.panels()
 		// Each matrix gets chunks in proportion to its share of the work, at least
 		// chunksPerThread per participant over the whole job.
 		s.per = max(1, int(int64(s.np)*total/work(q.M, rows))/(chunksPerThread*(helpers+1)))
-		esize := 4
-		if q.M.DType == BF16 {
-			esize = 2
-		}
-		s.per = min(s.per, s.np, max(8, maxChunkBytes/(q.M.panelLen()*esize)))
+		s.per = min(s.per, s.np, max(8, maxChunkBytes/q.M.panelBytes()))
 		if s.per > 8 {
 			s.per = s.per / 8 * 8 // whole 8-panel passes of the kernels
 		}
@@ -328,7 +353,7 @@ func matmulEach(p *impl, x []float32, rows int, ps ...Product) {
 	runJob(helpers, false)
 	j.x = nil // drop references to the caller's buffers
 	for k := range j.seg[:j.nseg] {
-		j.seg[k].m, j.seg[k].y = nil, nil
+		j.seg[k].m, j.seg[k].y, j.seg[k].a = nil, nil, nil
 	}
 	pool.mu.Unlock()
 }
