@@ -49,8 +49,12 @@ type Description struct {
 	Config model.Config
 	// Parameters counts the target's weights (see ParamCount).
 	Parameters int64
-	// DType labels the stored weights as ollama lists a quantization: "BF16", "F16", "F32".
+	// DType labels the stored weights as ollama lists a quantization: "BF16", "F16", "F32",
+	// "Q4_K_M".
 	DType string
+	// TensorTypes counts a GGUF file's tensors per stored type ("Q4_K": 120, "F32": 57); nil
+	// for other formats, whose tensors share DType.
+	TensorTypes map[string]int
 	// Context is the longest sequence the model supports (config.json's
 	// max_position_embeddings, the checkpoint's seq_len).
 	Context int

@@ -109,6 +109,10 @@ func (d *Description) readGGUF(size int64) (*hf.TokenizerConfig, error) {
 		return nil, fmt.Errorf("load %s: %w", d.Path, err)
 	}
 	d.Format, d.DType, d.Size = FormatGGUF, ggufDType(f), size
+	d.TensorTypes = map[string]int{}
+	for _, t := range f.Tensors() {
+		d.TensorTypes[t.Type.String()]++
+	}
 	d.Family, _ = f.Architecture()
 	tc := &hf.TokenizerConfig{}
 	if !f.Metadata.Has("tokenizer.ggml.model") {

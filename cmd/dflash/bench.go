@@ -29,9 +29,13 @@ import (
 // benchReport is what `dflash bench` measures, printed as a table or (--json) one object.
 // Every ratio in it comes from figures measured in the same run.
 type benchReport struct {
-	Model         string        `json:"model"`
-	Kernel        string        `json:"kernel"`
-	Threads       int           `json:"threads"`
+	Model   string `json:"model"`
+	Kernel  string `json:"kernel"`
+	Threads int    `json:"threads"`
+	// Quantization labels the stored weights ("Q4_K_M", "BF16"); Compute is the dtype most
+	// weight elements are kept and multiplied in ("Q4_K", "bf16").
+	Quantization  string        `json:"quantization,omitempty"`
+	Compute       string        `json:"compute"`
 	WeightBytes   int64         `json:"weight_bytes"`
 	ProbeGBs      float64       `json:"bandwidth_probe_gbs"`
 	PrefillTokens int           `json:"prefill_tokens"`
@@ -124,7 +128,8 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if *prefill+1 > capacity {
 		return usagef("--prefill %d does not fit the model's context of %d", *prefill, maxSeq(cfg))
 	}
-	rep := benchReport{Model: e.Name, Kernel: kernel.Path(), Threads: runtime.GOMAXPROCS(0), WeightBytes: e.Target.WeightBytes()}
+	rep := benchReport{Model: e.Name, Kernel: kernel.Path(), Threads: runtime.GOMAXPROCS(0), WeightBytes: e.Target.WeightBytes(),
+		Quantization: e.Desc.DType, Compute: cfg.DType.String()}
 	logf := func(format string, a ...any) {
 		if !*asJSON {
 			fmt.Fprintf(stderr, format+"\n", a...)
@@ -542,7 +547,7 @@ func plainOnce(e *engine.Engine, prompt []int, n, capacity int) (float64, []int,
 }
 
 func printBenchTable(w io.Writer, r benchReport) {
-	fmt.Fprintf(w, "model %s, kernel %s, %d threads, %.2f GB of weights\n", r.Model, r.Kernel, r.Threads, float64(r.WeightBytes)/1e9)
+	fmt.Fprintf(w, "model %s (%s, computed in %s), kernel %s, %d threads, %.2f GB of weights\n", r.Model, r.Quantization, r.Compute, r.Kernel, r.Threads, float64(r.WeightBytes)/1e9)
 	if r.ProbeGBs > 0 {
 		fmt.Fprintf(w, "memory bandwidth probe      %8.1f GB/s\n", r.ProbeGBs)
 	}

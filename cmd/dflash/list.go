@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -108,6 +109,15 @@ func cmdShow(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	c := d.Config
 	fmt.Fprintf(stdout, "family      %s (%s)\nparameters  %s (%d)\ntype        %s\ncontext     %d\n", d.Family, c.Arch, paramLabel(d.Parameters), d.Parameters, d.DType, d.Context)
 	fmt.Fprintf(stdout, "shape       %d layers, hidden %d, %d heads (%d kv), vocab %d\n", c.Layers, c.Hidden, c.Heads, c.KVHeads, c.Vocab)
+	if len(d.TensorTypes) > 0 {
+		// What the loader keeps: quantized types stay quantized (kernel.NewQuant), F16 widens to
+		// F32, so this is also what a decode step reads.
+		var parts []string
+		for _, typ := range slices.Sorted(maps.Keys(d.TensorTypes)) {
+			parts = append(parts, fmt.Sprintf("%d %s", d.TensorTypes[typ], typ))
+		}
+		fmt.Fprintf(stdout, "tensors     %s (quantized ones computed as stored)\n", strings.Join(parts, ", "))
+	}
 	kinds := map[engine.TemplateKind]string{engine.TemplateNone: "none (no tokenizer)", engine.TemplateModel: "the model's own",
 		engine.TemplateChatML: "ChatML (fallback: the vocabulary has its tokens)", engine.TemplatePlain: "plain (fallback)"}
 	fmt.Fprintf(stdout, "template    %s\n", kinds[d.Template.Kind])

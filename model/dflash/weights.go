@@ -3,8 +3,10 @@ package dflash
 import (
 	"errors"
 	"fmt"
+	"log"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/dflash/dflash/format/gguf"
 	"github.com/dflash/dflash/format/hf"
@@ -76,6 +78,9 @@ type Weights struct {
 	dtype Compute
 	errs  []error
 	seen  kernel.DType // BF16 once any matrix is kept in bf16
+	// expanded lists the quantized tensors the kernels could not keep quantized (logged by
+	// Close).
+	expanded []string
 }
 
 // OpenWeights opens the tensors of the draft at path (a folder or a draft GGUF); dtype picks the
@@ -94,8 +99,13 @@ func OpenWeights(path string, dtype Compute) (*Weights, error) {
 	return w, nil
 }
 
-// Close releases the file mappings; the recorded errors stay.
+// Close releases the file mappings; the recorded errors stay. It logs the quantized tensors that
+// were expanded to bf16 for want of a kernel.
 func (w *Weights) Close() error {
+	if len(w.expanded) > 0 {
+		log.Printf("load draft %s: %d quantized tensors have no quantized kernel and were expanded to bf16: %s", w.path, len(w.expanded), strings.Join(w.expanded, ", "))
+		w.expanded = nil
+	}
 	if w.gf != nil {
 		return w.gf.Close()
 	}
@@ -105,7 +115,7 @@ func (w *Weights) Close() error {
 // Err joins the recorded errors (nil when every tensor read well).
 func (w *Weights) Err() error { return errors.Join(w.errs...) }
 
-// DType is BF16 when any matrix is kept in bf16, F32 otherwise.
+// DType is the dtype of the last matrix kept in bf16 or quantized, F32 when every one is f32.
 func (w *Weights) DType() kernel.DType { return w.seen }
 
 func (w *Weights) fail(err error) { w.errs = append(w.errs, err) }
@@ -182,7 +192,11 @@ func (w *Weights) Matrix(name string, n, k int) *kernel.Matrix {
 		if !ok {
 			return nil
 		}
-		m, err = transformer.GGUFMatrix(w.gf, t, n, k, w.dtype)
+		var expanded error
+		m, expanded, err = transformer.GGUFMatrix(w.gf, t, n, k, w.dtype)
+		if expanded != nil {
+			w.expanded = append(w.expanded, fmt.Sprintf("%s (%s)", name, t.Type))
+		}
 	} else {
 		t := w.stTensor(name, []int{n, k})
 		if t == nil {
@@ -200,8 +214,8 @@ func (w *Weights) Matrix(name string, n, k int) *kernel.Matrix {
 		w.fail(err)
 		return nil
 	}
-	if m.DType == kernel.BF16 {
-		w.seen = kernel.BF16
+	if m.DType == kernel.BF16 || m.DType.Quantized() {
+		w.seen = m.DType
 	}
 	return m
 }
