@@ -168,8 +168,15 @@ func TestQuantizedDraftOnQuantizedTarget(t *testing.T) {
 			}
 		}
 	})
-	// A target GGUF is no draft: refused naming what the file is.
-	code, _, errs := runCLI(t, "", "run", "--model", files["target-q8_0"], "--draft", files["target-q8_0"], "-n", "4", "-p", "Once")
+	// A draft GGUF is no model, and a target GGUF no draft: each refused naming what the file is.
+	code, _, errs := runCLI(t, "", "run", "--model", files["draft-q8_0"], "-n", "4", "-p", "Once")
+	if code == 0 || !strings.Contains(errs, "a DFlash draft GGUF, not a model") {
+		t.Errorf("a draft GGUF as --model: exit %d, %q", code, errs)
+	}
+	if code, out, errs := runCLI(t, "", "show", files["draft-q8_0"]); code != 0 || !strings.Contains(out, "DFlash draft") {
+		t.Errorf("show of a draft GGUF: exit %d, %q, %s", code, out, errs)
+	}
+	code, _, errs = runCLI(t, "", "run", "--model", files["target-q8_0"], "--draft", files["target-q8_0"], "-n", "4", "-p", "Once")
 	if code == 0 || !strings.Contains(errs, `general.architecture is "qwen3"`) {
 		t.Errorf("a target GGUF as --draft: exit %d, %q", code, errs)
 	}

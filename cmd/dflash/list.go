@@ -10,14 +10,13 @@ import (
 
 	"github.com/dflash/dflash/engine"
 	"github.com/dflash/dflash/engine/ref"
-	"github.com/dflash/dflash/format/hf"
 	"github.com/dflash/dflash/model/dflash"
 	"github.com/dflash/dflash/model/dflash2"
 )
 
-// isDraftFolder says a folder's config.json is a DFlash or DFlash2 draft's.
+// isDraftFolder says the config.json of a folder (or a draft GGUF) is a DFlash or DFlash2 draft's.
 func isDraftFolder(dir string) bool {
-	hc, err := hf.LoadConfig(dir)
+	hc, err := dflash.LoadConfig(dir) // a draft GGUF's config.json too
 	return err == nil && (dflash2.Detect(hc) || slices.Contains(hc.Architectures, dflash.Arch))
 }
 
