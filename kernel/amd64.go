@@ -111,6 +111,8 @@ func (s isa) run(m *Matrix, y, x []float32, rows, p0, p1 int) {
 var (
 	hasAVX2FMA bool // AVX2 and FMA, with the OS saving ymm state
 	hasAVX512  bool // AVX512F, with the OS saving zmm and opmask state
+	hasVNNI512 bool // AVX512_VNNI and AVX512BW besides AVX512F: the quantized zmm kernels
+	hasF16C    bool // F16C besides AVX2: the quantized ymm kernels convert f16 scales
 )
 
 // detect reads CPUID and XCR0. A feature counts only if the OS also saves the registers it
@@ -125,6 +127,7 @@ func detect() {
 		fmaBit     = 1 << 12
 		osxsaveBit = 1 << 27
 		avxBit     = 1 << 28
+		f16cBit    = 1 << 29
 	)
 	if c1&osxsaveBit == 0 || c1&avxBit == 0 {
 		return
@@ -132,13 +135,17 @@ func detect() {
 	xcr0, _ := xgetbv()
 	ymmOS := xcr0&0x6 == 0x6            // SSE and AVX state
 	zmmOS := ymmOS && xcr0&0xe0 == 0xe0 // opmask, ZMM_Hi256, Hi16_ZMM state
-	_, b7, _, _ := cpuid(7, 0)
+	_, b7, c7, _ := cpuid(7, 0)
 	const (
-		avx2Bit    = 1 << 5
-		avx512FBit = 1 << 16
+		avx2Bit     = 1 << 5
+		avx512FBit  = 1 << 16
+		avx512BWBit = 1 << 30 // EBX
+		vnniBit     = 1 << 11 // ECX: AVX512_VNNI
 	)
 	hasAVX2FMA = ymmOS && b7&avx2Bit != 0 && c1&fmaBit != 0
 	hasAVX512 = zmmOS && hasAVX2FMA && b7&avx512FBit != 0
+	hasF16C = hasAVX2FMA && c1&f16cBit != 0
+	hasVNNI512 = hasAVX512 && b7&avx512BWBit != 0 && c7&vnniBit != 0
 }
 
 // archRegistered runs during package variable initialization, which completes before any
@@ -149,13 +156,13 @@ func registerArch() bool {
 	detect()
 	// register prepends, so the most preferred path is registered last.
 	if hasAVX2FMA {
-		register(&impl{name: "avx2", panels: panels256, qpanels: qpanelsGo, dot: dotF32x256, axpy: axpyF32x256, expShift: expShiftF32x256,
+		register(&impl{name: "avx2", panels: panels256, qpanels: qpanels256, quantActs: quantActs256, dot: dotF32x256, axpy: axpyF32x256, expShift: expShiftF32x256,
 			axpyRowsMax: axpyRowsMaxF32x256, dotRows: dotRowsF32x256, scoresRows: scores256, weightedRows8: weightedRows8F32x256, maxF32: maxF32x256, siluMul: siluMulF32x256,
 			dotsRows: dotsRowsF32x256, axpyRows: axpyRowsF32x256})
 		sumF32 = sumF32x256
 	}
 	if hasAVX512 {
-		register(&impl{name: "avx512", panels: panels512, qpanels: qpanels512, dot: dotF32x512, axpy: axpyF32x512, expShift: expShiftF32x512,
+		register(&impl{name: "avx512", panels: panels512, qpanels: qpanels512, quantActs: quantActs512, dot: dotF32x512, axpy: axpyF32x512, expShift: expShiftF32x512,
 			axpyRowsMax: axpyRowsMaxF32x512, dotRows: dotRowsF32x512, scoresRows: scores512, weightedRows8: weightedRows8F32x512, maxF32: maxF32x512, siluMul: siluMulF32x512,
 			dotsRows: dotsRowsF32x512, axpyRows: axpyRowsF32x512})
 	}
@@ -171,7 +178,188 @@ func scores256(y *float32, ldy int, qt *float32, nq int, kt *float32, ldk, d, n 
 	scoresRowsF32x256(y, ldy, qt, nq, kt, ldk, d, (n+7)/8)
 }
 
-// qpanels512 runs quantized products on the AVX-512 path.
+// qpanels512 runs quantized products on the AVX-512 path: the VNNI kernels when the CPU has
+// AVX512_VNNI and AVX512BW, else the portable ones (bitwise the same results).
 func qpanels512(m *Matrix, y []float32, a []byte, rows, p0, p1 int) {
-	qpanelsGo(m, y, a, rows, p0, p1)
+	if !hasVNNI512 {
+		qpanelsGo(m, y, a, rows, p0, p1)
+		return
+	}
+	n, nb := m.N, m.qblocks()
+	lda := nb * qinfos[m.DType].kind.blockBytes()
+	full := p1 // panels with all Panel rows inside N
+	if p1*Panel > n {
+		full = p1 - 1
+	}
+	// Chunks of panels small enough to stay in L2 while each group of 4 rows passes over them.
+	chunk := max(1, chunkBytes/m.panelBytes())
+	for c0 := p0; c0 < full; c0 += chunk {
+		c1 := min(c0+chunk, full)
+		for r0 := 0; r0 < rows; r0 += 4 {
+			g := min(4, rows-r0)
+			qkern512(m, g, c0, c1-c0, &a[r0*lda], &y[r0*n+c0*Panel], n)
+		}
+	}
+	if full == p1 {
+		return
+	}
+	var tmp [4 * Panel]float32
+	lanes := n - full*Panel
+	for r0 := 0; r0 < rows; r0 += 4 {
+		g := min(4, rows-r0)
+		qkern512(m, g, full, 1, &a[r0*lda], &tmp[0], Panel)
+		for r := 0; r < g; r++ {
+			copy(y[(r0+r)*n+full*Panel:(r0+r)*n+n], tmp[r*Panel:r*Panel+lanes])
+		}
+	}
+}
+
+// quantActs512 quantizes activations with the generated AVX-512 quantizers.
+func quantActs512(kind actKind, dst []byte, x []float32) {
+	if kind == act32 {
+		if n := len(x) / 32; n > 0 {
+			_ = dst[n*act32Bytes-1]
+			quantAct32x512(&dst[0], &x[0], n)
+		}
+		return
+	}
+	if n := len(x) / 256; n > 0 {
+		_ = dst[n*act256Bytes-1]
+		quantAct256x512(&dst[0], &x[0], n)
+	}
+}
+
+// quantActs256 quantizes activations with the generated AVX2 quantizers (F16C for the Q8_0
+// scale's rounding), else in Go.
+func quantActs256(kind actKind, dst []byte, x []float32) {
+	if !hasF16C {
+		quantizeActsGo(kind, dst, x)
+		return
+	}
+	if kind == act32 {
+		if n := len(x) / 32; n > 0 {
+			_ = dst[n*act32Bytes-1]
+			quantAct32x256(&dst[0], &x[0], n)
+		}
+		return
+	}
+	if n := len(x) / 256; n > 0 {
+		_ = dst[n*act256Bytes-1]
+		quantAct256x256(&dst[0], &x[0], n)
+	}
+}
+
+// qpanels256 runs quantized products on the AVX2 path: the generated one-row kernels, each row
+// of a group passing over an L2-sized chunk of panels in turn (ymm registers cannot hold several
+// rows' sums for both halves of a panel), or the portable kernels on a CPU without F16C.
+func qpanels256(m *Matrix, y []float32, a []byte, rows, p0, p1 int) {
+	if !hasF16C {
+		qpanelsGo(m, y, a, rows, p0, p1)
+		return
+	}
+	n, nb := m.N, m.qblocks()
+	lda := nb * qinfos[m.DType].kind.blockBytes()
+	full := p1
+	if p1*Panel > n {
+		full = p1 - 1
+	}
+	chunk := max(1, chunkBytes/m.panelBytes())
+	for c0 := p0; c0 < full; c0 += chunk {
+		c1 := min(c0+chunk, full)
+		for r := 0; r < rows; r++ {
+			qkern256(m, c0, c1-c0, &a[r*lda], &y[r*n+c0*Panel])
+		}
+	}
+	if full == p1 {
+		return
+	}
+	var tmp [Panel]float32
+	lanes := n - full*Panel
+	for r := 0; r < rows; r++ {
+		qkern256(m, full, 1, &a[r*lda], &tmp[0])
+		copy(y[r*n+full*Panel:r*n+n], tmp[:lanes])
+	}
+}
+
+// qkern256 runs the generated AVX2 kernel of m's type over np whole panels from panel p0.
+func qkern256(m *Matrix, p0, np int, a *byte, y *float32) {
+	nb := m.qblocks()
+	w := &m.q[p0*m.panelBytes()]
+	switch m.DType {
+	case Q8_0:
+		qpanelsQ8_0R1x256(w, a, y, nb, np)
+	case Q4_0:
+		qpanelsQ4_0R1x256(w, a, y, nb, np)
+	case Q4_K:
+		qpanelsQ4_KR1x256(w, a, y, nb, np)
+	case Q5_K:
+		qpanelsQ5_KR1x256(w, a, y, nb, np)
+	case Q6_K:
+		qpanelsQ6_KR1x256(w, a, y, nb, np)
+	}
+}
+
+// qkern512 runs the generated kernel of m's type for g (1..4) rows over np whole panels from
+// panel p0; a is row 0's activation blocks, rows nb blocks apart.
+func qkern512(m *Matrix, g, p0, np int, a *byte, y *float32, ldy int) {
+	nb := m.qblocks()
+	lda := nb * qinfos[m.DType].kind.blockBytes()
+	w := &m.q[p0*m.panelBytes()]
+	switch m.DType {
+	case Q8_0:
+		switch g {
+		case 1:
+			qpanelsQ8_0R1x512(w, a, y, nb, np, lda, ldy)
+		case 2:
+			qpanelsQ8_0R2x512(w, a, y, nb, np, lda, ldy)
+		case 3:
+			qpanelsQ8_0R3x512(w, a, y, nb, np, lda, ldy)
+		case 4:
+			qpanelsQ8_0R4x512(w, a, y, nb, np, lda, ldy)
+		}
+	case Q4_0:
+		switch g {
+		case 1:
+			qpanelsQ4_0R1x512(w, a, y, nb, np, lda, ldy)
+		case 2:
+			qpanelsQ4_0R2x512(w, a, y, nb, np, lda, ldy)
+		case 3:
+			qpanelsQ4_0R3x512(w, a, y, nb, np, lda, ldy)
+		case 4:
+			qpanelsQ4_0R4x512(w, a, y, nb, np, lda, ldy)
+		}
+	case Q4_K:
+		switch g {
+		case 1:
+			qpanelsQ4_KR1x512(w, a, y, nb, np, lda, ldy)
+		case 2:
+			qpanelsQ4_KR2x512(w, a, y, nb, np, lda, ldy)
+		case 3:
+			qpanelsQ4_KR3x512(w, a, y, nb, np, lda, ldy)
+		case 4:
+			qpanelsQ4_KR4x512(w, a, y, nb, np, lda, ldy)
+		}
+	case Q5_K:
+		switch g {
+		case 1:
+			qpanelsQ5_KR1x512(w, a, y, nb, np, lda, ldy)
+		case 2:
+			qpanelsQ5_KR2x512(w, a, y, nb, np, lda, ldy)
+		case 3:
+			qpanelsQ5_KR3x512(w, a, y, nb, np, lda, ldy)
+		case 4:
+			qpanelsQ5_KR4x512(w, a, y, nb, np, lda, ldy)
+		}
+	case Q6_K:
+		switch g {
+		case 1:
+			qpanelsQ6_KR1x512(w, a, y, nb, np, lda, ldy)
+		case 2:
+			qpanelsQ6_KR2x512(w, a, y, nb, np, lda, ldy)
+		case 3:
+			qpanelsQ6_KR3x512(w, a, y, nb, np, lda, ldy)
+		case 4:
+			qpanelsQ6_KR4x512(w, a, y, nb, np, lda, ldy)
+		}
+	}
 }

@@ -204,3 +204,148 @@ func cpuid(leaf uint32, sub uint32) (a uint32, b uint32, c uint32, d uint32)
 
 // xgetbv reads XCR0, the register of state components the OS saves (EAX, EDX).
 func xgetbv() (a uint32, d uint32)
+
+// qpanelsQ8_0R1x512 computes 1 activation rows against np whole Q8_0 panels of nb blocks.
+//
+//go:noescape
+func qpanelsQ8_0R1x512(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+
+// qpanelsQ8_0R2x512 computes 2 activation rows against np whole Q8_0 panels of nb blocks.
+//
+//go:noescape
+func qpanelsQ8_0R2x512(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+
+// qpanelsQ8_0R3x512 computes 3 activation rows against np whole Q8_0 panels of nb blocks.
+//
+//go:noescape
+func qpanelsQ8_0R3x512(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+
+// qpanelsQ8_0R4x512 computes 4 activation rows against np whole Q8_0 panels of nb blocks.
+//
+//go:noescape
+func qpanelsQ8_0R4x512(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+
+// qpanelsQ4_0R1x512 computes 1 activation rows against np whole Q4_0 panels of nb blocks.
+//
+//go:noescape
+func qpanelsQ4_0R1x512(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+
+// qpanelsQ4_0R2x512 computes 2 activation rows against np whole Q4_0 panels of nb blocks.
+//
+//go:noescape
+func qpanelsQ4_0R2x512(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+
+// qpanelsQ4_0R3x512 computes 3 activation rows against np whole Q4_0 panels of nb blocks.
+//
+//go:noescape
+func qpanelsQ4_0R3x512(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+
+// qpanelsQ4_0R4x512 computes 4 activation rows against np whole Q4_0 panels of nb blocks.
+//
+//go:noescape
+func qpanelsQ4_0R4x512(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+
+// qpanelsQ4_KR1x512 computes 1 activation rows against np whole Q4_K panels of nb blocks.
+//
+//go:noescape
+func qpanelsQ4_KR1x512(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+
+// qpanelsQ4_KR2x512 computes 2 activation rows against np whole Q4_K panels of nb blocks.
+//
+//go:noescape
+func qpanelsQ4_KR2x512(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+
+// qpanelsQ4_KR3x512 computes 3 activation rows against np whole Q4_K panels of nb blocks.
+//
+//go:noescape
+func qpanelsQ4_KR3x512(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+
+// qpanelsQ4_KR4x512 computes 4 activation rows against np whole Q4_K panels of nb blocks.
+//
+//go:noescape
+func qpanelsQ4_KR4x512(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+
+// qpanelsQ5_KR1x512 computes 1 activation rows against np whole Q5_K panels of nb blocks.
+//
+//go:noescape
+func qpanelsQ5_KR1x512(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+
+// qpanelsQ5_KR2x512 computes 2 activation rows against np whole Q5_K panels of nb blocks.
+//
+//go:noescape
+func qpanelsQ5_KR2x512(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+
+// qpanelsQ5_KR3x512 computes 3 activation rows against np whole Q5_K panels of nb blocks.
+//
+//go:noescape
+func qpanelsQ5_KR3x512(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+
+// qpanelsQ5_KR4x512 computes 4 activation rows against np whole Q5_K panels of nb blocks.
+//
+//go:noescape
+func qpanelsQ5_KR4x512(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+
+// qpanelsQ6_KR1x512 computes 1 activation rows against np whole Q6_K panels of nb blocks.
+//
+//go:noescape
+func qpanelsQ6_KR1x512(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+
+// qpanelsQ6_KR2x512 computes 2 activation rows against np whole Q6_K panels of nb blocks.
+//
+//go:noescape
+func qpanelsQ6_KR2x512(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+
+// qpanelsQ6_KR3x512 computes 3 activation rows against np whole Q6_K panels of nb blocks.
+//
+//go:noescape
+func qpanelsQ6_KR3x512(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+
+// qpanelsQ6_KR4x512 computes 4 activation rows against np whole Q6_K panels of nb blocks.
+//
+//go:noescape
+func qpanelsQ6_KR4x512(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+
+// qpanelsQ8_0R1x256 computes one activation row against np whole Q8_0 panels of nb blocks.
+//
+//go:noescape
+func qpanelsQ8_0R1x256(w *byte, a *byte, y *float32, nb int, np int)
+
+// qpanelsQ4_0R1x256 computes one activation row against np whole Q4_0 panels of nb blocks.
+//
+//go:noescape
+func qpanelsQ4_0R1x256(w *byte, a *byte, y *float32, nb int, np int)
+
+// qpanelsQ4_KR1x256 computes one activation row against np whole Q4_K panels of nb blocks.
+//
+//go:noescape
+func qpanelsQ4_KR1x256(w *byte, a *byte, y *float32, nb int, np int)
+
+// qpanelsQ5_KR1x256 computes one activation row against np whole Q5_K panels of nb blocks.
+//
+//go:noescape
+func qpanelsQ5_KR1x256(w *byte, a *byte, y *float32, nb int, np int)
+
+// qpanelsQ6_KR1x256 computes one activation row against np whole Q6_K panels of nb blocks.
+//
+//go:noescape
+func qpanelsQ6_KR1x256(w *byte, a *byte, y *float32, nb int, np int)
+
+// quantAct32x512 quantizes nb blocks of 32 activations (package kernel's act32 kind).
+//
+//go:noescape
+func quantAct32x512(dst *byte, x *float32, nb int)
+
+// quantAct256x512 quantizes nb blocks of 256 activations (package kernel's act256 kind).
+//
+//go:noescape
+func quantAct256x512(dst *byte, x *float32, nb int)
+
+// quantAct32x256 quantizes nb blocks of 32 activations (package kernel's act32 kind).
+//
+//go:noescape
+func quantAct32x256(dst *byte, x *float32, nb int)
+
+// quantAct256x256 quantizes nb blocks of 256 activations (package kernel's act256 kind).
+//
+//go:noescape
+func quantAct256x256(dst *byte, x *float32, nb int)

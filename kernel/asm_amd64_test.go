@@ -3,6 +3,7 @@
 package kernel
 
 import (
+	"math"
 	"os"
 	"regexp"
 	"strings"
@@ -20,6 +21,13 @@ func TestAVX2KernelsUseNoAVX512(t *testing.T) {
 	evex := regexp.MustCompile(`\b([XY](1[6-9]|2[0-9]|3[01])|Z[0-9]+|K[1-7])\b|AVX512`)
 	fn, checked := "", 0
 	for _, line := range strings.Split(string(src), "\n") {
+		if strings.HasPrefix(line, "// func ") {
+			// The doc comment and "// Requires:" line before a TEXT belong to the next
+			// function: attribute them to it, not to the one above.
+			name, _, _ := strings.Cut(strings.TrimPrefix(line, "// func "), "(")
+			fn = "TEXT ·" + name + "(SB), (doc)"
+			continue
+		}
 		if strings.HasPrefix(line, "TEXT ") {
 			fn = line
 			if strings.Contains(fn, "x256(SB)") {
@@ -32,8 +40,40 @@ func TestAVX2KernelsUseNoAVX512(t *testing.T) {
 		}
 	}
 	// 8 panel kernels, dot, axpy, expShift, axpyRowsMax, dotRows, scoresRows, weightedRows8,
-	// maxF32, siluMul, dotsRows, axpyRows, sum.
-	if checked != 20 {
-		t.Errorf("checked %d x256 functions, want 20 (was the generator changed?)", checked)
+	// maxF32, siluMul, dotsRows, axpyRows, sum, the 5 quantized one-row kernels and the 2
+	// activation quantizers.
+	if checked != 27 {
+		t.Errorf("checked %d x256 functions, want 27 (was the generator changed?)", checked)
+	}
+}
+
+// TestQuantNoVNNI: an AVX-512 CPU without AVX512_VNNI runs quantized products on the portable
+// kernels, with the bits of the VNNI kernels.
+func TestQuantNoVNNI(t *testing.T) {
+	if !hasVNNI512 {
+		t.Skip("no AVX512_VNNI: the fallback is what every test here runs")
+	}
+	prev := Path()
+	defer SetPath(prev)
+	if err := SetPath("avx512"); err != nil {
+		t.Fatal(err)
+	}
+	for _, qt := range quantTypes {
+		const n, k, rows = 20, 512, 3
+		m, err := NewQuant(qt, randBlocks(qt, n, k, 41, true), n, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := randVec(rows*k, 43)
+		want, got := make([]float32, rows*n), make([]float32, rows*n)
+		m.MatMul(want, x, rows)
+		hasVNNI512 = false
+		m.MatMul(got, x, rows)
+		hasVNNI512 = true
+		for i := range got {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("%v element %d: fallback %v, VNNI %v", qt, i, got[i], want[i])
+			}
+		}
 	}
 }

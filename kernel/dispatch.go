@@ -17,8 +17,11 @@ type impl struct {
 	// qpanels is panels for a quantized matrix, with the activations quantized for its type
 	// (see qact.go): a holds rows rows of K/block activation blocks.
 	qpanels func(m *Matrix, y []float32, a []byte, rows, p0, p1 int)
-	dot     func(a, b []float32) float32
-	axpy    func(y []float32, a float32, x []float32)
+	// quantActs quantizes the len(x)/block blocks of x as kind into dst (qact.go), bitwise as
+	// quantizeActsGo does.
+	quantActs func(kind actKind, dst []byte, x []float32)
+	dot       func(a, b []float32) float32
+	axpy      func(y []float32, a float32, x []float32)
 	// expShift sets dst[i] = exp((src[i]-shift)*scale) over len(dst) and returns the sum;
 	// src is at least as long as dst.
 	expShift func(dst, src []float32, shift, scale float32) float32
@@ -38,7 +41,7 @@ type impl struct {
 }
 
 var (
-	portable = &impl{name: "go", panels: panelsGo, qpanels: qpanelsGo, dot: dotGo, axpy: axpyGo, expShift: expShiftGo,
+	portable = &impl{name: "go", panels: panelsGo, qpanels: qpanelsGo, quantActs: quantizeActsGo, dot: dotGo, axpy: axpyGo, expShift: expShiftGo,
 		axpyRowsMax: axpyRowsMaxGo, dotRows: dotRowsGo, scoresRows: scoresRowsGo, weightedRows8: weightedRows8Go, maxF32: maxGo, siluMul: siluMulGo,
 		dotsRows: dotsRowsGo, axpyRows: axpyRowsGo}
 	// registry lists paths in preference order; architecture files prepend theirs in init.

@@ -20,6 +20,17 @@
 // A large product is split by panels across a persistent worker pool (see SetMaxThreads); the
 // split never changes a bit of the result. ProbeBandwidth measures the memory-read ceiling that
 // matrix-vector products are bounded by.
+//
+// Quantized weights (NewQuant: GGUF blocks of Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) stay quantized,
+// repacked into 16-row panel blocks of about the file's size (qmatrix.go). Their products
+// quantize each activation row per block as ggml's vec_dot does for the type (Q8_0-style
+// 32-blocks for Q8_0 and Q4_0, Q8_K-style 256-blocks with block sums for the K-quants; qact.go),
+// sum weight and activation quants exactly in int32, and scale in f32 in a fixed order per block
+// (qportable.go). Integer sums are exact in any order and the float steps are the same on every
+// path, so each path gives the portable result bitwise, and the batch-width invariant holds for
+// them too. The paths: vpdpbusd (AVX-512 VNNI, 1..4 rows per weight load), vpmaddubsw/vpmaddwd
+// (AVX2, one row per pass over L2-sized chunks) and portable Go; an AVX-512 CPU without VNNI
+// runs the portable quantized kernels.
 package kernel
 
 import (

@@ -308,7 +308,7 @@ func matmulEach(p *impl, x []float32, rows int, ps ...Product) {
 				}
 			}
 			if acts[k] == nil {
-				acts[k] = scratch.quantized(qi.kind, x, rows, q.M.K)
+				acts[k] = scratch.quantized(p, qi.kind, x, rows, q.M.K)
 			}
 		}
 	}

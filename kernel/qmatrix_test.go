@@ -149,7 +149,7 @@ func TestQuantMatMulReference(t *testing.T) {
 		m.MatMul(y, x, rows)
 		kind := qinfos[m.DType].kind
 		var s actScratch
-		xhat := dequantAct(kind, s.quantized(kind, x, rows, k), rows*k)
+		xhat := dequantAct(kind, s.quantized(portable, kind, x, rows, k), rows*k)
 		w := make([]float32, k)
 		for j := 0; j < n; j++ {
 			m.Row(w, j)
@@ -177,11 +177,11 @@ func TestQuantMatMulReference(t *testing.T) {
 	}
 }
 
-// TestQuantPathsBitwise: on every path, for 1..32 rows, each row's result is bitwise that of
-// the portable path for the same row alone, split across threads or not.
+// TestQuantPathsBitwise: on every path, the portable one included, for 1..32 rows, each row's
+// result is bitwise that of the oracle (qref_test.go) for the row, split across threads or not.
 func TestQuantPathsBitwise(t *testing.T) {
 	for _, qt := range quantTypes {
-		n, k := Panel+5, 512
+		n, k := 5*Panel+5, 512 // one 4-panel pass of the one-row kernels, one single, one partial
 		m, err := NewQuant(qt, randBlocks(qt, n, k, 11, true), n, k)
 		if err != nil {
 			t.Fatal(err)
@@ -191,32 +191,28 @@ func TestQuantPathsBitwise(t *testing.T) {
 		for i := 0; i < k; i++ {
 			x[3*k+i] = 0 // a zero row: zero scales
 		}
-		want := make([]float32, maxRows*n)
-		prev := Path()
-		SetPath("go")
-		for r := 0; r < maxRows; r++ {
-			m.MatMul(want[r*n:(r+1)*n], x[r*k:(r+1)*k], 1)
-		}
-		SetPath(prev)
-		forEachPath(t, func(t *testing.T) {
-			for _, split := range []bool{false, true} {
-				withSplit(split, func() {
-					for rows := 1; rows <= maxRows; rows++ {
-						if split && rows%5 != 1 && rows != maxRows {
-							continue // the split's bits are checked on a spread of counts
-						}
-						// Rows start at an offset so each count sees other neighbours.
-						off := (rows * 7) % (maxRows - rows + 1)
-						y := make([]float32, rows*n)
-						m.MatMul(y, x[off*k:(off+rows)*k], rows)
-						for i, v := range y {
-							if w := want[off*n+i]; math.Float32bits(v) != math.Float32bits(w) {
-								t.Fatalf("%v rows=%d split=%v: row %d out %d = %v, portable alone %v", qt, rows, split, off+i/n, i%n, v, w)
+		want := refProduct(m, x, maxRows)
+		t.Run(qt.String(), func(t *testing.T) {
+			forEachPath(t, func(t *testing.T) {
+				for _, split := range []bool{false, true} {
+					withSplit(split, func() {
+						for rows := 1; rows <= maxRows; rows++ {
+							if split && rows%5 != 1 && rows != maxRows {
+								continue // the split's bits are checked on a spread of counts
+							}
+							// Rows start at an offset so each count sees other neighbours.
+							off := (rows * 7) % (maxRows - rows + 1)
+							y := make([]float32, rows*n)
+							m.MatMul(y, x[off*k:(off+rows)*k], rows)
+							for i, v := range y {
+								if w := want[off*n+i]; math.Float32bits(v) != math.Float32bits(w) {
+									t.Fatalf("%v rows=%d split=%v: row %d out %d = %v, oracle %v", qt, rows, split, off+i/n, i%n, v, w)
+								}
 							}
 						}
-					}
-				})
-			}
+					})
+				}
+			})
 		})
 	}
 }
@@ -303,6 +299,54 @@ func TestQuantConcurrent(t *testing.T) {
 		y := make([]float32, rows*n)
 		if a := testing.AllocsPerRun(50, func() { m.MatMul(y, xs[0], rows) }); a != 0 {
 			t.Errorf("%v allocations per quantized MatMul", a)
+		}
+	})
+}
+
+// TestQuantActsPaths: every path quantizes activations to the bytes of the Go quantizer, over
+// ordinary values, ties of the rounding, tiny blocks (f16 subnormal scales), huge ones (an f16
+// scale that overflows), zero blocks and blocks holding NaN or Inf.
+func TestQuantActsPaths(t *testing.T) {
+	const k = 256
+	var blocks [][]float32
+	rng := rand.New(rand.NewPCG(51, 3))
+	for _, scale := range []float64{1, 1e-6, 3e-3, 1e-30, 1e30, 3e38} {
+		b := make([]float32, k)
+		for i := range b {
+			b[i] = float32(rng.NormFloat64() * scale)
+		}
+		blocks = append(blocks, b)
+	}
+	ties := make([]float32, k) // amax 127: scale 1, so the halves are exact ties
+	for i := range ties {
+		ties[i] = float32(i%255-127) + 0.5*float32(i%2)
+	}
+	ties[0] = 127
+	blocks = append(blocks, ties, make([]float32, k))
+	for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))} {
+		b := make([]float32, k)
+		for i := range b {
+			b[i] = float32(rng.NormFloat64())
+		}
+		b[37] = bad
+		blocks = append(blocks, b)
+	}
+	var x []float32
+	for _, b := range blocks {
+		x = append(x, b...)
+	}
+	rows := len(blocks)
+	forEachPath(t, func(t *testing.T) {
+		for _, kind := range []actKind{act32, act256} {
+			var want, got actScratch
+			w := want.quantized(portable, kind, x, rows, k)
+			g := got.quantized(active, kind, x, rows, k)
+			bb := kind.blockBytes()
+			for i := 0; i < len(w); i += bb {
+				if !bytes.Equal(w[i:i+bb], g[i:i+bb]) {
+					t.Fatalf("kind %d block %d: %x, Go quantizer %x", kind, i/bb, g[i:i+bb], w[i:i+bb])
+				}
+			}
 		}
 	})
 }

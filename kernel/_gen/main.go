@@ -90,6 +90,10 @@ func main() {
 	sum256()
 	cpuid()
 	xgetbv()
+	quantKernels()
+	quantKernels256()
+	quantActs()
+	quantActsY()
 	Generate()
 }
 
