@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dflash/dflash/defaultmodel"
 	"github.com/dflash/dflash/format/gguf"
 	"github.com/dflash/dflash/internal/shareddata"
 	"github.com/dflash/dflash/kernel"
@@ -95,5 +96,23 @@ func TestDraftGGUFDescribedAndValidated(t *testing.T) {
 		if err := d.Validate(); err == nil || !strings.Contains(err.Error(), dropped+" is missing") {
 			t.Errorf("a draft GGUF without %s validates: %v", dropped, err)
 		}
+	}
+}
+
+// The default target's tokenizer lower-cases its input, which GGUF's tokenizer keys cannot say:
+// the conversion is written but warns that the file reads text otherwise, naming where the two
+// part ("Once" is `once` to the folder, `O`+`nce` to the file). Conversions whose tokenizer
+// survives warn of nothing (convertTo checks it for every other test's).
+func TestConvertWarnsOfATokenizerGGUFCannotExpress(t *testing.T) {
+	target, _, err := defaultmodel.Dirs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ConvertGGUF(target, filepath.Join(t.TempDir(), "t.gguf"), "q8_0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0], "Once upon a time") || !strings.Contains(c.Warnings[0], "token 0") {
+		t.Errorf("warnings %q, want one naming the probe and where the tokenizers part", c.Warnings)
 	}
 }

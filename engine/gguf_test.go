@@ -29,6 +29,9 @@ func convertTo(t *testing.T, src, typ string) string {
 		t.Fatal(err)
 	}
 	t.Logf("%s: %d tensors %v, %d fallbacks", typ, c.Tensors, c.Types, len(c.Fallbacks))
+	if len(c.Warnings) > 0 {
+		t.Errorf("%s: conversion warns %q", typ, c.Warnings)
+	}
 	return out
 }
 

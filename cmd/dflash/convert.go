@@ -57,6 +57,9 @@ func cmdConvert(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		for _, f := range c.Fallbacks {
 			fmt.Fprintf(stdout, "  fallback %s\n", f)
 		}
+		for _, w := range c.Warnings {
+			fmt.Fprintf(stderr, "warning: %s\n", w)
+		}
 		return nil
 	}
 	if *dtype != "bf16" {
