@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/dflash/dflash/cache"
+	"github.com/dflash/dflash/internal/testmodel"
 	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/model"
 )
@@ -173,5 +174,32 @@ func TestScoreRefuses(t *testing.T) {
 	other := &bigram{vocab: 9, maxSeq: 16, hit: 2}
 	if _, err := Score(m, other, tokens, Options{Ctx: 8, BOS: 0}); err == nil || !strings.Contains(err.Error(), "vocabulary 8, base's 9") {
 		t.Errorf("vocabularies 8 and 9: %v", err)
+	}
+}
+
+// On real forwards (a Qwen3 and a Qwen3.5 hybrid target, whose cache cannot rewind but to 0),
+// splitting the scored half into forwards of 3 rows gives the figures of one forward bitwise,
+// since a row's logits do not depend on the rows beside it; and a target against itself has KL 0
+// and full agreement.
+func TestScoreOnRealTargets(t *testing.T) {
+	tokens := make([]int, 3*24)
+	for i := range tokens {
+		tokens[i] = (i*37 + 11) % 97
+	}
+	for name, m := range map[string]model.Target{"qwen3": testmodel.TinyQwen3(t), "qwen3.5": testmodel.TinyQwen35(t)} {
+		whole, err := Score(m, nil, tokens, Options{Ctx: 24, BOS: -1})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		split, err := Score(m, m, tokens, Options{Ctx: 24, BOS: -1, Batch: 3})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if whole.Tokens != 3*11 || split.NLL != whole.NLL || split.PPL != whole.PPL {
+			t.Errorf("%s: NLL %v over %d tokens in one forward, %v in forwards of 3", name, whole.NLL, whole.Tokens, split.NLL)
+		}
+		if k := split.KL; k.Mean != 0 || k.Top1 != 1 || k.BasePPL != whole.PPL {
+			t.Errorf("%s against itself: %+v", name, *k)
+		}
 	}
 }
