@@ -113,6 +113,7 @@ var (
 	hasAVX512  bool // AVX512F, with the OS saving zmm and opmask state
 	hasVNNI512 bool // AVX512_VNNI and AVX512BW besides AVX512F: the quantized zmm kernels
 	hasF16C    bool // F16C besides AVX2: the quantized ymm kernels convert f16 scales
+	hasAVXVNNI bool // AVX-VNNI (VEX vpdpbusd) besides those: the quantized ymm kernels use it
 )
 
 // detect reads CPUID and XCR0. A feature counts only if the OS also saves the registers it
@@ -135,7 +136,7 @@ func detect() {
 	xcr0, _ := xgetbv()
 	ymmOS := xcr0&0x6 == 0x6            // SSE and AVX state
 	zmmOS := ymmOS && xcr0&0xe0 == 0xe0 // opmask, ZMM_Hi256, Hi16_ZMM state
-	_, b7, c7, _ := cpuid(7, 0)
+	maxSub7, b7, c7, _ := cpuid(7, 0)
 	const (
 		avx2Bit     = 1 << 5
 		avx512FBit  = 1 << 16
@@ -145,6 +146,11 @@ func detect() {
 	hasAVX2FMA = ymmOS && b7&avx2Bit != 0 && c1&fmaBit != 0
 	hasAVX512 = zmmOS && hasAVX2FMA && b7&avx512FBit != 0
 	hasF16C = hasAVX2FMA && c1&f16cBit != 0
+	if maxSub7 >= 1 {
+		a71, _, _, _ := cpuid(7, 1)
+		const avxVNNIBit = 1 << 4 // leaf 7 sub-leaf 1 EAX
+		hasAVXVNNI = hasF16C && a71&avxVNNIBit != 0
+	}
 	hasVNNI512 = hasAVX512 && b7&avx512BWBit != 0 && c7&vnniBit != 0
 }
 
@@ -249,9 +255,10 @@ func quantActs256(kind actKind, dst []byte, x []float32) {
 	}
 }
 
-// qpanels256 runs quantized products on the AVX2 path: the generated one-row kernels, each row
-// of a group passing over an L2-sized chunk of panels in turn (ymm registers cannot hold several
-// rows' sums for both halves of a panel), or the portable kernels on a CPU without F16C.
+// qpanels256 runs quantized products on the AVX2 path over L2-sized chunks of panels: with
+// AVX-VNNI the generated kernels take 2 rows per weight load, else one (the vpmaddubsw kernels'
+// int16 stage leaves no ymm registers for a second row); a CPU without F16C runs the portable
+// kernels.
 func qpanels256(m *Matrix, y []float32, a []byte, rows, p0, p1 int) {
 	if !hasF16C {
 		qpanelsGo(m, y, a, rows, p0, p1)
@@ -259,6 +266,10 @@ func qpanels256(m *Matrix, y []float32, a []byte, rows, p0, p1 int) {
 	}
 	n, nb := m.N, m.qblocks()
 	lda := nb * qinfos[m.DType].kind.blockBytes()
+	group := 1
+	if hasAVXVNNI {
+		group = 2
+	}
 	full := p1
 	if p1*Panel > n {
 		full = p1 - 1
@@ -266,25 +277,55 @@ func qpanels256(m *Matrix, y []float32, a []byte, rows, p0, p1 int) {
 	chunk := max(1, chunkBytes/m.panelBytes())
 	for c0 := p0; c0 < full; c0 += chunk {
 		c1 := min(c0+chunk, full)
-		for r := 0; r < rows; r++ {
-			qkern256(m, c0, c1-c0, &a[r*lda], &y[r*n+c0*Panel])
+		for r0 := 0; r0 < rows; r0 += group {
+			qkern256(m, min(group, rows-r0), c0, c1-c0, &a[r0*lda], &y[r0*n+c0*Panel], n)
 		}
 	}
 	if full == p1 {
 		return
 	}
-	var tmp [Panel]float32
+	var tmp [2 * Panel]float32
 	lanes := n - full*Panel
-	for r := 0; r < rows; r++ {
-		qkern256(m, full, 1, &a[r*lda], &tmp[0])
-		copy(y[r*n+full*Panel:r*n+n], tmp[:lanes])
+	for r0 := 0; r0 < rows; r0 += group {
+		g := min(group, rows-r0)
+		qkern256(m, g, full, 1, &a[r0*lda], &tmp[0], Panel)
+		for r := 0; r < g; r++ {
+			copy(y[(r0+r)*n+full*Panel:(r0+r)*n+n], tmp[r*Panel:r*Panel+lanes])
+		}
 	}
 }
 
-// qkern256 runs the generated AVX2 kernel of m's type over np whole panels from panel p0.
-func qkern256(m *Matrix, p0, np int, a *byte, y *float32) {
+// qkern256 runs the generated AVX2 kernel of m's type for g rows (1, or 2 with AVX-VNNI) over np
+// whole panels from panel p0.
+func qkern256(m *Matrix, g, p0, np int, a *byte, y *float32, ldy int) {
 	nb := m.qblocks()
+	lda := nb * qinfos[m.DType].kind.blockBytes()
 	w := &m.q[p0*m.panelBytes()]
+	if hasAVXVNNI {
+		switch m.DType<<1 | DType(g-1) {
+		case Q8_0 << 1:
+			qpanelsQ8_0R1vx256(w, a, y, nb, np, lda, ldy)
+		case Q8_0<<1 | 1:
+			qpanelsQ8_0R2vx256(w, a, y, nb, np, lda, ldy)
+		case Q4_0 << 1:
+			qpanelsQ4_0R1vx256(w, a, y, nb, np, lda, ldy)
+		case Q4_0<<1 | 1:
+			qpanelsQ4_0R2vx256(w, a, y, nb, np, lda, ldy)
+		case Q4_K << 1:
+			qpanelsQ4_KR1vx256(w, a, y, nb, np, lda, ldy)
+		case Q4_K<<1 | 1:
+			qpanelsQ4_KR2vx256(w, a, y, nb, np, lda, ldy)
+		case Q5_K << 1:
+			qpanelsQ5_KR1vx256(w, a, y, nb, np, lda, ldy)
+		case Q5_K<<1 | 1:
+			qpanelsQ5_KR2vx256(w, a, y, nb, np, lda, ldy)
+		case Q6_K << 1:
+			qpanelsQ6_KR1vx256(w, a, y, nb, np, lda, ldy)
+		case Q6_K<<1 | 1:
+			qpanelsQ6_KR2vx256(w, a, y, nb, np, lda, ldy)
+		}
+		return
+	}
 	switch m.DType {
 	case Q8_0:
 		qpanelsQ8_0R1x256(w, a, y, nb, np)

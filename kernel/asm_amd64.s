@@ -18747,6 +18747,12348 @@ qpanelsQ6_KR1x256done:
 	VZEROUPPER
 	RET
 
+// func qpanelsQ8_0R1vx256(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+// Requires: AVX, AVX2, AVXVNNI, F16C
+TEXT ·qpanelsQ8_0R1vx256(SB), NOSPLIT, $0-56
+	MOVQ         w+0(FP), AX
+	MOVQ         a+8(FP), CX
+	MOVQ         y+16(FP), DX
+	MOVQ         nb+24(FP), BX
+	MOVQ         np+32(FP), SI
+	MOVQ         lda+40(FP), DI
+	MOVQ         ldy+48(FP), DI
+	SHLQ         $0x02, DI
+	MOVL         $0x0f0f0f0f, DI
+	VMOVD        DI, X0
+	VPBROADCASTD X0, Y0
+
+qpanelsQ8_0R1vx256panel:
+	TESTQ SI, SI
+	JZ    qpanelsQ8_0R1vx256done
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	MOVQ  CX, DI
+	MOVQ  BX, R8
+
+qpanelsQ8_0R1vx256block:
+	VPBROADCASTD 36(DI), Y8
+	VPBROADCASTD 36(DI), Y9
+	VMOVDQU      32(AX), Y14
+	VPBROADCASTD (DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xc4
+	VMOVDQU      64(AX), Y14
+	VPBROADCASTD (DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xcc
+	VMOVDQU      96(AX), Y14
+	VPBROADCASTD 4(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xc4
+	VMOVDQU      128(AX), Y14
+	VPBROADCASTD 4(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xcc
+	VMOVDQU      160(AX), Y14
+	VPBROADCASTD 8(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xc4
+	VMOVDQU      192(AX), Y14
+	VPBROADCASTD 8(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xcc
+	VMOVDQU      224(AX), Y14
+	VPBROADCASTD 12(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xc4
+	VMOVDQU      256(AX), Y14
+	VPBROADCASTD 12(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xcc
+	VMOVDQU      288(AX), Y14
+	VPBROADCASTD 16(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xc4
+	VMOVDQU      320(AX), Y14
+	VPBROADCASTD 16(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xcc
+	VMOVDQU      352(AX), Y14
+	VPBROADCASTD 20(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xc4
+	VMOVDQU      384(AX), Y14
+	VPBROADCASTD 20(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xcc
+	VMOVDQU      416(AX), Y14
+	VPBROADCASTD 24(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xc4
+	VMOVDQU      448(AX), Y14
+	VPBROADCASTD 24(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xcc
+	VMOVDQU      480(AX), Y14
+	VPBROADCASTD 28(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xc4
+	VMOVDQU      512(AX), Y14
+	VPBROADCASTD 28(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xcc
+	VCVTPH2PS    (AX), Y2
+	VBROADCASTSS 32(DI), Y3
+	VMULPS       Y3, Y2, Y2
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y2, Y8, Y8
+	VADDPS       Y8, Y0, Y0
+	VCVTPH2PS    16(AX), Y2
+	VBROADCASTSS 32(DI), Y3
+	VMULPS       Y3, Y2, Y2
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y2, Y9, Y9
+	VADDPS       Y9, Y1, Y1
+	ADDQ         $0x00000220, AX
+	ADDQ         $0x00000030, DI
+	DECQ         R8
+	JNZ          qpanelsQ8_0R1vx256block
+	VMOVUPS      Y0, (DX)
+	VMOVUPS      Y1, 32(DX)
+	ADDQ         $0x40, DX
+	DECQ         SI
+	JMP          qpanelsQ8_0R1vx256panel
+
+qpanelsQ8_0R1vx256done:
+	VZEROUPPER
+	RET
+
+// func qpanelsQ8_0R2vx256(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+// Requires: AVX, AVX2, AVXVNNI, F16C
+TEXT ·qpanelsQ8_0R2vx256(SB), NOSPLIT, $0-56
+	MOVQ         w+0(FP), AX
+	MOVQ         a+8(FP), CX
+	MOVQ         y+16(FP), DX
+	MOVQ         nb+24(FP), BX
+	MOVQ         np+32(FP), SI
+	MOVQ         lda+40(FP), DI
+	MOVQ         ldy+48(FP), R8
+	SHLQ         $0x02, R8
+	MOVL         $0x0f0f0f0f, R9
+	VMOVD        R9, X0
+	VPBROADCASTD X0, Y0
+
+qpanelsQ8_0R2vx256panel:
+	TESTQ SI, SI
+	JZ    qpanelsQ8_0R2vx256done
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	MOVQ  CX, R9
+	MOVQ  BX, R10
+
+qpanelsQ8_0R2vx256block:
+	VPBROADCASTD 36(R9), Y8
+	VPBROADCASTD 36(R9), Y9
+	VPBROADCASTD 36(R9)(DI*1), Y10
+	VPBROADCASTD 36(R9)(DI*1), Y11
+	VMOVDQU      32(AX), Y14
+	VPBROADCASTD (R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xc4
+	VPBROADCASTD (R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xd4
+	VMOVDQU      64(AX), Y14
+	VPBROADCASTD (R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xcc
+	VPBROADCASTD (R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xdc
+	VMOVDQU      96(AX), Y14
+	VPBROADCASTD 4(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xc4
+	VPBROADCASTD 4(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xd4
+	VMOVDQU      128(AX), Y14
+	VPBROADCASTD 4(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xcc
+	VPBROADCASTD 4(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xdc
+	VMOVDQU      160(AX), Y14
+	VPBROADCASTD 8(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xc4
+	VPBROADCASTD 8(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xd4
+	VMOVDQU      192(AX), Y14
+	VPBROADCASTD 8(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xcc
+	VPBROADCASTD 8(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xdc
+	VMOVDQU      224(AX), Y14
+	VPBROADCASTD 12(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xc4
+	VPBROADCASTD 12(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xd4
+	VMOVDQU      256(AX), Y14
+	VPBROADCASTD 12(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xcc
+	VPBROADCASTD 12(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xdc
+	VMOVDQU      288(AX), Y14
+	VPBROADCASTD 16(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xc4
+	VPBROADCASTD 16(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xd4
+	VMOVDQU      320(AX), Y14
+	VPBROADCASTD 16(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xcc
+	VPBROADCASTD 16(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xdc
+	VMOVDQU      352(AX), Y14
+	VPBROADCASTD 20(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xc4
+	VPBROADCASTD 20(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xd4
+	VMOVDQU      384(AX), Y14
+	VPBROADCASTD 20(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xcc
+	VPBROADCASTD 20(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xdc
+	VMOVDQU      416(AX), Y14
+	VPBROADCASTD 24(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xc4
+	VPBROADCASTD 24(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xd4
+	VMOVDQU      448(AX), Y14
+	VPBROADCASTD 24(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xcc
+	VPBROADCASTD 24(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xdc
+	VMOVDQU      480(AX), Y14
+	VPBROADCASTD 28(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xc4
+	VPBROADCASTD 28(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xd4
+	VMOVDQU      512(AX), Y14
+	VPBROADCASTD 28(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xcc
+	VPBROADCASTD 28(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xdc
+	VCVTPH2PS    (AX), Y4
+	VBROADCASTSS 32(R9), Y5
+	VMULPS       Y5, Y4, Y4
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y4, Y8, Y8
+	VADDPS       Y8, Y0, Y0
+	VCVTPH2PS    16(AX), Y4
+	VBROADCASTSS 32(R9), Y5
+	VMULPS       Y5, Y4, Y4
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y4, Y9, Y9
+	VADDPS       Y9, Y1, Y1
+	VCVTPH2PS    (AX), Y4
+	VBROADCASTSS 32(R9)(DI*1), Y5
+	VMULPS       Y5, Y4, Y4
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y4, Y10, Y10
+	VADDPS       Y10, Y2, Y2
+	VCVTPH2PS    16(AX), Y4
+	VBROADCASTSS 32(R9)(DI*1), Y5
+	VMULPS       Y5, Y4, Y4
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y4, Y11, Y11
+	VADDPS       Y11, Y3, Y3
+	ADDQ         $0x00000220, AX
+	ADDQ         $0x00000030, R9
+	DECQ         R10
+	JNZ          qpanelsQ8_0R2vx256block
+	VMOVUPS      Y0, (DX)
+	VMOVUPS      Y1, 32(DX)
+	VMOVUPS      Y2, (DX)(R8*1)
+	VMOVUPS      Y3, 32(DX)(R8*1)
+	ADDQ         $0x40, DX
+	DECQ         SI
+	JMP          qpanelsQ8_0R2vx256panel
+
+qpanelsQ8_0R2vx256done:
+	VZEROUPPER
+	RET
+
+// func qpanelsQ4_0R1vx256(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+// Requires: AVX, AVX2, AVXVNNI, F16C
+TEXT ·qpanelsQ4_0R1vx256(SB), NOSPLIT, $0-56
+	MOVQ         w+0(FP), AX
+	MOVQ         a+8(FP), CX
+	MOVQ         y+16(FP), DX
+	MOVQ         nb+24(FP), BX
+	MOVQ         np+32(FP), SI
+	MOVQ         lda+40(FP), DI
+	MOVQ         ldy+48(FP), DI
+	SHLQ         $0x02, DI
+	MOVL         $0x0f0f0f0f, DI
+	VMOVD        DI, X0
+	VPBROADCASTD X0, Y0
+
+qpanelsQ4_0R1vx256panel:
+	TESTQ SI, SI
+	JZ    qpanelsQ4_0R1vx256done
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	MOVQ  CX, DI
+	MOVQ  BX, R8
+
+qpanelsQ4_0R1vx256block:
+	VPBROADCASTD 40(DI), Y8
+	VPBROADCASTD 40(DI), Y9
+	VPAND        32(AX), Y0, Y14
+	VMOVDQU      32(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD (DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xc4
+	VPBROADCASTD 4(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xc4
+	VPAND        64(AX), Y0, Y14
+	VMOVDQU      64(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD (DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xcc
+	VPBROADCASTD 4(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xcc
+	VPAND        96(AX), Y0, Y14
+	VMOVDQU      96(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 8(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xc4
+	VPBROADCASTD 12(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xc4
+	VPAND        128(AX), Y0, Y14
+	VMOVDQU      128(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 8(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xcc
+	VPBROADCASTD 12(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xcc
+	VPAND        160(AX), Y0, Y14
+	VMOVDQU      160(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 16(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xc4
+	VPBROADCASTD 20(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xc4
+	VPAND        192(AX), Y0, Y14
+	VMOVDQU      192(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 16(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xcc
+	VPBROADCASTD 20(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xcc
+	VPAND        224(AX), Y0, Y14
+	VMOVDQU      224(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 24(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xc4
+	VPBROADCASTD 28(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xc4
+	VPAND        256(AX), Y0, Y14
+	VMOVDQU      256(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 24(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xcc
+	VPBROADCASTD 28(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xcc
+	VCVTPH2PS    (AX), Y3
+	VBROADCASTSS 32(DI), Y4
+	VMULPS       Y4, Y3, Y3
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y3, Y8, Y8
+	VADDPS       Y8, Y1, Y1
+	VCVTPH2PS    16(AX), Y3
+	VBROADCASTSS 32(DI), Y4
+	VMULPS       Y4, Y3, Y3
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y3, Y9, Y9
+	VADDPS       Y9, Y2, Y2
+	ADDQ         $0x00000120, AX
+	ADDQ         $0x00000030, DI
+	DECQ         R8
+	JNZ          qpanelsQ4_0R1vx256block
+	VMOVUPS      Y1, (DX)
+	VMOVUPS      Y2, 32(DX)
+	ADDQ         $0x40, DX
+	DECQ         SI
+	JMP          qpanelsQ4_0R1vx256panel
+
+qpanelsQ4_0R1vx256done:
+	VZEROUPPER
+	RET
+
+// func qpanelsQ4_0R2vx256(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+// Requires: AVX, AVX2, AVXVNNI, F16C
+TEXT ·qpanelsQ4_0R2vx256(SB), NOSPLIT, $0-56
+	MOVQ         w+0(FP), AX
+	MOVQ         a+8(FP), CX
+	MOVQ         y+16(FP), DX
+	MOVQ         nb+24(FP), BX
+	MOVQ         np+32(FP), SI
+	MOVQ         lda+40(FP), DI
+	MOVQ         ldy+48(FP), R8
+	SHLQ         $0x02, R8
+	MOVL         $0x0f0f0f0f, R9
+	VMOVD        R9, X0
+	VPBROADCASTD X0, Y0
+
+qpanelsQ4_0R2vx256panel:
+	TESTQ SI, SI
+	JZ    qpanelsQ4_0R2vx256done
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	VPXOR Y4, Y4, Y4
+	MOVQ  CX, R9
+	MOVQ  BX, R10
+
+qpanelsQ4_0R2vx256block:
+	VPBROADCASTD 40(R9), Y8
+	VPBROADCASTD 40(R9), Y9
+	VPBROADCASTD 40(R9)(DI*1), Y10
+	VPBROADCASTD 40(R9)(DI*1), Y11
+	VPAND        32(AX), Y0, Y14
+	VMOVDQU      32(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD (R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xc4
+	VPBROADCASTD 4(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xc4
+	VPBROADCASTD (R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xd4
+	VPBROADCASTD 4(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xd4
+	VPAND        64(AX), Y0, Y14
+	VMOVDQU      64(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD (R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xcc
+	VPBROADCASTD 4(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xcc
+	VPBROADCASTD (R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xdc
+	VPBROADCASTD 4(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xdc
+	VPAND        96(AX), Y0, Y14
+	VMOVDQU      96(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 8(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xc4
+	VPBROADCASTD 12(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xc4
+	VPBROADCASTD 8(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xd4
+	VPBROADCASTD 12(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xd4
+	VPAND        128(AX), Y0, Y14
+	VMOVDQU      128(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 8(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xcc
+	VPBROADCASTD 12(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xcc
+	VPBROADCASTD 8(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xdc
+	VPBROADCASTD 12(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xdc
+	VPAND        160(AX), Y0, Y14
+	VMOVDQU      160(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 16(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xc4
+	VPBROADCASTD 20(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xc4
+	VPBROADCASTD 16(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xd4
+	VPBROADCASTD 20(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xd4
+	VPAND        192(AX), Y0, Y14
+	VMOVDQU      192(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 16(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xcc
+	VPBROADCASTD 20(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xcc
+	VPBROADCASTD 16(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xdc
+	VPBROADCASTD 20(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xdc
+	VPAND        224(AX), Y0, Y14
+	VMOVDQU      224(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 24(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xc4
+	VPBROADCASTD 28(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xc4
+	VPBROADCASTD 24(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xd4
+	VPBROADCASTD 28(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xd4
+	VPAND        256(AX), Y0, Y14
+	VMOVDQU      256(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 24(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xcc
+	VPBROADCASTD 28(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xcc
+	VPBROADCASTD 24(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xdc
+	VPBROADCASTD 28(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xdc
+	VCVTPH2PS    (AX), Y5
+	VBROADCASTSS 32(R9), Y6
+	VMULPS       Y6, Y5, Y5
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y5, Y8, Y8
+	VADDPS       Y8, Y1, Y1
+	VCVTPH2PS    16(AX), Y5
+	VBROADCASTSS 32(R9), Y6
+	VMULPS       Y6, Y5, Y5
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y5, Y9, Y9
+	VADDPS       Y9, Y2, Y2
+	VCVTPH2PS    (AX), Y5
+	VBROADCASTSS 32(R9)(DI*1), Y6
+	VMULPS       Y6, Y5, Y5
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y5, Y10, Y10
+	VADDPS       Y10, Y3, Y3
+	VCVTPH2PS    16(AX), Y5
+	VBROADCASTSS 32(R9)(DI*1), Y6
+	VMULPS       Y6, Y5, Y5
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y5, Y11, Y11
+	VADDPS       Y11, Y4, Y4
+	ADDQ         $0x00000120, AX
+	ADDQ         $0x00000030, R9
+	DECQ         R10
+	JNZ          qpanelsQ4_0R2vx256block
+	VMOVUPS      Y1, (DX)
+	VMOVUPS      Y2, 32(DX)
+	VMOVUPS      Y3, (DX)(R8*1)
+	VMOVUPS      Y4, 32(DX)(R8*1)
+	ADDQ         $0x40, DX
+	DECQ         SI
+	JMP          qpanelsQ4_0R2vx256panel
+
+qpanelsQ4_0R2vx256done:
+	VZEROUPPER
+	RET
+
+// func qpanelsQ4_KR1vx256(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+// Requires: AVX, AVX2, AVXVNNI, F16C
+TEXT ·qpanelsQ4_KR1vx256(SB), NOSPLIT, $0-56
+	MOVQ         w+0(FP), AX
+	MOVQ         a+8(FP), CX
+	MOVQ         y+16(FP), DX
+	MOVQ         nb+24(FP), BX
+	MOVQ         np+32(FP), SI
+	MOVQ         lda+40(FP), DI
+	MOVQ         ldy+48(FP), DI
+	SHLQ         $0x02, DI
+	MOVL         $0x0f0f0f0f, DI
+	VMOVD        DI, X0
+	VPBROADCASTD X0, Y0
+
+qpanelsQ4_KR1vx256panel:
+	TESTQ SI, SI
+	JZ    qpanelsQ4_KR1vx256done
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	MOVQ  CX, DI
+	MOVQ  BX, R8
+
+qpanelsQ4_KR1vx256block:
+	VPXOR        Y3, Y3, Y3
+	VPXOR        Y13, Y13, Y13
+	VPAND        320(AX), Y0, Y14
+	VMOVDQU      320(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD (DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 4(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        384(AX), Y0, Y14
+	VMOVDQU      384(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 8(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 12(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        448(AX), Y0, Y14
+	VMOVDQU      448(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 16(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 20(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        512(AX), Y0, Y14
+	VMOVDQU      512(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 24(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 28(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    64(AX), Y4
+	VPMULLD      Y4, Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPXOR        Y13, Y13, Y13
+	VPAND        576(AX), Y0, Y14
+	VMOVDQU      576(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 32(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 36(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        640(AX), Y0, Y14
+	VMOVDQU      640(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 40(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 44(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        704(AX), Y0, Y14
+	VMOVDQU      704(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 48(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 52(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        768(AX), Y0, Y14
+	VMOVDQU      768(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 56(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 60(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    80(AX), Y4
+	VPMULLD      Y4, Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPXOR        Y13, Y13, Y13
+	VPAND        832(AX), Y0, Y14
+	VMOVDQU      832(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 64(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 68(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        896(AX), Y0, Y14
+	VMOVDQU      896(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 72(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 76(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        960(AX), Y0, Y14
+	VMOVDQU      960(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 80(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 84(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1024(AX), Y0, Y14
+	VMOVDQU      1024(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 88(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 92(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    96(AX), Y4
+	VPMULLD      Y4, Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPXOR        Y13, Y13, Y13
+	VPAND        1088(AX), Y0, Y14
+	VMOVDQU      1088(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 96(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 100(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1152(AX), Y0, Y14
+	VMOVDQU      1152(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 104(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 108(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1216(AX), Y0, Y14
+	VMOVDQU      1216(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 112(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 116(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1280(AX), Y0, Y14
+	VMOVDQU      1280(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 120(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 124(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    112(AX), Y4
+	VPMULLD      Y4, Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPXOR        Y13, Y13, Y13
+	VPAND        1344(AX), Y0, Y14
+	VMOVDQU      1344(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 128(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 132(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1408(AX), Y0, Y14
+	VMOVDQU      1408(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 136(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 140(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1472(AX), Y0, Y14
+	VMOVDQU      1472(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 144(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 148(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1536(AX), Y0, Y14
+	VMOVDQU      1536(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 152(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 156(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    128(AX), Y4
+	VPMULLD      Y4, Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPXOR        Y13, Y13, Y13
+	VPAND        1600(AX), Y0, Y14
+	VMOVDQU      1600(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 160(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 164(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1664(AX), Y0, Y14
+	VMOVDQU      1664(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 168(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 172(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1728(AX), Y0, Y14
+	VMOVDQU      1728(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 176(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 180(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1792(AX), Y0, Y14
+	VMOVDQU      1792(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 184(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 188(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    144(AX), Y4
+	VPMULLD      Y4, Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPXOR        Y13, Y13, Y13
+	VPAND        1856(AX), Y0, Y14
+	VMOVDQU      1856(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 192(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 196(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1920(AX), Y0, Y14
+	VMOVDQU      1920(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 200(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 204(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1984(AX), Y0, Y14
+	VMOVDQU      1984(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 208(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 212(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2048(AX), Y0, Y14
+	VMOVDQU      2048(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 216(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 220(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    160(AX), Y4
+	VPMULLD      Y4, Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPXOR        Y13, Y13, Y13
+	VPAND        2112(AX), Y0, Y14
+	VMOVDQU      2112(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 224(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 228(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2176(AX), Y0, Y14
+	VMOVDQU      2176(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 232(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 236(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2240(AX), Y0, Y14
+	VMOVDQU      2240(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 240(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 244(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2304(AX), Y0, Y14
+	VMOVDQU      2304(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 248(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 252(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    176(AX), Y4
+	VPMULLD      Y4, Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPXOR        Y4, Y4, Y4
+	VPBROADCASTD 264(DI), Y5
+	VPMOVZXBW    192(AX), Y6
+	VPMADDWD     Y5, Y6, Y6
+	VPADDD       Y6, Y4, Y4
+	VPBROADCASTD 268(DI), Y5
+	VPMOVZXBW    224(AX), Y6
+	VPMADDWD     Y5, Y6, Y6
+	VPADDD       Y6, Y4, Y4
+	VPBROADCASTD 272(DI), Y5
+	VPMOVZXBW    256(AX), Y6
+	VPMADDWD     Y5, Y6, Y6
+	VPADDD       Y6, Y4, Y4
+	VPBROADCASTD 276(DI), Y5
+	VPMOVZXBW    288(AX), Y6
+	VPMADDWD     Y5, Y6, Y6
+	VPADDD       Y6, Y4, Y4
+	VBROADCASTSS 256(DI), Y5
+	VCVTPH2PS    (AX), Y6
+	VMULPS       Y5, Y6, Y6
+	VCVTPH2PS    32(AX), Y7
+	VMULPS       Y5, Y7, Y7
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y6, Y3, Y3
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y7, Y4, Y4
+	VSUBPS       Y4, Y3, Y3
+	VADDPS       Y3, Y1, Y1
+	VPXOR        Y3, Y3, Y3
+	VPXOR        Y13, Y13, Y13
+	VPAND        352(AX), Y0, Y14
+	VMOVDQU      352(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD (DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 4(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        416(AX), Y0, Y14
+	VMOVDQU      416(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 8(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 12(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        480(AX), Y0, Y14
+	VMOVDQU      480(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 16(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 20(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        544(AX), Y0, Y14
+	VMOVDQU      544(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 24(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 28(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    72(AX), Y4
+	VPMULLD      Y4, Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPXOR        Y13, Y13, Y13
+	VPAND        608(AX), Y0, Y14
+	VMOVDQU      608(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 32(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 36(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        672(AX), Y0, Y14
+	VMOVDQU      672(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 40(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 44(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        736(AX), Y0, Y14
+	VMOVDQU      736(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 48(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 52(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        800(AX), Y0, Y14
+	VMOVDQU      800(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 56(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 60(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    88(AX), Y4
+	VPMULLD      Y4, Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPXOR        Y13, Y13, Y13
+	VPAND        864(AX), Y0, Y14
+	VMOVDQU      864(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 64(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 68(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        928(AX), Y0, Y14
+	VMOVDQU      928(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 72(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 76(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        992(AX), Y0, Y14
+	VMOVDQU      992(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 80(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 84(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1056(AX), Y0, Y14
+	VMOVDQU      1056(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 88(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 92(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    104(AX), Y4
+	VPMULLD      Y4, Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPXOR        Y13, Y13, Y13
+	VPAND        1120(AX), Y0, Y14
+	VMOVDQU      1120(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 96(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 100(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1184(AX), Y0, Y14
+	VMOVDQU      1184(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 104(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 108(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1248(AX), Y0, Y14
+	VMOVDQU      1248(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 112(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 116(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1312(AX), Y0, Y14
+	VMOVDQU      1312(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 120(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 124(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    120(AX), Y4
+	VPMULLD      Y4, Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPXOR        Y13, Y13, Y13
+	VPAND        1376(AX), Y0, Y14
+	VMOVDQU      1376(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 128(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 132(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1440(AX), Y0, Y14
+	VMOVDQU      1440(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 136(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 140(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1504(AX), Y0, Y14
+	VMOVDQU      1504(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 144(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 148(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1568(AX), Y0, Y14
+	VMOVDQU      1568(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 152(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 156(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    136(AX), Y4
+	VPMULLD      Y4, Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPXOR        Y13, Y13, Y13
+	VPAND        1632(AX), Y0, Y14
+	VMOVDQU      1632(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 160(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 164(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1696(AX), Y0, Y14
+	VMOVDQU      1696(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 168(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 172(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1760(AX), Y0, Y14
+	VMOVDQU      1760(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 176(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 180(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1824(AX), Y0, Y14
+	VMOVDQU      1824(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 184(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 188(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    152(AX), Y4
+	VPMULLD      Y4, Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPXOR        Y13, Y13, Y13
+	VPAND        1888(AX), Y0, Y14
+	VMOVDQU      1888(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 192(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 196(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1952(AX), Y0, Y14
+	VMOVDQU      1952(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 200(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 204(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2016(AX), Y0, Y14
+	VMOVDQU      2016(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 208(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 212(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2080(AX), Y0, Y14
+	VMOVDQU      2080(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 216(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 220(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    168(AX), Y4
+	VPMULLD      Y4, Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPXOR        Y13, Y13, Y13
+	VPAND        2144(AX), Y0, Y14
+	VMOVDQU      2144(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 224(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 228(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2208(AX), Y0, Y14
+	VMOVDQU      2208(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 232(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 236(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2272(AX), Y0, Y14
+	VMOVDQU      2272(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 240(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 244(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2336(AX), Y0, Y14
+	VMOVDQU      2336(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 248(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 252(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    184(AX), Y4
+	VPMULLD      Y4, Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPXOR        Y4, Y4, Y4
+	VPBROADCASTD 264(DI), Y5
+	VPMOVZXBW    208(AX), Y6
+	VPMADDWD     Y5, Y6, Y6
+	VPADDD       Y6, Y4, Y4
+	VPBROADCASTD 268(DI), Y5
+	VPMOVZXBW    240(AX), Y6
+	VPMADDWD     Y5, Y6, Y6
+	VPADDD       Y6, Y4, Y4
+	VPBROADCASTD 272(DI), Y5
+	VPMOVZXBW    272(AX), Y6
+	VPMADDWD     Y5, Y6, Y6
+	VPADDD       Y6, Y4, Y4
+	VPBROADCASTD 276(DI), Y5
+	VPMOVZXBW    304(AX), Y6
+	VPMADDWD     Y5, Y6, Y6
+	VPADDD       Y6, Y4, Y4
+	VBROADCASTSS 256(DI), Y5
+	VCVTPH2PS    16(AX), Y6
+	VMULPS       Y5, Y6, Y6
+	VCVTPH2PS    48(AX), Y7
+	VMULPS       Y5, Y7, Y7
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y6, Y3, Y3
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y7, Y4, Y4
+	VSUBPS       Y4, Y3, Y3
+	VADDPS       Y3, Y2, Y2
+	ADDQ         $0x00000940, AX
+	ADDQ         $0x00000160, DI
+	DECQ         R8
+	JNZ          qpanelsQ4_KR1vx256block
+	VMOVUPS      Y1, (DX)
+	VMOVUPS      Y2, 32(DX)
+	ADDQ         $0x40, DX
+	DECQ         SI
+	JMP          qpanelsQ4_KR1vx256panel
+
+qpanelsQ4_KR1vx256done:
+	VZEROUPPER
+	RET
+
+// func qpanelsQ4_KR2vx256(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+// Requires: AVX, AVX2, AVXVNNI, F16C
+TEXT ·qpanelsQ4_KR2vx256(SB), NOSPLIT, $0-56
+	MOVQ         w+0(FP), AX
+	MOVQ         a+8(FP), CX
+	MOVQ         y+16(FP), DX
+	MOVQ         nb+24(FP), BX
+	MOVQ         np+32(FP), SI
+	MOVQ         lda+40(FP), DI
+	MOVQ         ldy+48(FP), R8
+	SHLQ         $0x02, R8
+	MOVL         $0x0f0f0f0f, R9
+	VMOVD        R9, X0
+	VPBROADCASTD X0, Y0
+
+qpanelsQ4_KR2vx256panel:
+	TESTQ SI, SI
+	JZ    qpanelsQ4_KR2vx256done
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	VPXOR Y4, Y4, Y4
+	MOVQ  CX, R9
+	MOVQ  BX, R10
+
+qpanelsQ4_KR2vx256block:
+	VPXOR        Y5, Y5, Y5
+	VPXOR        Y6, Y6, Y6
+	VPXOR        Y13, Y13, Y13
+	VPXOR        Y7, Y7, Y7
+	VPAND        320(AX), Y0, Y14
+	VMOVDQU      320(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD (R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 4(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD (R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 4(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        384(AX), Y0, Y14
+	VMOVDQU      384(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 8(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 12(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 8(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 12(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        448(AX), Y0, Y14
+	VMOVDQU      448(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 16(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 20(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 16(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 20(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        512(AX), Y0, Y14
+	VMOVDQU      512(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 24(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 28(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 24(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 28(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVZXBD    64(AX), Y8
+	VPMULLD      Y8, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPMULLD      Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VPXOR        Y13, Y13, Y13
+	VPXOR        Y7, Y7, Y7
+	VPAND        576(AX), Y0, Y14
+	VMOVDQU      576(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 32(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 36(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 32(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 36(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        640(AX), Y0, Y14
+	VMOVDQU      640(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 40(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 44(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 40(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 44(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        704(AX), Y0, Y14
+	VMOVDQU      704(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 48(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 52(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 48(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 52(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        768(AX), Y0, Y14
+	VMOVDQU      768(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 56(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 60(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 56(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 60(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVZXBD    80(AX), Y8
+	VPMULLD      Y8, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPMULLD      Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VPXOR        Y13, Y13, Y13
+	VPXOR        Y7, Y7, Y7
+	VPAND        832(AX), Y0, Y14
+	VMOVDQU      832(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 64(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 68(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 64(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 68(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        896(AX), Y0, Y14
+	VMOVDQU      896(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 72(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 76(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 72(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 76(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        960(AX), Y0, Y14
+	VMOVDQU      960(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 80(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 84(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 80(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 84(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1024(AX), Y0, Y14
+	VMOVDQU      1024(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 88(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 92(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 88(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 92(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVZXBD    96(AX), Y8
+	VPMULLD      Y8, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPMULLD      Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VPXOR        Y13, Y13, Y13
+	VPXOR        Y7, Y7, Y7
+	VPAND        1088(AX), Y0, Y14
+	VMOVDQU      1088(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 96(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 100(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 96(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 100(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1152(AX), Y0, Y14
+	VMOVDQU      1152(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 104(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 108(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 104(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 108(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1216(AX), Y0, Y14
+	VMOVDQU      1216(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 112(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 116(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 112(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 116(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1280(AX), Y0, Y14
+	VMOVDQU      1280(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 120(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 124(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 120(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 124(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVZXBD    112(AX), Y8
+	VPMULLD      Y8, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPMULLD      Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VPXOR        Y13, Y13, Y13
+	VPXOR        Y7, Y7, Y7
+	VPAND        1344(AX), Y0, Y14
+	VMOVDQU      1344(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 128(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 132(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 128(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 132(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1408(AX), Y0, Y14
+	VMOVDQU      1408(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 136(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 140(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 136(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 140(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1472(AX), Y0, Y14
+	VMOVDQU      1472(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 144(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 148(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 144(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 148(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1536(AX), Y0, Y14
+	VMOVDQU      1536(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 152(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 156(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 152(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 156(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVZXBD    128(AX), Y8
+	VPMULLD      Y8, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPMULLD      Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VPXOR        Y13, Y13, Y13
+	VPXOR        Y7, Y7, Y7
+	VPAND        1600(AX), Y0, Y14
+	VMOVDQU      1600(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 160(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 164(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 160(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 164(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1664(AX), Y0, Y14
+	VMOVDQU      1664(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 168(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 172(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 168(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 172(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1728(AX), Y0, Y14
+	VMOVDQU      1728(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 176(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 180(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 176(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 180(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1792(AX), Y0, Y14
+	VMOVDQU      1792(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 184(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 188(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 184(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 188(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVZXBD    144(AX), Y8
+	VPMULLD      Y8, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPMULLD      Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VPXOR        Y13, Y13, Y13
+	VPXOR        Y7, Y7, Y7
+	VPAND        1856(AX), Y0, Y14
+	VMOVDQU      1856(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 192(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 196(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 192(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 196(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1920(AX), Y0, Y14
+	VMOVDQU      1920(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 200(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 204(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 200(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 204(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1984(AX), Y0, Y14
+	VMOVDQU      1984(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 208(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 212(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 208(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 212(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        2048(AX), Y0, Y14
+	VMOVDQU      2048(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 216(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 220(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 216(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 220(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVZXBD    160(AX), Y8
+	VPMULLD      Y8, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPMULLD      Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VPXOR        Y13, Y13, Y13
+	VPXOR        Y7, Y7, Y7
+	VPAND        2112(AX), Y0, Y14
+	VMOVDQU      2112(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 224(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 228(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 224(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 228(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        2176(AX), Y0, Y14
+	VMOVDQU      2176(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 232(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 236(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 232(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 236(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        2240(AX), Y0, Y14
+	VMOVDQU      2240(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 240(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 244(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 240(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 244(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        2304(AX), Y0, Y14
+	VMOVDQU      2304(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 248(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 252(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 248(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 252(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVZXBD    176(AX), Y8
+	VPMULLD      Y8, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPMULLD      Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VPXOR        Y7, Y7, Y7
+	VPBROADCASTD 264(R9), Y8
+	VPMOVZXBW    192(AX), Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y7, Y7
+	VPBROADCASTD 268(R9), Y8
+	VPMOVZXBW    224(AX), Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y7, Y7
+	VPBROADCASTD 272(R9), Y8
+	VPMOVZXBW    256(AX), Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y7, Y7
+	VPBROADCASTD 276(R9), Y8
+	VPMOVZXBW    288(AX), Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y7, Y7
+	VBROADCASTSS 256(R9), Y8
+	VCVTPH2PS    (AX), Y9
+	VMULPS       Y8, Y9, Y9
+	VCVTPH2PS    32(AX), Y10
+	VMULPS       Y8, Y10, Y10
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y9, Y5, Y5
+	VCVTDQ2PS    Y7, Y7
+	VMULPS       Y10, Y7, Y7
+	VSUBPS       Y7, Y5, Y5
+	VADDPS       Y5, Y1, Y1
+	VPXOR        Y5, Y5, Y5
+	VPBROADCASTD 264(R9)(DI*1), Y7
+	VPMOVZXBW    192(AX), Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y5, Y5
+	VPBROADCASTD 268(R9)(DI*1), Y7
+	VPMOVZXBW    224(AX), Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y5, Y5
+	VPBROADCASTD 272(R9)(DI*1), Y7
+	VPMOVZXBW    256(AX), Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y5, Y5
+	VPBROADCASTD 276(R9)(DI*1), Y7
+	VPMOVZXBW    288(AX), Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y5, Y5
+	VBROADCASTSS 256(R9)(DI*1), Y7
+	VCVTPH2PS    (AX), Y8
+	VMULPS       Y7, Y8, Y8
+	VCVTPH2PS    32(AX), Y9
+	VMULPS       Y7, Y9, Y9
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       Y8, Y6, Y6
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y9, Y5, Y5
+	VSUBPS       Y5, Y6, Y6
+	VADDPS       Y6, Y3, Y3
+	VPXOR        Y5, Y5, Y5
+	VPXOR        Y6, Y6, Y6
+	VPXOR        Y13, Y13, Y13
+	VPXOR        Y7, Y7, Y7
+	VPAND        352(AX), Y0, Y14
+	VMOVDQU      352(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD (R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 4(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD (R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 4(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        416(AX), Y0, Y14
+	VMOVDQU      416(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 8(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 12(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 8(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 12(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        480(AX), Y0, Y14
+	VMOVDQU      480(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 16(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 20(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 16(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 20(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        544(AX), Y0, Y14
+	VMOVDQU      544(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 24(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 28(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 24(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 28(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVZXBD    72(AX), Y8
+	VPMULLD      Y8, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPMULLD      Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VPXOR        Y13, Y13, Y13
+	VPXOR        Y7, Y7, Y7
+	VPAND        608(AX), Y0, Y14
+	VMOVDQU      608(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 32(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 36(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 32(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 36(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        672(AX), Y0, Y14
+	VMOVDQU      672(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 40(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 44(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 40(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 44(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        736(AX), Y0, Y14
+	VMOVDQU      736(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 48(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 52(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 48(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 52(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        800(AX), Y0, Y14
+	VMOVDQU      800(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 56(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 60(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 56(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 60(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVZXBD    88(AX), Y8
+	VPMULLD      Y8, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPMULLD      Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VPXOR        Y13, Y13, Y13
+	VPXOR        Y7, Y7, Y7
+	VPAND        864(AX), Y0, Y14
+	VMOVDQU      864(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 64(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 68(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 64(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 68(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        928(AX), Y0, Y14
+	VMOVDQU      928(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 72(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 76(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 72(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 76(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        992(AX), Y0, Y14
+	VMOVDQU      992(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 80(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 84(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 80(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 84(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1056(AX), Y0, Y14
+	VMOVDQU      1056(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 88(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 92(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 88(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 92(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVZXBD    104(AX), Y8
+	VPMULLD      Y8, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPMULLD      Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VPXOR        Y13, Y13, Y13
+	VPXOR        Y7, Y7, Y7
+	VPAND        1120(AX), Y0, Y14
+	VMOVDQU      1120(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 96(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 100(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 96(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 100(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1184(AX), Y0, Y14
+	VMOVDQU      1184(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 104(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 108(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 104(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 108(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1248(AX), Y0, Y14
+	VMOVDQU      1248(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 112(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 116(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 112(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 116(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1312(AX), Y0, Y14
+	VMOVDQU      1312(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 120(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 124(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 120(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 124(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVZXBD    120(AX), Y8
+	VPMULLD      Y8, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPMULLD      Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VPXOR        Y13, Y13, Y13
+	VPXOR        Y7, Y7, Y7
+	VPAND        1376(AX), Y0, Y14
+	VMOVDQU      1376(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 128(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 132(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 128(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 132(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1440(AX), Y0, Y14
+	VMOVDQU      1440(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 136(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 140(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 136(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 140(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1504(AX), Y0, Y14
+	VMOVDQU      1504(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 144(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 148(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 144(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 148(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1568(AX), Y0, Y14
+	VMOVDQU      1568(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 152(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 156(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 152(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 156(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVZXBD    136(AX), Y8
+	VPMULLD      Y8, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPMULLD      Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VPXOR        Y13, Y13, Y13
+	VPXOR        Y7, Y7, Y7
+	VPAND        1632(AX), Y0, Y14
+	VMOVDQU      1632(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 160(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 164(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 160(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 164(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1696(AX), Y0, Y14
+	VMOVDQU      1696(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 168(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 172(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 168(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 172(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1760(AX), Y0, Y14
+	VMOVDQU      1760(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 176(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 180(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 176(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 180(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1824(AX), Y0, Y14
+	VMOVDQU      1824(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 184(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 188(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 184(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 188(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVZXBD    152(AX), Y8
+	VPMULLD      Y8, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPMULLD      Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VPXOR        Y13, Y13, Y13
+	VPXOR        Y7, Y7, Y7
+	VPAND        1888(AX), Y0, Y14
+	VMOVDQU      1888(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 192(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 196(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 192(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 196(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1952(AX), Y0, Y14
+	VMOVDQU      1952(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 200(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 204(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 200(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 204(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        2016(AX), Y0, Y14
+	VMOVDQU      2016(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 208(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 212(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 208(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 212(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        2080(AX), Y0, Y14
+	VMOVDQU      2080(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 216(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 220(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 216(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 220(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVZXBD    168(AX), Y8
+	VPMULLD      Y8, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPMULLD      Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VPXOR        Y13, Y13, Y13
+	VPXOR        Y7, Y7, Y7
+	VPAND        2144(AX), Y0, Y14
+	VMOVDQU      2144(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 224(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 228(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 224(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 228(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        2208(AX), Y0, Y14
+	VMOVDQU      2208(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 232(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 236(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 232(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 236(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        2272(AX), Y0, Y14
+	VMOVDQU      2272(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 240(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 244(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 240(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 244(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        2336(AX), Y0, Y14
+	VMOVDQU      2336(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPBROADCASTD 248(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 252(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 248(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 252(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVZXBD    184(AX), Y8
+	VPMULLD      Y8, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPMULLD      Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VPXOR        Y7, Y7, Y7
+	VPBROADCASTD 264(R9), Y8
+	VPMOVZXBW    208(AX), Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y7, Y7
+	VPBROADCASTD 268(R9), Y8
+	VPMOVZXBW    240(AX), Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y7, Y7
+	VPBROADCASTD 272(R9), Y8
+	VPMOVZXBW    272(AX), Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y7, Y7
+	VPBROADCASTD 276(R9), Y8
+	VPMOVZXBW    304(AX), Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y7, Y7
+	VBROADCASTSS 256(R9), Y8
+	VCVTPH2PS    16(AX), Y9
+	VMULPS       Y8, Y9, Y9
+	VCVTPH2PS    48(AX), Y10
+	VMULPS       Y8, Y10, Y10
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y9, Y5, Y5
+	VCVTDQ2PS    Y7, Y7
+	VMULPS       Y10, Y7, Y7
+	VSUBPS       Y7, Y5, Y5
+	VADDPS       Y5, Y2, Y2
+	VPXOR        Y5, Y5, Y5
+	VPBROADCASTD 264(R9)(DI*1), Y7
+	VPMOVZXBW    208(AX), Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y5, Y5
+	VPBROADCASTD 268(R9)(DI*1), Y7
+	VPMOVZXBW    240(AX), Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y5, Y5
+	VPBROADCASTD 272(R9)(DI*1), Y7
+	VPMOVZXBW    272(AX), Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y5, Y5
+	VPBROADCASTD 276(R9)(DI*1), Y7
+	VPMOVZXBW    304(AX), Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y5, Y5
+	VBROADCASTSS 256(R9)(DI*1), Y7
+	VCVTPH2PS    16(AX), Y8
+	VMULPS       Y7, Y8, Y8
+	VCVTPH2PS    48(AX), Y9
+	VMULPS       Y7, Y9, Y9
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       Y8, Y6, Y6
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y9, Y5, Y5
+	VSUBPS       Y5, Y6, Y6
+	VADDPS       Y6, Y4, Y4
+	ADDQ         $0x00000940, AX
+	ADDQ         $0x00000160, R9
+	DECQ         R10
+	JNZ          qpanelsQ4_KR2vx256block
+	VMOVUPS      Y1, (DX)
+	VMOVUPS      Y2, 32(DX)
+	VMOVUPS      Y3, (DX)(R8*1)
+	VMOVUPS      Y4, 32(DX)(R8*1)
+	ADDQ         $0x40, DX
+	DECQ         SI
+	JMP          qpanelsQ4_KR2vx256panel
+
+qpanelsQ4_KR2vx256done:
+	VZEROUPPER
+	RET
+
+// func qpanelsQ5_KR1vx256(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+// Requires: AVX, AVX2, AVXVNNI, F16C
+TEXT ·qpanelsQ5_KR1vx256(SB), NOSPLIT, $0-56
+	MOVQ         w+0(FP), AX
+	MOVQ         a+8(FP), CX
+	MOVQ         y+16(FP), DX
+	MOVQ         nb+24(FP), BX
+	MOVQ         np+32(FP), SI
+	MOVQ         lda+40(FP), DI
+	MOVQ         ldy+48(FP), DI
+	SHLQ         $0x02, DI
+	MOVL         $0x0f0f0f0f, DI
+	VMOVD        DI, X0
+	VPBROADCASTD X0, Y0
+	MOVL         $0x10101010, DI
+	VMOVD        DI, X1
+	VPBROADCASTD X1, Y1
+
+qpanelsQ5_KR1vx256panel:
+	TESTQ SI, SI
+	JZ    qpanelsQ5_KR1vx256done
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	MOVQ  CX, DI
+	MOVQ  BX, R8
+
+qpanelsQ5_KR1vx256block:
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y13, Y13, Y13
+	VMOVDQU      2368(AX), Y5
+	VPAND        320(AX), Y0, Y14
+	VMOVDQU      320(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x03, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD (DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 4(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        384(AX), Y0, Y14
+	VMOVDQU      384(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x01, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 8(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 12(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        448(AX), Y0, Y14
+	VMOVDQU      448(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x01, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 16(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 20(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        512(AX), Y0, Y14
+	VMOVDQU      512(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x03, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 24(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 28(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    64(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        Y13, Y13, Y13
+	VMOVDQU      2432(AX), Y5
+	VPAND        576(AX), Y0, Y14
+	VMOVDQU      576(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x03, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 32(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 36(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        640(AX), Y0, Y14
+	VMOVDQU      640(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x01, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 40(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 44(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        704(AX), Y0, Y14
+	VMOVDQU      704(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x01, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 48(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 52(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        768(AX), Y0, Y14
+	VMOVDQU      768(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x03, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 56(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 60(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    80(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        Y13, Y13, Y13
+	VMOVDQU      2496(AX), Y5
+	VPAND        832(AX), Y0, Y14
+	VMOVDQU      832(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x03, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 64(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 68(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        896(AX), Y0, Y14
+	VMOVDQU      896(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x01, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 72(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 76(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        960(AX), Y0, Y14
+	VMOVDQU      960(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x01, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 80(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 84(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1024(AX), Y0, Y14
+	VMOVDQU      1024(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x03, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 88(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 92(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    96(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        Y13, Y13, Y13
+	VMOVDQU      2560(AX), Y5
+	VPAND        1088(AX), Y0, Y14
+	VMOVDQU      1088(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x03, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 96(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 100(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1152(AX), Y0, Y14
+	VMOVDQU      1152(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x01, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 104(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 108(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1216(AX), Y0, Y14
+	VMOVDQU      1216(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x01, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 112(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 116(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1280(AX), Y0, Y14
+	VMOVDQU      1280(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x03, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 120(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 124(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    112(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        Y13, Y13, Y13
+	VMOVDQU      2624(AX), Y5
+	VPAND        1344(AX), Y0, Y14
+	VMOVDQU      1344(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x03, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 128(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 132(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1408(AX), Y0, Y14
+	VMOVDQU      1408(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x01, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 136(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 140(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1472(AX), Y0, Y14
+	VMOVDQU      1472(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x01, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 144(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 148(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1536(AX), Y0, Y14
+	VMOVDQU      1536(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x03, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 152(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 156(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    128(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        Y13, Y13, Y13
+	VMOVDQU      2688(AX), Y5
+	VPAND        1600(AX), Y0, Y14
+	VMOVDQU      1600(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x03, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 160(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 164(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1664(AX), Y0, Y14
+	VMOVDQU      1664(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x01, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 168(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 172(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1728(AX), Y0, Y14
+	VMOVDQU      1728(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x01, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 176(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 180(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1792(AX), Y0, Y14
+	VMOVDQU      1792(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x03, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 184(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 188(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    144(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        Y13, Y13, Y13
+	VMOVDQU      2752(AX), Y5
+	VPAND        1856(AX), Y0, Y14
+	VMOVDQU      1856(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x03, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 192(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 196(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1920(AX), Y0, Y14
+	VMOVDQU      1920(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x01, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 200(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 204(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1984(AX), Y0, Y14
+	VMOVDQU      1984(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x01, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 208(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 212(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2048(AX), Y0, Y14
+	VMOVDQU      2048(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x03, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 216(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 220(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    160(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        Y13, Y13, Y13
+	VMOVDQU      2816(AX), Y5
+	VPAND        2112(AX), Y0, Y14
+	VMOVDQU      2112(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x03, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 224(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 228(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2176(AX), Y0, Y14
+	VMOVDQU      2176(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x01, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 232(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 236(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2240(AX), Y0, Y14
+	VMOVDQU      2240(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x01, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 240(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 244(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2304(AX), Y0, Y14
+	VMOVDQU      2304(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x03, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 248(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 252(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    176(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	VPBROADCASTD 264(DI), Y6
+	VPMOVZXBW    192(AX), Y7
+	VPMADDWD     Y6, Y7, Y7
+	VPADDD       Y7, Y5, Y5
+	VPBROADCASTD 268(DI), Y6
+	VPMOVZXBW    224(AX), Y7
+	VPMADDWD     Y6, Y7, Y7
+	VPADDD       Y7, Y5, Y5
+	VPBROADCASTD 272(DI), Y6
+	VPMOVZXBW    256(AX), Y7
+	VPMADDWD     Y6, Y7, Y7
+	VPADDD       Y7, Y5, Y5
+	VPBROADCASTD 276(DI), Y6
+	VPMOVZXBW    288(AX), Y7
+	VPMADDWD     Y6, Y7, Y7
+	VPADDD       Y7, Y5, Y5
+	VBROADCASTSS 256(DI), Y6
+	VCVTPH2PS    (AX), Y7
+	VMULPS       Y6, Y7, Y7
+	VCVTPH2PS    32(AX), Y8
+	VMULPS       Y6, Y8, Y8
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y7, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y8, Y5, Y5
+	VSUBPS       Y5, Y4, Y4
+	VADDPS       Y4, Y2, Y2
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y13, Y13, Y13
+	VMOVDQU      2400(AX), Y5
+	VPAND        352(AX), Y0, Y14
+	VMOVDQU      352(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x03, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD (DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 4(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        416(AX), Y0, Y14
+	VMOVDQU      416(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x01, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 8(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 12(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        480(AX), Y0, Y14
+	VMOVDQU      480(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x01, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 16(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 20(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        544(AX), Y0, Y14
+	VMOVDQU      544(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x03, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 24(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 28(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    72(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        Y13, Y13, Y13
+	VMOVDQU      2464(AX), Y5
+	VPAND        608(AX), Y0, Y14
+	VMOVDQU      608(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x03, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 32(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 36(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        672(AX), Y0, Y14
+	VMOVDQU      672(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x01, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 40(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 44(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        736(AX), Y0, Y14
+	VMOVDQU      736(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x01, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 48(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 52(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        800(AX), Y0, Y14
+	VMOVDQU      800(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x03, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 56(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 60(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    88(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        Y13, Y13, Y13
+	VMOVDQU      2528(AX), Y5
+	VPAND        864(AX), Y0, Y14
+	VMOVDQU      864(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x03, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 64(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 68(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        928(AX), Y0, Y14
+	VMOVDQU      928(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x01, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 72(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 76(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        992(AX), Y0, Y14
+	VMOVDQU      992(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x01, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 80(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 84(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1056(AX), Y0, Y14
+	VMOVDQU      1056(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x03, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 88(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 92(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    104(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        Y13, Y13, Y13
+	VMOVDQU      2592(AX), Y5
+	VPAND        1120(AX), Y0, Y14
+	VMOVDQU      1120(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x03, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 96(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 100(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1184(AX), Y0, Y14
+	VMOVDQU      1184(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x01, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 104(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 108(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1248(AX), Y0, Y14
+	VMOVDQU      1248(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x01, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 112(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 116(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1312(AX), Y0, Y14
+	VMOVDQU      1312(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x03, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 120(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 124(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    120(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        Y13, Y13, Y13
+	VMOVDQU      2656(AX), Y5
+	VPAND        1376(AX), Y0, Y14
+	VMOVDQU      1376(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x03, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 128(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 132(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1440(AX), Y0, Y14
+	VMOVDQU      1440(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x01, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 136(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 140(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1504(AX), Y0, Y14
+	VMOVDQU      1504(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x01, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 144(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 148(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1568(AX), Y0, Y14
+	VMOVDQU      1568(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x03, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 152(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 156(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    136(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        Y13, Y13, Y13
+	VMOVDQU      2720(AX), Y5
+	VPAND        1632(AX), Y0, Y14
+	VMOVDQU      1632(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x03, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 160(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 164(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1696(AX), Y0, Y14
+	VMOVDQU      1696(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x01, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 168(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 172(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1760(AX), Y0, Y14
+	VMOVDQU      1760(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x01, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 176(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 180(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1824(AX), Y0, Y14
+	VMOVDQU      1824(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x03, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 184(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 188(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    152(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        Y13, Y13, Y13
+	VMOVDQU      2784(AX), Y5
+	VPAND        1888(AX), Y0, Y14
+	VMOVDQU      1888(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x03, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 192(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 196(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1952(AX), Y0, Y14
+	VMOVDQU      1952(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x01, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 200(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 204(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2016(AX), Y0, Y14
+	VMOVDQU      2016(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x01, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 208(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 212(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2080(AX), Y0, Y14
+	VMOVDQU      2080(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x03, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 216(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 220(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    168(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        Y13, Y13, Y13
+	VMOVDQU      2848(AX), Y5
+	VPAND        2144(AX), Y0, Y14
+	VMOVDQU      2144(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x03, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 224(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 228(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2208(AX), Y0, Y14
+	VMOVDQU      2208(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x01, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 232(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 236(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2272(AX), Y0, Y14
+	VMOVDQU      2272(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x01, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 240(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 244(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2336(AX), Y0, Y14
+	VMOVDQU      2336(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x03, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 248(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 252(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVZXBD    184(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	VPBROADCASTD 264(DI), Y6
+	VPMOVZXBW    208(AX), Y7
+	VPMADDWD     Y6, Y7, Y7
+	VPADDD       Y7, Y5, Y5
+	VPBROADCASTD 268(DI), Y6
+	VPMOVZXBW    240(AX), Y7
+	VPMADDWD     Y6, Y7, Y7
+	VPADDD       Y7, Y5, Y5
+	VPBROADCASTD 272(DI), Y6
+	VPMOVZXBW    272(AX), Y7
+	VPMADDWD     Y6, Y7, Y7
+	VPADDD       Y7, Y5, Y5
+	VPBROADCASTD 276(DI), Y6
+	VPMOVZXBW    304(AX), Y7
+	VPMADDWD     Y6, Y7, Y7
+	VPADDD       Y7, Y5, Y5
+	VBROADCASTSS 256(DI), Y6
+	VCVTPH2PS    16(AX), Y7
+	VMULPS       Y6, Y7, Y7
+	VCVTPH2PS    48(AX), Y8
+	VMULPS       Y6, Y8, Y8
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y7, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y8, Y5, Y5
+	VSUBPS       Y5, Y4, Y4
+	VADDPS       Y4, Y3, Y3
+	ADDQ         $0x00000b40, AX
+	ADDQ         $0x00000160, DI
+	DECQ         R8
+	JNZ          qpanelsQ5_KR1vx256block
+	VMOVUPS      Y2, (DX)
+	VMOVUPS      Y3, 32(DX)
+	ADDQ         $0x40, DX
+	DECQ         SI
+	JMP          qpanelsQ5_KR1vx256panel
+
+qpanelsQ5_KR1vx256done:
+	VZEROUPPER
+	RET
+
+// func qpanelsQ5_KR2vx256(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+// Requires: AVX, AVX2, AVXVNNI, F16C
+TEXT ·qpanelsQ5_KR2vx256(SB), NOSPLIT, $0-56
+	MOVQ         w+0(FP), AX
+	MOVQ         a+8(FP), CX
+	MOVQ         y+16(FP), DX
+	MOVQ         nb+24(FP), BX
+	MOVQ         np+32(FP), SI
+	MOVQ         lda+40(FP), DI
+	MOVQ         ldy+48(FP), R8
+	SHLQ         $0x02, R8
+	MOVL         $0x0f0f0f0f, R9
+	VMOVD        R9, X0
+	VPBROADCASTD X0, Y0
+	MOVL         $0x10101010, R9
+	VMOVD        R9, X1
+	VPBROADCASTD X1, Y1
+
+qpanelsQ5_KR2vx256panel:
+	TESTQ SI, SI
+	JZ    qpanelsQ5_KR2vx256done
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	VPXOR Y4, Y4, Y4
+	VPXOR Y5, Y5, Y5
+	MOVQ  CX, R9
+	MOVQ  BX, R10
+
+qpanelsQ5_KR2vx256block:
+	VPXOR        Y6, Y6, Y6
+	VPXOR        Y8, Y8, Y8
+	VPXOR        Y13, Y13, Y13
+	VPXOR        Y7, Y7, Y7
+	VMOVDQU      2368(AX), Y9
+	VPAND        320(AX), Y0, Y14
+	VMOVDQU      320(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x03, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD (R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 4(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD (R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 4(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        384(AX), Y0, Y14
+	VMOVDQU      384(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x01, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 8(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 12(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 8(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 12(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        448(AX), Y0, Y14
+	VMOVDQU      448(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x01, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 16(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 20(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 16(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 20(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        512(AX), Y0, Y14
+	VMOVDQU      512(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x03, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 24(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 28(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 24(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 28(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVZXBD    64(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPXOR        Y13, Y13, Y13
+	VPXOR        Y7, Y7, Y7
+	VMOVDQU      2432(AX), Y9
+	VPAND        576(AX), Y0, Y14
+	VMOVDQU      576(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x03, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 32(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 36(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 32(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 36(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        640(AX), Y0, Y14
+	VMOVDQU      640(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x01, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 40(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 44(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 40(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 44(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        704(AX), Y0, Y14
+	VMOVDQU      704(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x01, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 48(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 52(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 48(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 52(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        768(AX), Y0, Y14
+	VMOVDQU      768(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x03, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 56(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 60(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 56(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 60(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVZXBD    80(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPXOR        Y13, Y13, Y13
+	VPXOR        Y7, Y7, Y7
+	VMOVDQU      2496(AX), Y9
+	VPAND        832(AX), Y0, Y14
+	VMOVDQU      832(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x03, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 64(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 68(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 64(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 68(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        896(AX), Y0, Y14
+	VMOVDQU      896(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x01, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 72(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 76(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 72(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 76(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        960(AX), Y0, Y14
+	VMOVDQU      960(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x01, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 80(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 84(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 80(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 84(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1024(AX), Y0, Y14
+	VMOVDQU      1024(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x03, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 88(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 92(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 88(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 92(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVZXBD    96(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPXOR        Y13, Y13, Y13
+	VPXOR        Y7, Y7, Y7
+	VMOVDQU      2560(AX), Y9
+	VPAND        1088(AX), Y0, Y14
+	VMOVDQU      1088(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x03, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 96(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 100(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 96(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 100(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1152(AX), Y0, Y14
+	VMOVDQU      1152(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x01, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 104(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 108(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 104(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 108(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1216(AX), Y0, Y14
+	VMOVDQU      1216(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x01, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 112(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 116(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 112(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 116(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1280(AX), Y0, Y14
+	VMOVDQU      1280(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x03, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 120(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 124(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 120(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 124(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVZXBD    112(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPXOR        Y13, Y13, Y13
+	VPXOR        Y7, Y7, Y7
+	VMOVDQU      2624(AX), Y9
+	VPAND        1344(AX), Y0, Y14
+	VMOVDQU      1344(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x03, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 128(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 132(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 128(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 132(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1408(AX), Y0, Y14
+	VMOVDQU      1408(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x01, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 136(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 140(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 136(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 140(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1472(AX), Y0, Y14
+	VMOVDQU      1472(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x01, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 144(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 148(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 144(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 148(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1536(AX), Y0, Y14
+	VMOVDQU      1536(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x03, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 152(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 156(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 152(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 156(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVZXBD    128(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPXOR        Y13, Y13, Y13
+	VPXOR        Y7, Y7, Y7
+	VMOVDQU      2688(AX), Y9
+	VPAND        1600(AX), Y0, Y14
+	VMOVDQU      1600(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x03, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 160(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 164(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 160(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 164(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1664(AX), Y0, Y14
+	VMOVDQU      1664(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x01, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 168(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 172(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 168(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 172(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1728(AX), Y0, Y14
+	VMOVDQU      1728(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x01, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 176(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 180(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 176(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 180(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1792(AX), Y0, Y14
+	VMOVDQU      1792(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x03, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 184(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 188(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 184(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 188(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVZXBD    144(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPXOR        Y13, Y13, Y13
+	VPXOR        Y7, Y7, Y7
+	VMOVDQU      2752(AX), Y9
+	VPAND        1856(AX), Y0, Y14
+	VMOVDQU      1856(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x03, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 192(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 196(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 192(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 196(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1920(AX), Y0, Y14
+	VMOVDQU      1920(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x01, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 200(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 204(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 200(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 204(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1984(AX), Y0, Y14
+	VMOVDQU      1984(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x01, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 208(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 212(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 208(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 212(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        2048(AX), Y0, Y14
+	VMOVDQU      2048(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x03, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 216(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 220(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 216(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 220(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVZXBD    160(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPXOR        Y13, Y13, Y13
+	VPXOR        Y7, Y7, Y7
+	VMOVDQU      2816(AX), Y9
+	VPAND        2112(AX), Y0, Y14
+	VMOVDQU      2112(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x03, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 224(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 228(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 224(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 228(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        2176(AX), Y0, Y14
+	VMOVDQU      2176(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x01, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 232(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 236(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 232(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 236(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        2240(AX), Y0, Y14
+	VMOVDQU      2240(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x01, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 240(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 244(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 240(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 244(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        2304(AX), Y0, Y14
+	VMOVDQU      2304(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x03, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 248(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 252(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 248(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 252(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVZXBD    176(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPXOR        Y7, Y7, Y7
+	VPBROADCASTD 264(R9), Y9
+	VPMOVZXBW    192(AX), Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	VPBROADCASTD 268(R9), Y9
+	VPMOVZXBW    224(AX), Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	VPBROADCASTD 272(R9), Y9
+	VPMOVZXBW    256(AX), Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	VPBROADCASTD 276(R9), Y9
+	VPMOVZXBW    288(AX), Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	VBROADCASTSS 256(R9), Y9
+	VCVTPH2PS    (AX), Y10
+	VMULPS       Y9, Y10, Y10
+	VCVTPH2PS    32(AX), Y11
+	VMULPS       Y9, Y11, Y11
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       Y10, Y6, Y6
+	VCVTDQ2PS    Y7, Y7
+	VMULPS       Y11, Y7, Y7
+	VSUBPS       Y7, Y6, Y6
+	VADDPS       Y6, Y2, Y2
+	VPXOR        Y6, Y6, Y6
+	VPBROADCASTD 264(R9)(DI*1), Y7
+	VPMOVZXBW    192(AX), Y9
+	VPMADDWD     Y7, Y9, Y9
+	VPADDD       Y9, Y6, Y6
+	VPBROADCASTD 268(R9)(DI*1), Y7
+	VPMOVZXBW    224(AX), Y9
+	VPMADDWD     Y7, Y9, Y9
+	VPADDD       Y9, Y6, Y6
+	VPBROADCASTD 272(R9)(DI*1), Y7
+	VPMOVZXBW    256(AX), Y9
+	VPMADDWD     Y7, Y9, Y9
+	VPADDD       Y9, Y6, Y6
+	VPBROADCASTD 276(R9)(DI*1), Y7
+	VPMOVZXBW    288(AX), Y9
+	VPMADDWD     Y7, Y9, Y9
+	VPADDD       Y9, Y6, Y6
+	VBROADCASTSS 256(R9)(DI*1), Y7
+	VCVTPH2PS    (AX), Y9
+	VMULPS       Y7, Y9, Y9
+	VCVTPH2PS    32(AX), Y10
+	VMULPS       Y7, Y10, Y10
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y9, Y8, Y8
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       Y10, Y6, Y6
+	VSUBPS       Y6, Y8, Y8
+	VADDPS       Y8, Y4, Y4
+	VPXOR        Y6, Y6, Y6
+	VPXOR        Y8, Y8, Y8
+	VPXOR        Y13, Y13, Y13
+	VPXOR        Y7, Y7, Y7
+	VMOVDQU      2400(AX), Y9
+	VPAND        352(AX), Y0, Y14
+	VMOVDQU      352(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x03, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD (R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 4(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD (R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 4(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        416(AX), Y0, Y14
+	VMOVDQU      416(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x01, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 8(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 12(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 8(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 12(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        480(AX), Y0, Y14
+	VMOVDQU      480(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x01, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 16(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 20(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 16(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 20(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        544(AX), Y0, Y14
+	VMOVDQU      544(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x03, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 24(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 28(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 24(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 28(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVZXBD    72(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPXOR        Y13, Y13, Y13
+	VPXOR        Y7, Y7, Y7
+	VMOVDQU      2464(AX), Y9
+	VPAND        608(AX), Y0, Y14
+	VMOVDQU      608(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x03, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 32(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 36(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 32(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 36(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        672(AX), Y0, Y14
+	VMOVDQU      672(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x01, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 40(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 44(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 40(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 44(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        736(AX), Y0, Y14
+	VMOVDQU      736(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x01, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 48(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 52(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 48(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 52(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        800(AX), Y0, Y14
+	VMOVDQU      800(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x03, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 56(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 60(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 56(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 60(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVZXBD    88(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPXOR        Y13, Y13, Y13
+	VPXOR        Y7, Y7, Y7
+	VMOVDQU      2528(AX), Y9
+	VPAND        864(AX), Y0, Y14
+	VMOVDQU      864(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x03, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 64(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 68(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 64(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 68(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        928(AX), Y0, Y14
+	VMOVDQU      928(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x01, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 72(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 76(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 72(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 76(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        992(AX), Y0, Y14
+	VMOVDQU      992(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x01, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 80(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 84(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 80(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 84(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1056(AX), Y0, Y14
+	VMOVDQU      1056(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x03, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 88(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 92(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 88(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 92(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVZXBD    104(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPXOR        Y13, Y13, Y13
+	VPXOR        Y7, Y7, Y7
+	VMOVDQU      2592(AX), Y9
+	VPAND        1120(AX), Y0, Y14
+	VMOVDQU      1120(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x03, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 96(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 100(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 96(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 100(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1184(AX), Y0, Y14
+	VMOVDQU      1184(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x01, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 104(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 108(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 104(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 108(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1248(AX), Y0, Y14
+	VMOVDQU      1248(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x01, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 112(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 116(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 112(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 116(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1312(AX), Y0, Y14
+	VMOVDQU      1312(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x03, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 120(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 124(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 120(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 124(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVZXBD    120(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPXOR        Y13, Y13, Y13
+	VPXOR        Y7, Y7, Y7
+	VMOVDQU      2656(AX), Y9
+	VPAND        1376(AX), Y0, Y14
+	VMOVDQU      1376(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x03, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 128(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 132(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 128(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 132(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1440(AX), Y0, Y14
+	VMOVDQU      1440(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x01, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 136(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 140(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 136(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 140(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1504(AX), Y0, Y14
+	VMOVDQU      1504(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x01, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 144(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 148(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 144(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 148(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1568(AX), Y0, Y14
+	VMOVDQU      1568(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x03, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 152(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 156(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 152(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 156(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVZXBD    136(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPXOR        Y13, Y13, Y13
+	VPXOR        Y7, Y7, Y7
+	VMOVDQU      2720(AX), Y9
+	VPAND        1632(AX), Y0, Y14
+	VMOVDQU      1632(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x03, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 160(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 164(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 160(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 164(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1696(AX), Y0, Y14
+	VMOVDQU      1696(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x01, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 168(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 172(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 168(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 172(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1760(AX), Y0, Y14
+	VMOVDQU      1760(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x01, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 176(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 180(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 176(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 180(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1824(AX), Y0, Y14
+	VMOVDQU      1824(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x03, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 184(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 188(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 184(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 188(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVZXBD    152(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPXOR        Y13, Y13, Y13
+	VPXOR        Y7, Y7, Y7
+	VMOVDQU      2784(AX), Y9
+	VPAND        1888(AX), Y0, Y14
+	VMOVDQU      1888(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x03, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 192(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 196(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 192(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 196(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1952(AX), Y0, Y14
+	VMOVDQU      1952(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x01, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 200(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 204(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 200(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 204(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        2016(AX), Y0, Y14
+	VMOVDQU      2016(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x01, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 208(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 212(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 208(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 212(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        2080(AX), Y0, Y14
+	VMOVDQU      2080(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x03, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 216(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 220(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 216(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 220(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVZXBD    168(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPXOR        Y13, Y13, Y13
+	VPXOR        Y7, Y7, Y7
+	VMOVDQU      2848(AX), Y9
+	VPAND        2144(AX), Y0, Y14
+	VMOVDQU      2144(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x03, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 224(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 228(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 224(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 228(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        2208(AX), Y0, Y14
+	VMOVDQU      2208(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x01, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 232(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 236(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 232(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 236(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        2272(AX), Y0, Y14
+	VMOVDQU      2272(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x01, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 240(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 244(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 240(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 244(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        2336(AX), Y0, Y14
+	VMOVDQU      2336(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSRLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x03, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 248(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 252(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 248(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 252(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVZXBD    184(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPXOR        Y7, Y7, Y7
+	VPBROADCASTD 264(R9), Y9
+	VPMOVZXBW    208(AX), Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	VPBROADCASTD 268(R9), Y9
+	VPMOVZXBW    240(AX), Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	VPBROADCASTD 272(R9), Y9
+	VPMOVZXBW    272(AX), Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	VPBROADCASTD 276(R9), Y9
+	VPMOVZXBW    304(AX), Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	VBROADCASTSS 256(R9), Y9
+	VCVTPH2PS    16(AX), Y10
+	VMULPS       Y9, Y10, Y10
+	VCVTPH2PS    48(AX), Y11
+	VMULPS       Y9, Y11, Y11
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       Y10, Y6, Y6
+	VCVTDQ2PS    Y7, Y7
+	VMULPS       Y11, Y7, Y7
+	VSUBPS       Y7, Y6, Y6
+	VADDPS       Y6, Y3, Y3
+	VPXOR        Y6, Y6, Y6
+	VPBROADCASTD 264(R9)(DI*1), Y7
+	VPMOVZXBW    208(AX), Y9
+	VPMADDWD     Y7, Y9, Y9
+	VPADDD       Y9, Y6, Y6
+	VPBROADCASTD 268(R9)(DI*1), Y7
+	VPMOVZXBW    240(AX), Y9
+	VPMADDWD     Y7, Y9, Y9
+	VPADDD       Y9, Y6, Y6
+	VPBROADCASTD 272(R9)(DI*1), Y7
+	VPMOVZXBW    272(AX), Y9
+	VPMADDWD     Y7, Y9, Y9
+	VPADDD       Y9, Y6, Y6
+	VPBROADCASTD 276(R9)(DI*1), Y7
+	VPMOVZXBW    304(AX), Y9
+	VPMADDWD     Y7, Y9, Y9
+	VPADDD       Y9, Y6, Y6
+	VBROADCASTSS 256(R9)(DI*1), Y7
+	VCVTPH2PS    16(AX), Y9
+	VMULPS       Y7, Y9, Y9
+	VCVTPH2PS    48(AX), Y10
+	VMULPS       Y7, Y10, Y10
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y9, Y8, Y8
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       Y10, Y6, Y6
+	VSUBPS       Y6, Y8, Y8
+	VADDPS       Y8, Y5, Y5
+	ADDQ         $0x00000b40, AX
+	ADDQ         $0x00000160, R9
+	DECQ         R10
+	JNZ          qpanelsQ5_KR2vx256block
+	VMOVUPS      Y2, (DX)
+	VMOVUPS      Y3, 32(DX)
+	VMOVUPS      Y4, (DX)(R8*1)
+	VMOVUPS      Y5, 32(DX)(R8*1)
+	ADDQ         $0x40, DX
+	DECQ         SI
+	JMP          qpanelsQ5_KR2vx256panel
+
+qpanelsQ5_KR2vx256done:
+	VZEROUPPER
+	RET
+
+// func qpanelsQ6_KR1vx256(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+// Requires: AVX, AVX2, AVXVNNI, F16C
+TEXT ·qpanelsQ6_KR1vx256(SB), NOSPLIT, $0-56
+	MOVQ         w+0(FP), AX
+	MOVQ         a+8(FP), CX
+	MOVQ         y+16(FP), DX
+	MOVQ         nb+24(FP), BX
+	MOVQ         np+32(FP), SI
+	MOVQ         lda+40(FP), DI
+	MOVQ         ldy+48(FP), DI
+	SHLQ         $0x02, DI
+	MOVL         $0x0f0f0f0f, DI
+	VMOVD        DI, X0
+	VPBROADCASTD X0, Y0
+	MOVL         $0x30303030, DI
+	VMOVD        DI, X1
+	VPBROADCASTD X1, Y1
+
+qpanelsQ6_KR1vx256panel:
+	TESTQ SI, SI
+	JZ    qpanelsQ6_KR1vx256done
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	MOVQ  CX, DI
+	MOVQ  BX, R8
+
+qpanelsQ6_KR1vx256block:
+	VPXOR        Y4, Y4, Y4
+	VPBROADCASTD 280(DI), Y13
+	VMOVDQU      2336(AX), Y5
+	VPAND        288(AX), Y0, Y14
+	VMOVDQU      288(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD (DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 4(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        352(AX), Y0, Y14
+	VMOVDQU      352(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 8(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 12(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    32(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 284(DI), Y13
+	VMOVDQU      2400(AX), Y5
+	VPAND        416(AX), Y0, Y14
+	VMOVDQU      416(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 16(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 20(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        480(AX), Y0, Y14
+	VMOVDQU      480(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 24(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 28(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    48(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 288(DI), Y13
+	VMOVDQU      2464(AX), Y5
+	VPAND        544(AX), Y0, Y14
+	VMOVDQU      544(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 32(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 36(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        608(AX), Y0, Y14
+	VMOVDQU      608(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 40(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 44(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    64(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 292(DI), Y13
+	VMOVDQU      2528(AX), Y5
+	VPAND        672(AX), Y0, Y14
+	VMOVDQU      672(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 48(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 52(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        736(AX), Y0, Y14
+	VMOVDQU      736(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 56(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 60(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    80(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 296(DI), Y13
+	VMOVDQU      2592(AX), Y5
+	VPAND        800(AX), Y0, Y14
+	VMOVDQU      800(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 64(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 68(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        864(AX), Y0, Y14
+	VMOVDQU      864(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 72(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 76(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    96(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 300(DI), Y13
+	VMOVDQU      2656(AX), Y5
+	VPAND        928(AX), Y0, Y14
+	VMOVDQU      928(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 80(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 84(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        992(AX), Y0, Y14
+	VMOVDQU      992(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 88(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 92(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    112(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 304(DI), Y13
+	VMOVDQU      2720(AX), Y5
+	VPAND        1056(AX), Y0, Y14
+	VMOVDQU      1056(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 96(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 100(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1120(AX), Y0, Y14
+	VMOVDQU      1120(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 104(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 108(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    128(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 308(DI), Y13
+	VMOVDQU      2784(AX), Y5
+	VPAND        1184(AX), Y0, Y14
+	VMOVDQU      1184(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 112(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 116(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1248(AX), Y0, Y14
+	VMOVDQU      1248(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 120(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 124(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    144(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 312(DI), Y13
+	VMOVDQU      2848(AX), Y5
+	VPAND        1312(AX), Y0, Y14
+	VMOVDQU      1312(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 128(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 132(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1376(AX), Y0, Y14
+	VMOVDQU      1376(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 136(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 140(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    160(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 316(DI), Y13
+	VMOVDQU      2912(AX), Y5
+	VPAND        1440(AX), Y0, Y14
+	VMOVDQU      1440(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 144(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 148(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1504(AX), Y0, Y14
+	VMOVDQU      1504(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 152(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 156(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    176(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 320(DI), Y13
+	VMOVDQU      2976(AX), Y5
+	VPAND        1568(AX), Y0, Y14
+	VMOVDQU      1568(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 160(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 164(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1632(AX), Y0, Y14
+	VMOVDQU      1632(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 168(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 172(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    192(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 324(DI), Y13
+	VMOVDQU      3040(AX), Y5
+	VPAND        1696(AX), Y0, Y14
+	VMOVDQU      1696(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 176(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 180(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1760(AX), Y0, Y14
+	VMOVDQU      1760(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 184(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 188(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    208(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 328(DI), Y13
+	VMOVDQU      3104(AX), Y5
+	VPAND        1824(AX), Y0, Y14
+	VMOVDQU      1824(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 192(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 196(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1888(AX), Y0, Y14
+	VMOVDQU      1888(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 200(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 204(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    224(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 332(DI), Y13
+	VMOVDQU      3168(AX), Y5
+	VPAND        1952(AX), Y0, Y14
+	VMOVDQU      1952(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 208(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 212(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2016(AX), Y0, Y14
+	VMOVDQU      2016(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 216(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 220(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    240(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 336(DI), Y13
+	VMOVDQU      3232(AX), Y5
+	VPAND        2080(AX), Y0, Y14
+	VMOVDQU      2080(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 224(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 228(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2144(AX), Y0, Y14
+	VMOVDQU      2144(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 232(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 236(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    256(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 340(DI), Y13
+	VMOVDQU      3296(AX), Y5
+	VPAND        2208(AX), Y0, Y14
+	VMOVDQU      2208(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 240(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 244(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2272(AX), Y0, Y14
+	VMOVDQU      2272(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 248(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 252(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    272(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VCVTPH2PS    (AX), Y5
+	VBROADCASTSS 256(DI), Y6
+	VMULPS       Y6, Y5, Y5
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y5, Y4, Y4
+	VADDPS       Y4, Y2, Y2
+	VPXOR        Y4, Y4, Y4
+	VPBROADCASTD 280(DI), Y13
+	VMOVDQU      2368(AX), Y5
+	VPAND        320(AX), Y0, Y14
+	VMOVDQU      320(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD (DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 4(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        384(AX), Y0, Y14
+	VMOVDQU      384(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 8(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 12(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    40(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 284(DI), Y13
+	VMOVDQU      2432(AX), Y5
+	VPAND        448(AX), Y0, Y14
+	VMOVDQU      448(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 16(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 20(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        512(AX), Y0, Y14
+	VMOVDQU      512(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 24(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 28(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    56(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 288(DI), Y13
+	VMOVDQU      2496(AX), Y5
+	VPAND        576(AX), Y0, Y14
+	VMOVDQU      576(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 32(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 36(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        640(AX), Y0, Y14
+	VMOVDQU      640(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 40(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 44(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    72(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 292(DI), Y13
+	VMOVDQU      2560(AX), Y5
+	VPAND        704(AX), Y0, Y14
+	VMOVDQU      704(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 48(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 52(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        768(AX), Y0, Y14
+	VMOVDQU      768(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 56(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 60(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    88(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 296(DI), Y13
+	VMOVDQU      2624(AX), Y5
+	VPAND        832(AX), Y0, Y14
+	VMOVDQU      832(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 64(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 68(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        896(AX), Y0, Y14
+	VMOVDQU      896(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 72(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 76(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    104(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 300(DI), Y13
+	VMOVDQU      2688(AX), Y5
+	VPAND        960(AX), Y0, Y14
+	VMOVDQU      960(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 80(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 84(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1024(AX), Y0, Y14
+	VMOVDQU      1024(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 88(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 92(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    120(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 304(DI), Y13
+	VMOVDQU      2752(AX), Y5
+	VPAND        1088(AX), Y0, Y14
+	VMOVDQU      1088(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 96(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 100(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1152(AX), Y0, Y14
+	VMOVDQU      1152(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 104(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 108(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    136(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 308(DI), Y13
+	VMOVDQU      2816(AX), Y5
+	VPAND        1216(AX), Y0, Y14
+	VMOVDQU      1216(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 112(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 116(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1280(AX), Y0, Y14
+	VMOVDQU      1280(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 120(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 124(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    152(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 312(DI), Y13
+	VMOVDQU      2880(AX), Y5
+	VPAND        1344(AX), Y0, Y14
+	VMOVDQU      1344(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 128(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 132(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1408(AX), Y0, Y14
+	VMOVDQU      1408(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 136(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 140(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    168(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 316(DI), Y13
+	VMOVDQU      2944(AX), Y5
+	VPAND        1472(AX), Y0, Y14
+	VMOVDQU      1472(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 144(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 148(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1536(AX), Y0, Y14
+	VMOVDQU      1536(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 152(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 156(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    184(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 320(DI), Y13
+	VMOVDQU      3008(AX), Y5
+	VPAND        1600(AX), Y0, Y14
+	VMOVDQU      1600(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 160(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 164(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1664(AX), Y0, Y14
+	VMOVDQU      1664(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 168(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 172(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    200(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 324(DI), Y13
+	VMOVDQU      3072(AX), Y5
+	VPAND        1728(AX), Y0, Y14
+	VMOVDQU      1728(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 176(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 180(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1792(AX), Y0, Y14
+	VMOVDQU      1792(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 184(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 188(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    216(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 328(DI), Y13
+	VMOVDQU      3136(AX), Y5
+	VPAND        1856(AX), Y0, Y14
+	VMOVDQU      1856(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 192(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 196(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        1920(AX), Y0, Y14
+	VMOVDQU      1920(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 200(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 204(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    232(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 332(DI), Y13
+	VMOVDQU      3200(AX), Y5
+	VPAND        1984(AX), Y0, Y14
+	VMOVDQU      1984(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 208(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 212(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2048(AX), Y0, Y14
+	VMOVDQU      2048(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 216(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 220(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    248(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 336(DI), Y13
+	VMOVDQU      3264(AX), Y5
+	VPAND        2112(AX), Y0, Y14
+	VMOVDQU      2112(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 224(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 228(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2176(AX), Y0, Y14
+	VMOVDQU      2176(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 232(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 236(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    264(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 340(DI), Y13
+	VMOVDQU      3328(AX), Y5
+	VPAND        2240(AX), Y0, Y14
+	VMOVDQU      2240(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSLLW       $0x02, Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y15, Y15
+	VPBROADCASTD 240(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 244(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPAND        2304(AX), Y0, Y14
+	VMOVDQU      2304(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y5, Y6
+	VPAND        Y1, Y6, Y6
+	VPOR         Y6, Y14, Y14
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y1, Y5, Y5
+	VPOR         Y5, Y15, Y15
+	VPBROADCASTD 248(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 252(DI), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPMOVSXBD    280(AX), Y5
+	VPMULLD      Y5, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VCVTPH2PS    16(AX), Y5
+	VBROADCASTSS 256(DI), Y6
+	VMULPS       Y6, Y5, Y5
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y5, Y4, Y4
+	VADDPS       Y4, Y3, Y3
+	ADDQ         $0x00000d20, AX
+	ADDQ         $0x00000160, DI
+	DECQ         R8
+	JNZ          qpanelsQ6_KR1vx256block
+	VMOVUPS      Y2, (DX)
+	VMOVUPS      Y3, 32(DX)
+	ADDQ         $0x40, DX
+	DECQ         SI
+	JMP          qpanelsQ6_KR1vx256panel
+
+qpanelsQ6_KR1vx256done:
+	VZEROUPPER
+	RET
+
+// func qpanelsQ6_KR2vx256(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+// Requires: AVX, AVX2, AVXVNNI, F16C
+TEXT ·qpanelsQ6_KR2vx256(SB), NOSPLIT, $0-56
+	MOVQ         w+0(FP), AX
+	MOVQ         a+8(FP), CX
+	MOVQ         y+16(FP), DX
+	MOVQ         nb+24(FP), BX
+	MOVQ         np+32(FP), SI
+	MOVQ         lda+40(FP), DI
+	MOVQ         ldy+48(FP), R8
+	SHLQ         $0x02, R8
+	MOVL         $0x0f0f0f0f, R9
+	VMOVD        R9, X0
+	VPBROADCASTD X0, Y0
+	MOVL         $0x30303030, R9
+	VMOVD        R9, X1
+	VPBROADCASTD X1, Y1
+
+qpanelsQ6_KR2vx256panel:
+	TESTQ SI, SI
+	JZ    qpanelsQ6_KR2vx256done
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	VPXOR Y4, Y4, Y4
+	VPXOR Y5, Y5, Y5
+	MOVQ  CX, R9
+	MOVQ  BX, R10
+
+qpanelsQ6_KR2vx256block:
+	VPXOR        Y6, Y6, Y6
+	VPXOR        Y8, Y8, Y8
+	VPBROADCASTD 280(R9), Y13
+	VPBROADCASTD 280(R9)(DI*1), Y7
+	VMOVDQU      2336(AX), Y9
+	VPAND        288(AX), Y0, Y14
+	VMOVDQU      288(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD (R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 4(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD (R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 4(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        352(AX), Y0, Y14
+	VMOVDQU      352(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x02, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 8(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 12(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 8(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 12(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVSXBD    32(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPBROADCASTD 284(R9), Y13
+	VPBROADCASTD 284(R9)(DI*1), Y7
+	VMOVDQU      2400(AX), Y9
+	VPAND        416(AX), Y0, Y14
+	VMOVDQU      416(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 16(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 20(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 16(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 20(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        480(AX), Y0, Y14
+	VMOVDQU      480(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x02, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 24(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 28(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 24(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 28(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVSXBD    48(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPBROADCASTD 288(R9), Y13
+	VPBROADCASTD 288(R9)(DI*1), Y7
+	VMOVDQU      2464(AX), Y9
+	VPAND        544(AX), Y0, Y14
+	VMOVDQU      544(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 32(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 36(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 32(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 36(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        608(AX), Y0, Y14
+	VMOVDQU      608(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x02, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 40(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 44(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 40(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 44(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVSXBD    64(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPBROADCASTD 292(R9), Y13
+	VPBROADCASTD 292(R9)(DI*1), Y7
+	VMOVDQU      2528(AX), Y9
+	VPAND        672(AX), Y0, Y14
+	VMOVDQU      672(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 48(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 52(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 48(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 52(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        736(AX), Y0, Y14
+	VMOVDQU      736(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x02, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 56(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 60(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 56(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 60(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVSXBD    80(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPBROADCASTD 296(R9), Y13
+	VPBROADCASTD 296(R9)(DI*1), Y7
+	VMOVDQU      2592(AX), Y9
+	VPAND        800(AX), Y0, Y14
+	VMOVDQU      800(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 64(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 68(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 64(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 68(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        864(AX), Y0, Y14
+	VMOVDQU      864(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x02, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 72(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 76(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 72(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 76(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVSXBD    96(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPBROADCASTD 300(R9), Y13
+	VPBROADCASTD 300(R9)(DI*1), Y7
+	VMOVDQU      2656(AX), Y9
+	VPAND        928(AX), Y0, Y14
+	VMOVDQU      928(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 80(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 84(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 80(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 84(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        992(AX), Y0, Y14
+	VMOVDQU      992(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x02, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 88(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 92(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 88(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 92(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVSXBD    112(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPBROADCASTD 304(R9), Y13
+	VPBROADCASTD 304(R9)(DI*1), Y7
+	VMOVDQU      2720(AX), Y9
+	VPAND        1056(AX), Y0, Y14
+	VMOVDQU      1056(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 96(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 100(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 96(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 100(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1120(AX), Y0, Y14
+	VMOVDQU      1120(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x02, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 104(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 108(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 104(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 108(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVSXBD    128(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPBROADCASTD 308(R9), Y13
+	VPBROADCASTD 308(R9)(DI*1), Y7
+	VMOVDQU      2784(AX), Y9
+	VPAND        1184(AX), Y0, Y14
+	VMOVDQU      1184(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 112(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 116(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 112(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 116(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1248(AX), Y0, Y14
+	VMOVDQU      1248(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x02, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 120(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 124(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 120(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 124(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVSXBD    144(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPBROADCASTD 312(R9), Y13
+	VPBROADCASTD 312(R9)(DI*1), Y7
+	VMOVDQU      2848(AX), Y9
+	VPAND        1312(AX), Y0, Y14
+	VMOVDQU      1312(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 128(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 132(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 128(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 132(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1376(AX), Y0, Y14
+	VMOVDQU      1376(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x02, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 136(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 140(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 136(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 140(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVSXBD    160(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPBROADCASTD 316(R9), Y13
+	VPBROADCASTD 316(R9)(DI*1), Y7
+	VMOVDQU      2912(AX), Y9
+	VPAND        1440(AX), Y0, Y14
+	VMOVDQU      1440(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 144(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 148(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 144(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 148(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1504(AX), Y0, Y14
+	VMOVDQU      1504(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x02, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 152(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 156(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 152(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 156(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVSXBD    176(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPBROADCASTD 320(R9), Y13
+	VPBROADCASTD 320(R9)(DI*1), Y7
+	VMOVDQU      2976(AX), Y9
+	VPAND        1568(AX), Y0, Y14
+	VMOVDQU      1568(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 160(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 164(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 160(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 164(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1632(AX), Y0, Y14
+	VMOVDQU      1632(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x02, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 168(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 172(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 168(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 172(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVSXBD    192(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPBROADCASTD 324(R9), Y13
+	VPBROADCASTD 324(R9)(DI*1), Y7
+	VMOVDQU      3040(AX), Y9
+	VPAND        1696(AX), Y0, Y14
+	VMOVDQU      1696(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 176(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 180(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 176(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 180(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1760(AX), Y0, Y14
+	VMOVDQU      1760(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x02, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 184(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 188(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 184(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 188(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVSXBD    208(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPBROADCASTD 328(R9), Y13
+	VPBROADCASTD 328(R9)(DI*1), Y7
+	VMOVDQU      3104(AX), Y9
+	VPAND        1824(AX), Y0, Y14
+	VMOVDQU      1824(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 192(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 196(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 192(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 196(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1888(AX), Y0, Y14
+	VMOVDQU      1888(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x02, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 200(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 204(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 200(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 204(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVSXBD    224(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPBROADCASTD 332(R9), Y13
+	VPBROADCASTD 332(R9)(DI*1), Y7
+	VMOVDQU      3168(AX), Y9
+	VPAND        1952(AX), Y0, Y14
+	VMOVDQU      1952(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 208(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 212(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 208(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 212(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        2016(AX), Y0, Y14
+	VMOVDQU      2016(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x02, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 216(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 220(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 216(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 220(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVSXBD    240(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPBROADCASTD 336(R9), Y13
+	VPBROADCASTD 336(R9)(DI*1), Y7
+	VMOVDQU      3232(AX), Y9
+	VPAND        2080(AX), Y0, Y14
+	VMOVDQU      2080(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 224(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 228(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 224(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 228(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        2144(AX), Y0, Y14
+	VMOVDQU      2144(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x02, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 232(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 236(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 232(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 236(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVSXBD    256(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPBROADCASTD 340(R9), Y13
+	VPBROADCASTD 340(R9)(DI*1), Y7
+	VMOVDQU      3296(AX), Y9
+	VPAND        2208(AX), Y0, Y14
+	VMOVDQU      2208(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 240(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 244(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 240(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 244(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        2272(AX), Y0, Y14
+	VMOVDQU      2272(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x02, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 248(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 252(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 248(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 252(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVSXBD    272(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VCVTPH2PS    (AX), Y7
+	VBROADCASTSS 256(R9), Y9
+	VMULPS       Y9, Y7, Y7
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       Y7, Y6, Y6
+	VADDPS       Y6, Y2, Y2
+	VCVTPH2PS    (AX), Y6
+	VBROADCASTSS 256(R9)(DI*1), Y7
+	VMULPS       Y7, Y6, Y6
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y6, Y8, Y8
+	VADDPS       Y8, Y4, Y4
+	VPXOR        Y6, Y6, Y6
+	VPXOR        Y8, Y8, Y8
+	VPBROADCASTD 280(R9), Y13
+	VPBROADCASTD 280(R9)(DI*1), Y7
+	VMOVDQU      2368(AX), Y9
+	VPAND        320(AX), Y0, Y14
+	VMOVDQU      320(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD (R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 4(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD (R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 4(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        384(AX), Y0, Y14
+	VMOVDQU      384(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x02, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 8(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 12(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 8(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 12(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVSXBD    40(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPBROADCASTD 284(R9), Y13
+	VPBROADCASTD 284(R9)(DI*1), Y7
+	VMOVDQU      2432(AX), Y9
+	VPAND        448(AX), Y0, Y14
+	VMOVDQU      448(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 16(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 20(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 16(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 20(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        512(AX), Y0, Y14
+	VMOVDQU      512(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x02, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 24(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 28(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 24(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 28(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVSXBD    56(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPBROADCASTD 288(R9), Y13
+	VPBROADCASTD 288(R9)(DI*1), Y7
+	VMOVDQU      2496(AX), Y9
+	VPAND        576(AX), Y0, Y14
+	VMOVDQU      576(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 32(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 36(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 32(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 36(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        640(AX), Y0, Y14
+	VMOVDQU      640(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x02, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 40(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 44(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 40(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 44(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVSXBD    72(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPBROADCASTD 292(R9), Y13
+	VPBROADCASTD 292(R9)(DI*1), Y7
+	VMOVDQU      2560(AX), Y9
+	VPAND        704(AX), Y0, Y14
+	VMOVDQU      704(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 48(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 52(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 48(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 52(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        768(AX), Y0, Y14
+	VMOVDQU      768(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x02, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 56(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 60(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 56(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 60(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVSXBD    88(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPBROADCASTD 296(R9), Y13
+	VPBROADCASTD 296(R9)(DI*1), Y7
+	VMOVDQU      2624(AX), Y9
+	VPAND        832(AX), Y0, Y14
+	VMOVDQU      832(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 64(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 68(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 64(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 68(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        896(AX), Y0, Y14
+	VMOVDQU      896(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x02, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 72(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 76(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 72(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 76(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVSXBD    104(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPBROADCASTD 300(R9), Y13
+	VPBROADCASTD 300(R9)(DI*1), Y7
+	VMOVDQU      2688(AX), Y9
+	VPAND        960(AX), Y0, Y14
+	VMOVDQU      960(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 80(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 84(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 80(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 84(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1024(AX), Y0, Y14
+	VMOVDQU      1024(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x02, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 88(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 92(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 88(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 92(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVSXBD    120(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPBROADCASTD 304(R9), Y13
+	VPBROADCASTD 304(R9)(DI*1), Y7
+	VMOVDQU      2752(AX), Y9
+	VPAND        1088(AX), Y0, Y14
+	VMOVDQU      1088(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 96(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 100(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 96(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 100(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1152(AX), Y0, Y14
+	VMOVDQU      1152(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x02, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 104(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 108(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 104(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 108(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVSXBD    136(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPBROADCASTD 308(R9), Y13
+	VPBROADCASTD 308(R9)(DI*1), Y7
+	VMOVDQU      2816(AX), Y9
+	VPAND        1216(AX), Y0, Y14
+	VMOVDQU      1216(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 112(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 116(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 112(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 116(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1280(AX), Y0, Y14
+	VMOVDQU      1280(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x02, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 120(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 124(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 120(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 124(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVSXBD    152(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPBROADCASTD 312(R9), Y13
+	VPBROADCASTD 312(R9)(DI*1), Y7
+	VMOVDQU      2880(AX), Y9
+	VPAND        1344(AX), Y0, Y14
+	VMOVDQU      1344(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 128(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 132(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 128(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 132(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1408(AX), Y0, Y14
+	VMOVDQU      1408(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x02, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 136(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 140(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 136(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 140(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVSXBD    168(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPBROADCASTD 316(R9), Y13
+	VPBROADCASTD 316(R9)(DI*1), Y7
+	VMOVDQU      2944(AX), Y9
+	VPAND        1472(AX), Y0, Y14
+	VMOVDQU      1472(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 144(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 148(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 144(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 148(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1536(AX), Y0, Y14
+	VMOVDQU      1536(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x02, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 152(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 156(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 152(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 156(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVSXBD    184(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPBROADCASTD 320(R9), Y13
+	VPBROADCASTD 320(R9)(DI*1), Y7
+	VMOVDQU      3008(AX), Y9
+	VPAND        1600(AX), Y0, Y14
+	VMOVDQU      1600(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 160(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 164(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 160(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 164(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1664(AX), Y0, Y14
+	VMOVDQU      1664(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x02, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 168(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 172(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 168(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 172(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVSXBD    200(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPBROADCASTD 324(R9), Y13
+	VPBROADCASTD 324(R9)(DI*1), Y7
+	VMOVDQU      3072(AX), Y9
+	VPAND        1728(AX), Y0, Y14
+	VMOVDQU      1728(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 176(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 180(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 176(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 180(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1792(AX), Y0, Y14
+	VMOVDQU      1792(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x02, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 184(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 188(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 184(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 188(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVSXBD    216(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPBROADCASTD 328(R9), Y13
+	VPBROADCASTD 328(R9)(DI*1), Y7
+	VMOVDQU      3136(AX), Y9
+	VPAND        1856(AX), Y0, Y14
+	VMOVDQU      1856(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 192(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 196(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 192(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 196(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        1920(AX), Y0, Y14
+	VMOVDQU      1920(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x02, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 200(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 204(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 200(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 204(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVSXBD    232(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPBROADCASTD 332(R9), Y13
+	VPBROADCASTD 332(R9)(DI*1), Y7
+	VMOVDQU      3200(AX), Y9
+	VPAND        1984(AX), Y0, Y14
+	VMOVDQU      1984(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 208(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 212(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 208(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 212(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        2048(AX), Y0, Y14
+	VMOVDQU      2048(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x02, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 216(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 220(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 216(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 220(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVSXBD    248(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPBROADCASTD 336(R9), Y13
+	VPBROADCASTD 336(R9)(DI*1), Y7
+	VMOVDQU      3264(AX), Y9
+	VPAND        2112(AX), Y0, Y14
+	VMOVDQU      2112(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 224(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 228(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 224(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 228(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        2176(AX), Y0, Y14
+	VMOVDQU      2176(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x02, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 232(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 236(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 232(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 236(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVSXBD    264(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VPBROADCASTD 340(R9), Y13
+	VPBROADCASTD 340(R9)(DI*1), Y7
+	VMOVDQU      3328(AX), Y9
+	VPAND        2240(AX), Y0, Y14
+	VMOVDQU      2240(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VPSLLW       $0x04, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSLLW       $0x02, Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y15, Y15
+	VPBROADCASTD 240(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 244(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 240(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 244(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPAND        2304(AX), Y0, Y14
+	VMOVDQU      2304(AX), Y15
+	VPSRLW       $0x04, Y15, Y15
+	VPAND        Y0, Y15, Y15
+	VMOVDQA      Y9, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y14, Y14
+	VPSRLW       $0x02, Y9, Y9
+	VPAND        Y1, Y9, Y9
+	VPOR         Y9, Y15, Y15
+	VPBROADCASTD 248(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 252(R9), Y12
+	BYTE         $0xc4
+	BYTE         $0x42
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xec
+	VPBROADCASTD 248(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x0d
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPBROADCASTD 252(R9)(DI*1), Y12
+	BYTE         $0xc4
+	BYTE         $0xc2
+	BYTE         $0x05
+	BYTE         $0x50
+	BYTE         $0xfc
+	VPMOVSXBD    280(AX), Y9
+	VPMULLD      Y9, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMULLD      Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VCVTPH2PS    16(AX), Y7
+	VBROADCASTSS 256(R9), Y9
+	VMULPS       Y9, Y7, Y7
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       Y7, Y6, Y6
+	VADDPS       Y6, Y3, Y3
+	VCVTPH2PS    16(AX), Y6
+	VBROADCASTSS 256(R9)(DI*1), Y7
+	VMULPS       Y7, Y6, Y6
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y6, Y8, Y8
+	VADDPS       Y8, Y5, Y5
+	ADDQ         $0x00000d20, AX
+	ADDQ         $0x00000160, R9
+	DECQ         R10
+	JNZ          qpanelsQ6_KR2vx256block
+	VMOVUPS      Y2, (DX)
+	VMOVUPS      Y3, 32(DX)
+	VMOVUPS      Y4, (DX)(R8*1)
+	VMOVUPS      Y5, 32(DX)(R8*1)
+	ADDQ         $0x40, DX
+	DECQ         SI
+	JMP          qpanelsQ6_KR2vx256panel
+
+qpanelsQ6_KR2vx256done:
+	VZEROUPPER
+	RET
+
 // func quantAct32x512(dst *byte, x *float32, nb int)
 // Requires: AVX, AVX2, AVX512F, F16C
 TEXT ·quantAct32x512(SB), NOSPLIT, $0-24

@@ -330,6 +330,56 @@ func qpanelsQ5_KR1x256(w *byte, a *byte, y *float32, nb int, np int)
 //go:noescape
 func qpanelsQ6_KR1x256(w *byte, a *byte, y *float32, nb int, np int)
 
+// qpanelsQ8_0R1vx256 computes 1 activation rows against np whole Q8_0 panels of nb blocks with AVX-VNNI.
+//
+//go:noescape
+func qpanelsQ8_0R1vx256(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+
+// qpanelsQ8_0R2vx256 computes 2 activation rows against np whole Q8_0 panels of nb blocks with AVX-VNNI.
+//
+//go:noescape
+func qpanelsQ8_0R2vx256(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+
+// qpanelsQ4_0R1vx256 computes 1 activation rows against np whole Q4_0 panels of nb blocks with AVX-VNNI.
+//
+//go:noescape
+func qpanelsQ4_0R1vx256(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+
+// qpanelsQ4_0R2vx256 computes 2 activation rows against np whole Q4_0 panels of nb blocks with AVX-VNNI.
+//
+//go:noescape
+func qpanelsQ4_0R2vx256(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+
+// qpanelsQ4_KR1vx256 computes 1 activation rows against np whole Q4_K panels of nb blocks with AVX-VNNI.
+//
+//go:noescape
+func qpanelsQ4_KR1vx256(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+
+// qpanelsQ4_KR2vx256 computes 2 activation rows against np whole Q4_K panels of nb blocks with AVX-VNNI.
+//
+//go:noescape
+func qpanelsQ4_KR2vx256(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+
+// qpanelsQ5_KR1vx256 computes 1 activation rows against np whole Q5_K panels of nb blocks with AVX-VNNI.
+//
+//go:noescape
+func qpanelsQ5_KR1vx256(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+
+// qpanelsQ5_KR2vx256 computes 2 activation rows against np whole Q5_K panels of nb blocks with AVX-VNNI.
+//
+//go:noescape
+func qpanelsQ5_KR2vx256(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+
+// qpanelsQ6_KR1vx256 computes 1 activation rows against np whole Q6_K panels of nb blocks with AVX-VNNI.
+//
+//go:noescape
+func qpanelsQ6_KR1vx256(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+
+// qpanelsQ6_KR2vx256 computes 2 activation rows against np whole Q6_K panels of nb blocks with AVX-VNNI.
+//
+//go:noescape
+func qpanelsQ6_KR2vx256(w *byte, a *byte, y *float32, nb int, np int, lda int, ldy int)
+
 // quantAct32x512 quantizes nb blocks of 32 activations (package kernel's act32 kind).
 //
 //go:noescape

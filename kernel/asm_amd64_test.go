@@ -40,22 +40,28 @@ func TestAVX2KernelsUseNoAVX512(t *testing.T) {
 		}
 	}
 	// 8 panel kernels, dot, axpy, expShift, axpyRowsMax, dotRows, scoresRows, weightedRows8,
-	// maxF32, siluMul, dotsRows, axpyRows, sum, the 5 quantized one-row kernels and the 2
-	// activation quantizers.
-	if checked != 27 {
-		t.Errorf("checked %d x256 functions, want 27 (was the generator changed?)", checked)
+	// maxF32, siluMul, dotsRows, axpyRows, sum, the 5 quantized one-row kernels, the 10
+	// AVX-VNNI ones (1 and 2 rows) and the 2 activation quantizers.
+	if checked != 37 {
+		t.Errorf("checked %d x256 functions, want 37 (was the generator changed?)", checked)
 	}
 }
 
 // TestQuantNoVNNI: an AVX-512 CPU without AVX512_VNNI runs quantized products on the portable
-// kernels, with the bits of the VNNI kernels.
+// kernels, and an AVX2 CPU without AVX-VNNI on the vpmaddubsw ones, with the bits of the VNNI
+// kernels.
 func TestQuantNoVNNI(t *testing.T) {
-	if !hasVNNI512 {
-		t.Skip("no AVX512_VNNI: the fallback is what every test here runs")
+	t.Run("avx512", func(t *testing.T) { testQuantWithout(t, "avx512", &hasVNNI512) })
+	t.Run("avx2", func(t *testing.T) { testQuantWithout(t, "avx2", &hasAVXVNNI) })
+}
+
+func testQuantWithout(t *testing.T, path string, feature *bool) {
+	if !*feature {
+		t.Skip("the CPU lacks the feature: the fallback is what every test here runs")
 	}
 	prev := Path()
 	defer SetPath(prev)
-	if err := SetPath("avx512"); err != nil {
+	if err := SetPath(path); err != nil {
 		t.Fatal(err)
 	}
 	for _, qt := range quantTypes {
@@ -67,9 +73,9 @@ func TestQuantNoVNNI(t *testing.T) {
 		x := randVec(rows*k, 43)
 		want, got := make([]float32, rows*n), make([]float32, rows*n)
 		m.MatMul(want, x, rows)
-		hasVNNI512 = false
+		*feature = false
 		m.MatMul(got, x, rows)
-		hasVNNI512 = true
+		*feature = true
 		for i := range got {
 			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
 				t.Fatalf("%v element %d: fallback %v, VNNI %v", qt, i, got[i], want[i])

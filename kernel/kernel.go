@@ -29,8 +29,8 @@
 // (qportable.go). Integer sums are exact in any order and the float steps are the same on every
 // path, so each path gives the portable result bitwise, and the batch-width invariant holds for
 // them too. The paths: vpdpbusd (AVX-512 VNNI, 1..4 rows per weight load), vpmaddubsw/vpmaddwd
-// (AVX2, one row per pass over L2-sized chunks) and portable Go; an AVX-512 CPU without VNNI
-// runs the portable quantized kernels.
+// or, with AVX-VNNI, VEX vpdpbusd (AVX2, 1 row per pass over L2-sized chunks, 2 with AVX-VNNI)
+// and portable Go; an AVX-512 CPU without VNNI runs the portable quantized kernels.
 package kernel
 
 import (
@@ -175,14 +175,17 @@ func (m *Matrix) Bytes() int64 {
 }
 
 // Row returns row j of W as f32 (a copy for bf16; for a quantized matrix, its blocks
-// dequantized bitwise as quant.Dequantize does). Used for embedding lookups and by tests; not a
-// hot path (a quantized row allocates its blocks' scratch).
+// dequantized bitwise as quant.Dequantize does). Used for embedding lookups and by tests; it
+// allocates nothing.
 func (m *Matrix) Row(dst []float32, j int) {
-	if m.DType.Quantized() {
-		nat := make([]byte, m.nativeRowBytes())
-		m.nativeRow(nat, j)
-		if err := quant.Dequantize(qinfos[m.DType].t, nat, dst[:m.K]); err != nil {
-			panic("kernel.Row: " + err.Error()) // sizes come from the matrix itself
+	if qi, ok := qinfos[m.DType]; ok {
+		var nat [256]byte // one ggml block (at most Q6_K's 210 bytes)
+		bb := qi.t.BlockBytes()
+		for b := 0; b < m.qblocks(); b++ {
+			unpackLane(m.DType, m.panelBlock(j/Panel, b), j%Panel, nat[:bb])
+			if err := quant.Dequantize(qi.t, nat[:bb], dst[b*qi.block:(b+1)*qi.block]); err != nil {
+				panic("kernel.Row: " + err.Error()) // sizes come from the matrix itself
+			}
 		}
 		return
 	}

@@ -94,3 +94,28 @@ func BenchmarkQuantizeActs(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkQuantVerifyCost reports c(n)/c(1), the time of an n-row product over a one-row one,
+// for n = 2, 4, 8, 16 (the verification cost ratio of BENCHMARKS.md at the kernel level), weights
+// cold, per type against bf16 of the same shape, all in one run.
+func BenchmarkQuantVerifyCost(b *testing.B) {
+	const n, k = 1024, 3072
+	for _, dt := range []DType{BF16, Q8_0, Q4_0, Q4_K, Q6_K} {
+		b.Run(fmt.Sprintf("%s/%v/%dx%d", Path(), dt, n, k), func(b *testing.B) {
+			ms := quantBenchMatrix(dt, n, k, 256<<20)
+			x, y := randVec(16*k, 1), make([]float32, 16*n)
+			cost := func(rows int) float64 {
+				start := time.Now()
+				for i := 0; i < b.N; i++ {
+					ms[i%len(ms)].MatMul(y, x, rows)
+				}
+				return time.Since(start).Seconds()
+			}
+			c1 := cost(1)
+			for _, rows := range []int{2, 4, 8, 16} {
+				b.ReportMetric(cost(rows)/c1, fmt.Sprintf("c%d/c1", rows))
+			}
+			b.ReportMetric(c1/float64(b.N)*1e6, "us/c1")
+		})
+	}
+}

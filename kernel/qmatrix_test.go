@@ -106,6 +106,9 @@ func TestQuantRepack(t *testing.T) {
 					}
 				}
 			}
+			if a := testing.AllocsPerRun(10, func() { m.Row(got, 3) }); a != 0 {
+				t.Errorf("%v: Row allocates %v times", qt, a)
+			}
 			if m.Bytes() < int64(n*rb) || m.Bytes() > int64(n*rb)*11/10+int64(Panel*rb) {
 				t.Errorf("%v: %d bytes for %d of blocks", qt, m.Bytes(), n*rb)
 			}

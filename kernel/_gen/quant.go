@@ -260,8 +260,9 @@ func bodyQ4_0(k *qk) {
 	k.scale32(s)
 }
 
-// fifthBit ORs into q (bytes 0..15) the fifth bit of group g from hb (bit g of each byte),
-// moved to bit 4 by a word shift that keeps it inside its byte.
+// highBits ORs into q (nibbles 0..15) the high bits of one group from hb, moved into place
+// (bit 4 for Q5_K's fifth bit, bits 4-5 for Q6_K's top pair) by a word shift of shift bits
+// (left if positive) and kept by maskHi: the bits the mask keeps never cross a byte.
 func (k *qk) highBits(hb reg.VecVirtual, shift int, q reg.VecVirtual) {
 	t := ZMM()
 	switch {
@@ -450,7 +451,7 @@ func (k *qk2) nib(off int, hi bool) reg.VecVirtual {
 
 // high ORs into q the high bits in hb shifted by shift (see highBits). The shifts take a
 // register: their memory forms are AVX-512 only.
-func (k *qk2) high(hb reg.VecVirtual, shift int, q reg.VecVirtual) {
+func (k *qk2) high(hb reg.VecVirtual, shift int, q reg.Register) {
 	t := YMM()
 	switch {
 	case shift > 0:
@@ -483,7 +484,7 @@ func (k *qk2) pairDot(q0 reg.VecVirtual, g0 int, q1 reg.VecVirtual, g1 int, s re
 }
 
 // scale2 finishes a block: acc[h] += f32(s[h]) * (d*dx), d at byte dOff (8 f16 per half).
-func (k *qk2) scale2(s [2]reg.VecVirtual, dOff, dxOff int) {
+func (k *qk2) scale2(s [2]reg.Register, dOff, dxOff int) {
 	for h := 0; h < 2; h++ {
 		d := YMM()
 		VCVTPH2PS(k.wm(dOff+16*h), d)
@@ -499,6 +500,11 @@ func (k *qk2) scale2(s [2]reg.VecVirtual, dOff, dxOff int) {
 func quantKernels256() {
 	for _, t := range qtypes {
 		qpanels256(t)
+	}
+	for _, t := range qtypes {
+		for r := 1; r <= 2; r++ {
+			qpanelsV256(t, r)
+		}
 	}
 }
 
@@ -517,12 +523,12 @@ func qpanels256(t qtype) {
 	np := Load(Param("np"), GP64())
 	k.mask0f = bcastY(0x0f0f0f0f)
 	k.ones = bcastY(0x00010001)
-	switch t.name {
-	case "Q8_0":
+	switch {
+	case t.name == "Q8_0":
 		k.m80 = bcastY(0x80808080)
-	case "Q5_K":
+	case t.name == "Q5_K":
 		k.maskHi = bcastY(0x10101010)
-	case "Q6_K":
+	case t.name == "Q6_K":
 		k.maskHi = bcastY(0x30303030)
 	}
 	k.a = GP64()
@@ -537,16 +543,16 @@ func qpanels256(t qtype) {
 	MOVQ(a0, k.a)
 	MOVQ(nb, cnt)
 	Label(name + "block")
-	switch t.name {
-	case "Q8_0":
+	switch {
+	case t.name == "Q8_0":
 		body256Q8_0(k)
-	case "Q4_0":
+	case t.name == "Q4_0":
 		body256Q4_0(k)
-	case "Q4_K":
+	case t.name == "Q4_K":
 		body256Q45K(k, false)
-	case "Q5_K":
+	case t.name == "Q5_K":
 		body256Q45K(k, true)
-	case "Q6_K":
+	case t.name == "Q6_K":
 		body256Q6_K(k)
 	}
 	ADDQ(U32(t.pbytes), k.w)
@@ -584,7 +590,7 @@ func body256Q8_0(k *qk2) {
 			VPADDD(w, s[h], s[h])
 		}
 	}
-	k.scale2(s, 0, 32)
+	k.scale2([2]reg.Register{s[0], s[1]}, 0, 32)
 }
 
 // body256Q4_0: s = bias(-8*sum x) + sum n*x.
@@ -600,7 +606,7 @@ func body256Q4_0(k *qk2) {
 			k.pairDot(k.nib(off, false), 4*(2*v), k.nib(off, true), 4*(2*v+1), s[h])
 		}
 	}
-	k.scale2(s, 0, 32)
+	k.scale2([2]reg.Register{s[0], s[1]}, 0, 32)
 }
 
 // body256Q45K: as bodyQ45K, half by half within each sub-block.
@@ -685,7 +691,7 @@ func body256Q6_K(k *qk2) {
 			VPADDD(t, sumi[h], sumi[h])
 		}
 	}
-	k.scale2(sumi, 0, 256)
+	k.scale2([2]reg.Register{sumi[0], sumi[1]}, 0, 256)
 }
 
 // The activation quantizers (AVX-512): quantAct32x512 and quantAct256x512 write nb blocks of
@@ -1042,4 +1048,289 @@ func quantActY(bs int, perm Mem) {
 	Label(name + "done")
 	VZEROUPPER()
 	RET()
+}
+
+// The AVX-VNNI variants (qpanels<T>R<1,2>vx256) of the AVX2 kernels take the AVX-512 kernels'
+// arithmetic on ymm halves: VEX VPDPBUSD (u8 weights, the bias sums of the activations), no
+// int16 stage, and two rows per weight load. The Go assembler encodes VPDPBUSD only with EVEX
+// (AVX512_VNNI), so the VEX form is emitted as bytes; its operands are therefore fixed registers,
+// which the allocator keeps clear of: vS the block sums of rows and halves (32-blocks), vT a
+// sub-block's sum per row (K-quants, which go half by half to fit 16 registers), vX the
+// broadcast activation group, vLo and vHi the weight bytes.
+
+var (
+	vS       = [2][2]reg.VecPhysical{{reg.Y8, reg.Y9}, {reg.Y10, reg.Y11}}
+	vT       = [2]reg.VecPhysical{reg.Y13, reg.Y7}
+	vX       = reg.Y12
+	vLo, vHi = reg.Y14, reg.Y15
+)
+
+// vpdpbusdY emits VEX.256.66.0F38.W0 50 /r, VPDPBUSD dst, w, x: dst += u8(w) . s8(x) per dword.
+func vpdpbusdY(dst, w, x reg.VecPhysical) {
+	d, v, b := int(dst.PhysicalIndex()), int(w.PhysicalIndex()), int(x.PhysicalIndex())
+	b1 := byte(0x40 | 0x02) // X clear (no index), map 0F38
+	if d < 8 {
+		b1 |= 0x80 // R is stored inverted
+	}
+	if b < 8 {
+		b1 |= 0x20 // B is stored inverted
+	}
+	b2 := byte((^v&0xf)<<3 | 0x04 | 0x01) // W0, vvvv inverted, L 256, pp 66
+	modrm := byte(0xc0 | (d&7)<<3 | b&7)
+	for i, c := range []byte{0xc4, b1, b2, 0x50, modrm} {
+		ins := &ir.Instruction{Opcode: "BYTE", Operands: []Op{U8(c)}}
+		if i == 0 {
+			ins.Inputs, ins.Outputs, ins.ISA = []Op{dst, w, x}, []Op{dst}, []string{"AVXVNNI"}
+		}
+		Instruction(ins)
+	}
+}
+
+// qkv holds the registers of one AVX-VNNI kernel.
+type qkv struct {
+	rows   int
+	w, a   reg.GPVirtual
+	lda    reg.GPVirtual
+	acc    [2][2]reg.VecVirtual // [row][half]
+	mask0f reg.VecVirtual
+	maskHi reg.VecVirtual
+	q2     *qk2 // for the shared helpers (wm, high)
+}
+
+func (k *qkv) act(r, off int) Mem {
+	if r == 0 {
+		return Mem{Base: k.a, Disp: off}
+	}
+	return Mem{Base: k.a, Index: k.lda, Scale: 1, Disp: off}
+}
+func (k *qkv) wm(off int) Mem { return Mem{Base: k.w, Disp: off} }
+
+// vdot adds the dot of the bytes in w with row r's activation group at off into dst.
+func (k *qkv) vdot(dst, w reg.VecPhysical, r, off int) {
+	VPBROADCASTD(k.act(r, off), vX)
+	vpdpbusdY(dst, w, vX)
+}
+
+// vnib loads the low (into vLo) and high (into vHi) nibbles of the 32 bytes at off.
+func (k *qkv) vnib(off int) {
+	VPAND(k.wm(off), k.mask0f, vLo)
+	VMOVDQU(k.wm(off), vHi)
+	VPSRLW(U8(4), vHi, vHi)
+	VPAND(k.mask0f, vHi, vHi)
+}
+
+// scaleRow finishes half h of a block for row r: acc += f32(s) * (d*dx).
+func (k *qkv) scaleRow(s reg.Register, r, h, dOff, dxOff int) {
+	d := YMM()
+	VCVTPH2PS(k.wm(dOff+16*h), d)
+	dx := YMM()
+	VBROADCASTSS(k.act(r, dxOff), dx)
+	VMULPS(dx, d, d)
+	VCVTDQ2PS(s, s)
+	VMULPS(d, s, s)
+	VADDPS(s, k.acc[r][h], k.acc[r][h])
+}
+
+// qpanelsV256 emits qpanels<T>R<R>vx256(w, a *byte, y *float32, nb, np, lda, ldy int).
+func qpanelsV256(t qtype, rows int) {
+	name := fmt.Sprintf("qpanels%sR%dvx256", t.name, rows)
+	TEXT(name, NOSPLIT, "func(w, a *byte, y *float32, nb, np, lda, ldy int)")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s computes %d activation rows against np whole %s panels of nb blocks with AVX-VNNI.", name, rows, t.name))
+	k := &qkv{rows: rows}
+	k.w = Load(Param("w"), GP64()).(reg.GPVirtual)
+	a0 := Load(Param("a"), GP64())
+	y := Load(Param("y"), GP64())
+	nb := Load(Param("nb"), GP64())
+	np := Load(Param("np"), GP64())
+	k.lda = Load(Param("lda"), GP64()).(reg.GPVirtual)
+	ldy := Load(Param("ldy"), GP64())
+	SHLQ(Imm(2), ldy)
+	k.mask0f = bcastY(0x0f0f0f0f)
+	switch t.name {
+	case "Q5_K":
+		k.maskHi = bcastY(0x10101010)
+	case "Q6_K":
+		k.maskHi = bcastY(0x30303030)
+	}
+	k.q2 = &qk2{maskHi: k.maskHi}
+	k.a = GP64()
+	cnt := GP64()
+	Label(name + "panel")
+	TESTQ(np, np)
+	JZ(LabelRef(name + "done"))
+	for r := 0; r < rows; r++ {
+		for h := 0; h < 2; h++ {
+			k.acc[r][h] = YMM()
+			zeroY(k.acc[r][h])
+		}
+	}
+	MOVQ(a0, k.a)
+	MOVQ(nb, cnt)
+	Label(name + "block")
+	switch t.name {
+	case "Q8_0":
+		bodyVQ32(k, false)
+	case "Q4_0":
+		bodyVQ32(k, true)
+	case "Q4_K":
+		bodyVQ45K(k, false)
+	case "Q5_K":
+		bodyVQ45K(k, true)
+	case "Q6_K":
+		bodyVQ6_K(k)
+	}
+	ADDQ(U32(t.pbytes), k.w)
+	ADDQ(U32(t.abytes), k.a)
+	DECQ(cnt)
+	JNZ(LabelRef(name + "block"))
+	for r := 0; r < rows; r++ {
+		base := Mem{Base: y}
+		if r == 1 {
+			base = Mem{Base: y, Index: ldy, Scale: 1}
+		}
+		VMOVUPS(k.acc[r][0], base)
+		VMOVUPS(k.acc[r][1], base.Offset(32))
+	}
+	ADDQ(U8(64), y)
+	DECQ(np)
+	JMP(LabelRef(name + "panel"))
+	Label(name + "done")
+	VZEROUPPER()
+	RET()
+}
+
+// bodyVQ32: Q8_0 (nib false) or Q4_0 blocks as bodyQ8_0 and bodyQ4_0.
+func bodyVQ32(k *qkv, nib bool) {
+	bias := 36
+	if nib {
+		bias = 40
+	}
+	for r := 0; r < k.rows; r++ {
+		for h := 0; h < 2; h++ {
+			VPBROADCASTD(k.act(r, bias), vS[r][h])
+		}
+	}
+	if !nib {
+		for g := 0; g < 8; g++ {
+			for h := 0; h < 2; h++ {
+				VMOVDQU(k.wm(32+64*g+32*h), vLo)
+				for r := 0; r < k.rows; r++ {
+					k.vdot(vS[r][h], vLo, r, 4*g)
+				}
+			}
+		}
+	} else {
+		for v := 0; v < 4; v++ {
+			for h := 0; h < 2; h++ {
+				k.vnib(32 + 64*v + 32*h)
+				for r := 0; r < k.rows; r++ {
+					k.vdot(vS[r][h], vLo, r, 4*(2*v))
+					k.vdot(vS[r][h], vHi, r, 4*(2*v+1))
+				}
+			}
+		}
+	}
+	for r := 0; r < k.rows; r++ {
+		for h := 0; h < 2; h++ {
+			k.scaleRow(vS[r][h], r, h, 0, 32)
+		}
+	}
+}
+
+// bodyVQ45K: as bodyQ45K, one half of the panel after the other.
+func bodyVQ45K(k *qkv, five bool) {
+	for h := 0; h < 2; h++ {
+		var sumi [2]reg.VecVirtual
+		for r := 0; r < k.rows; r++ {
+			sumi[r] = YMM()
+			zeroY(sumi[r])
+		}
+		for j := 0; j < 8; j++ {
+			for r := 0; r < k.rows; r++ {
+				VPXOR(vT[r], vT[r], vT[r])
+			}
+			var hb reg.VecVirtual
+			if five {
+				hb = loadY(k.wm(2368 + 64*j + 32*h))
+			}
+			for v := 0; v < 4; v++ {
+				k.vnib(320 + 256*j + 64*v + 32*h)
+				if five {
+					k.q2.high(hb, 4-2*v, vLo)
+					k.q2.high(hb, 4-(2*v+1), vHi)
+				}
+				for r := 0; r < k.rows; r++ {
+					k.vdot(vT[r], vLo, r, 32*j+4*(2*v))
+					k.vdot(vT[r], vHi, r, 32*j+4*(2*v+1))
+				}
+			}
+			sc := YMM()
+			VPMOVZXBD(k.wm(64+16*j+8*h), sc)
+			for r := 0; r < k.rows; r++ {
+				VPMULLD(sc, vT[r], vT[r])
+				VPADDD(vT[r], sumi[r], sumi[r])
+			}
+		}
+		for r := 0; r < k.rows; r++ {
+			summ := YMM()
+			zeroY(summ)
+			for p := 0; p < 4; p++ {
+				b := YMM()
+				VPBROADCASTD(k.act(r, 264+4*p), b)
+				mw := YMM()
+				vpmovzxbwY(k.wm(192+32*p+16*h), mw)
+				VPMADDWD(b, mw, mw)
+				VPADDD(mw, summ, summ)
+			}
+			dx := YMM()
+			VBROADCASTSS(k.act(r, 256), dx)
+			dd, dm := YMM(), YMM()
+			VCVTPH2PS(k.wm(16*h), dd)
+			VMULPS(dx, dd, dd)
+			VCVTPH2PS(k.wm(32+16*h), dm)
+			VMULPS(dx, dm, dm)
+			VCVTDQ2PS(sumi[r], sumi[r])
+			VMULPS(dd, sumi[r], sumi[r])
+			VCVTDQ2PS(summ, summ)
+			VMULPS(dm, summ, summ)
+			VSUBPS(summ, sumi[r], sumi[r])
+			VADDPS(sumi[r], k.acc[r][h], k.acc[r][h])
+		}
+	}
+}
+
+// bodyVQ6_K: as bodyQ6_K, one half of the panel after the other.
+func bodyVQ6_K(k *qkv) {
+	for h := 0; h < 2; h++ {
+		var sumi [2]reg.VecVirtual
+		for r := 0; r < k.rows; r++ {
+			sumi[r] = YMM()
+			zeroY(sumi[r])
+		}
+		for s := 0; s < 16; s++ {
+			for r := 0; r < k.rows; r++ {
+				VPBROADCASTD(k.act(r, 280+4*s), vT[r])
+			}
+			hb := loadY(k.wm(2336 + 64*s + 32*h))
+			for v := 0; v < 2; v++ {
+				k.vnib(288 + 128*s + 64*v + 32*h)
+				k.q2.high(hb, 4-2*(2*v), vLo)
+				k.q2.high(hb, 4-2*(2*v+1), vHi)
+				for r := 0; r < k.rows; r++ {
+					k.vdot(vT[r], vLo, r, 16*s+4*(2*v))
+					k.vdot(vT[r], vHi, r, 16*s+4*(2*v+1))
+				}
+			}
+			sc := YMM()
+			VPMOVSXBD(k.wm(32+16*s+8*h), sc)
+			for r := 0; r < k.rows; r++ {
+				VPMULLD(sc, vT[r], vT[r])
+				VPADDD(vT[r], sumi[r], sumi[r])
+			}
+		}
+		for r := 0; r < k.rows; r++ {
+			k.scaleRow(sumi[r], r, h, 0, 256)
+		}
+	}
 }
