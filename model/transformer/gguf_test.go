@@ -184,6 +184,31 @@ func TestLoadGGUFQuantizedStaysQuantized(t *testing.T) {
 	}
 }
 
+// A decode step of a quantized GGUF (Q8_0 matrices and a Q8_0 tied embedding, read a row at a
+// time by Embed) allocates nothing, as a bf16 model's does (TestDecodeDoesNotAllocate).
+func TestQuantizedDecodeDoesNotAllocate(t *testing.T) {
+	m, err := LoadGGUF(writeStoriesGGUF(t, quant.Q8_0, nil), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Config().DType != kernel.Q8_0 || !m.Head().DType.Quantized() {
+		t.Fatalf("computes in %v with a %v head, want Q8_0", m.Config().DType, m.Head().DType)
+	}
+	c := m.NewCache(128)
+	req := model.Request{Tokens: []int{5}, Logits: model.LogitsLast}
+	if _, err := m.Forward(c, req); err != nil {
+		t.Fatal(err)
+	}
+	allocs := testing.AllocsPerRun(50, func() {
+		if _, err := m.Forward(c, req); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("a quantized decode step allocates %v times", allocs)
+	}
+}
+
 // A tensor of a type dflash cannot run is refused with the type's name and the tensor's, and a
 // missing tensor by its name.
 func TestLoadGGUFRefusals(t *testing.T) {
