@@ -79,7 +79,7 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	mf.register(fs)
 	var sf sampleFlags
 	sf.register(fs)
-	draft := fs.String("draft", "", "DFlash draft (a folder or a Hugging Face id), 'oracle' (drafts the target's greedy continuation; ceiling of the engine), or synthetic:NAME (random weights of a published draft's shape: "+strings.Join(dflash.SyntheticNames(), ", ")+"; synthetic: alone fits a --synthetic target)")
+	draft := fs.String("draft", "", "DFlash draft (a folder, a draft GGUF from dflash convert, or a Hugging Face id), 'oracle' (drafts the target's greedy continuation; ceiling of the engine), or synthetic:NAME (random weights of a published draft's shape: "+strings.Join(dflash.SyntheticNames(), ", ")+"; synthetic: alone fits a --synthetic target)")
 	acceptance := fs.String("acceptance", "", "simulate a trained draft: every round runs the draft at full cost, then proposes the target's greedy continuation cut at an acceptance drawn from this histogram (JSON or text: counts of rounds accepting 0, 1, ... drafts); temperature 0 only")
 	acceptanceOut := fs.String("acceptance-out", "", "write the measured acceptance histogram of the speculative runs (one depth) to this file, in the form --acceptance reads")
 	depthsFlag := fs.String("depths", "", "draft depths to measure, e.g. 1-15 or 2,4,8; 0 is the draft's own policy (DFlash: adaptive, one depth controller kept across all prompts after one unmeasured pass, as a server keeps one; DFlash2: fixed 7; the oracle: adaptive up to 15, without the unmeasured pass) (default: oracle 1-15, a draft: 0)")
