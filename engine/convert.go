@@ -27,6 +27,9 @@ type Conversion struct {
 	Tensors   int
 	Types     map[quant.Type]int
 	Fallbacks []string
+	// Warnings say where the file will not behave as the source does (its tokenizer reading a
+	// text otherwise, say); the file is written all the same.
+	Warnings []string
 }
 
 // srcTensor is one tensor of the source model in GGUF naming and ggml shape order, read (and
@@ -47,11 +50,15 @@ type srcTensor struct {
 // the layers its use_more_bits rule picks (the first and last eighth, and every third between),
 // Q4_K elsewhere. A matrix whose row length is not a multiple of its type's block falls back:
 // Q4_K to Q4_0, Q6_K to Q8_0, and to F16 when no 32-block fits either. The file is written
-// beside out and renamed into place.
+// beside out and renamed into place. A DFlash or DFlash2 draft folder is written as a draft GGUF
+// instead (convertDraft).
 func ConvertGGUF(src, out, typ string) (*Conversion, error) {
 	ft, base, err := convertType(typ)
 	if err != nil {
 		return nil, err
+	}
+	if isDraftFolder(src) {
+		return convertDraft(src, out, ft, base)
 	}
 	d, err := Describe(Options{Model: src})
 	if err != nil {
@@ -86,12 +93,14 @@ func ConvertGGUF(src, out, typ string) (*Conversion, error) {
 		gguf.KV{Key: arch + ".rope.freq_base", Value: gguf.Float32(float32(cfg.RopeTheta))},
 		gguf.KV{Key: arch + ".attention.layer_norm_rms_epsilon", Value: gguf.Float32(cfg.RMSEps)},
 	)
+	var warnings []string
 	if d.Tok != nil {
-		tkv, err := tokenizerKVs(d)
+		tkv, g, err := tokenizerKVs(d)
 		if err != nil {
 			return nil, fmt.Errorf("convert %s: %w", src, err)
 		}
 		kvs = append(kvs, tkv...)
+		warnings = tokenizerWarnings(d.Tok, g)
 	}
 	var ts []srcTensor
 	var closeSrc func() error
@@ -111,42 +120,89 @@ func ConvertGGUF(src, out, typ string) (*Conversion, error) {
 	for i, t := range ts {
 		infos[i] = gguf.TensorInfo{Name: t.name, Shape: t.shape, Type: conv.pick(t, base, ft, cfg)}
 	}
+	conv.Warnings = warnings
+	if err := conv.write(src, out, kvs, ts, infos); err != nil {
+		return nil, err
+	}
+	return conv, nil
+}
+
+// tokenizerProbes are texts the written tokenizer must read as the source's: capitals, digits,
+// punctuation, accents, runs of spaces and newlines.
+var tokenizerProbes = []string{
+	"Once upon a time, Lily said: \"Hello World!\" It was 2024.",
+	"The CAT sat on the mat.\n\nThen  it   slept.",
+	"caf\u00e9 na\u00efve \u00c9t\u00e9",
+}
+
+// tokenizerWarnings reads the probes with the tokenizer a GGUF reader builds from g and with the
+// source's own, and says where they part: what GGUF's tokenizer keys cannot express (a
+// Lowercase normalizer, say) would otherwise go unnoticed until a model reads text it was not
+// trained on.
+func tokenizerWarnings(src tokenizer.Tokenizer, g gguf.Tokenizer) []string {
+	back, err := tokenizer.FromGGUF(g)
+	if err != nil {
+		return []string{fmt.Sprintf("tokenizer: the written tokenizer does not load back: %v", err)}
+	}
+	for _, p := range tokenizerProbes {
+		a, b := back.Encode(p), src.Encode(p)
+		if slices.Equal(a, b) {
+			continue
+		}
+		i := 0
+		for i < min(len(a), len(b)) && a[i] == b[i] {
+			i++
+		}
+		at := "the file's ends there"
+		if i < len(a) && i < len(b) {
+			at = fmt.Sprintf("the file's %d, the model's %d", a[i], b[i])
+		} else if i < len(a) {
+			at = "the model's ends there"
+		}
+		return []string{fmt.Sprintf("tokenizer: the file reads %q otherwise than the model (%d tokens against %d; token %d: %s): the source tokenizer has a rule GGUF's tokenizer keys cannot express, such as a Lowercase normalizer, so text given to the file is not read as the model was trained to read it", p, len(a), len(b), i, at)}
+	}
+	return nil
+}
+
+// write writes the GGUF of kvs and ts (in the types of infos) beside out and renames it into
+// place, quantizing one tensor at a time.
+func (c *Conversion) write(src, out string, kvs []gguf.KV, ts []srcTensor, infos []gguf.TensorInfo) error {
 	tmp := out + ".partial"
 	f, err := os.Create(tmp)
 	if err != nil {
-		return nil, fmt.Errorf("convert: %w", err)
+		return fmt.Errorf("convert: %w", err)
 	}
 	defer os.Remove(tmp) // a no-op after the rename
 	defer f.Close()
 	w, err := gguf.NewWriter(f, kvs, infos)
 	if err != nil {
-		return nil, fmt.Errorf("convert %s: %w", src, err)
+		return fmt.Errorf("convert %s: %w", src, err)
 	}
 	for i, t := range ts {
 		v, err := t.load()
 		if err != nil {
-			return nil, fmt.Errorf("convert %s: tensor %s: %w", src, t.name, err)
+			return fmt.Errorf("convert %s: tensor %s: %w", src, t.name, err)
 		}
 		data, err := quant.Quantize(infos[i].Type, v)
 		if err != nil {
-			return nil, fmt.Errorf("convert %s: tensor %s: %w", src, t.name, err)
+			return fmt.Errorf("convert %s: tensor %s: %w", src, t.name, err)
 		}
 		if err := w.WriteTensor(data); err != nil {
-			return nil, fmt.Errorf("convert %s: %w", src, err)
+			return fmt.Errorf("convert %s: %w", src, err)
 		}
-		conv.Types[infos[i].Type]++
+		c.Types[infos[i].Type]++
 	}
 	if err := w.Close(); err != nil {
-		return nil, fmt.Errorf("convert %s: %w", src, err)
+		return fmt.Errorf("convert %s: %w", src, err)
 	}
 	if err := f.Close(); err != nil {
-		return nil, fmt.Errorf("convert: %w", err)
+		return fmt.Errorf("convert: %w", err)
 	}
 	if err := os.Rename(tmp, out); err != nil {
-		return nil, fmt.Errorf("convert: %w", err)
+		return fmt.Errorf("convert: %w", err)
 	}
-	conv.Tensors = len(ts)
-	return conv, nil
+	c.Tensors = len(ts)
+	return nil
 }
 
 func convertType(typ string) (FileType, quant.Type, error) {
@@ -187,6 +243,12 @@ func (c *Conversion) pick(t srcTensor, base quant.Type, ft FileType, cfg model.C
 			want = quant.Q6_K
 		}
 	}
+	return c.fit(t, want)
+}
+
+// fit is want, or the fallback type when t's rows are not whole blocks of it (recorded): Q4_K
+// falls back to Q4_0, Q6_K to Q8_0, and to F16 when no 32-block fits either.
+func (c *Conversion) fit(t srcTensor, want quant.Type) quant.Type {
 	got := want
 	fits := func(ty quant.Type) bool { return t.shape[0]%uint64(ty.BlockSize()) == 0 }
 	if !fits(got) {
@@ -205,11 +267,11 @@ func (c *Conversion) pick(t srcTensor, base quant.Type, ft FileType, cfg model.C
 }
 
 // tokenizerKVs spells the description's tokenizer, special ids and chat template as llama.cpp's
-// tokenizer.ggml.* keys.
-func tokenizerKVs(d *Description) ([]gguf.KV, error) {
+// tokenizer.ggml.* keys, and returns the tokenizer as spelled.
+func tokenizerKVs(d *Description) ([]gguf.KV, gguf.Tokenizer, error) {
 	g, err := tokenizer.ToGGUF(d.Tok, d.Config.Vocab)
 	if err != nil {
-		return nil, err
+		return nil, g, err
 	}
 	kvs := []gguf.KV{{Key: "tokenizer.ggml.model", Value: gguf.String(g.Model)}}
 	if g.Pre != "" {
@@ -238,7 +300,7 @@ func tokenizerKVs(d *Description) ([]gguf.KV, error) {
 	if d.Template.Kind == TemplateModel {
 		kvs = append(kvs, gguf.KV{Key: "tokenizer.chat_template", Value: gguf.String(d.Template.Source)})
 	}
-	return kvs, nil
+	return kvs, g, nil
 }
 
 // llama2cTensors reads a checkpoint (all of it: the format has no index) and names its tensors.

@@ -50,8 +50,12 @@ type Description struct {
 	Config model.Config
 	// Parameters counts the target's weights (see ParamCount).
 	Parameters int64
-	// DType labels the stored weights as ollama lists a quantization: "BF16", "F16", "F32".
+	// DType labels the stored weights as ollama lists a quantization: "BF16", "F16", "F32",
+	// "Q4_K_M".
 	DType string
+	// TensorTypes counts a GGUF file's tensors per stored type ("Q4_K": 120, "F32": 57); nil
+	// for other formats, whose tensors share DType.
+	TensorTypes map[string]int
 	// Context is the longest sequence the model supports (config.json's
 	// max_position_embeddings, the checkpoint's seq_len).
 	Context int
@@ -89,10 +93,10 @@ type Description struct {
 	conditional bool
 }
 
-// DraftInfo describes a draft folder without its weights: what it is and that it fits the target.
+// DraftInfo describes a draft without its weights: what it is and that it fits the target.
 type DraftInfo struct {
-	Dir  string
-	Name string // the folder name
+	Dir  string // its folder, or its draft GGUF file
+	Name string // the folder's name, or the file's without its extension
 	Arch string // dflash.Arch or dflash2.Arch
 	// BlockSize is B: at most B-1 tokens are drafted a round.
 	BlockSize int
@@ -281,14 +285,19 @@ func stopIDs(d *Description, tc *hf.TokenizerConfig) []int {
 	return stop
 }
 
-// DescribeDraft reads a DFlash or DFlash2 draft folder's config.json (told apart by it) and checks
-// that the draft fits target, as loading it would, without its weights.
+// DescribeDraft reads a DFlash or DFlash2 draft's config.json (told apart by it), from its folder
+// or from a draft GGUF (dflash.GGUFArch), and checks that the draft fits target, as loading it
+// would, without its weights.
 func DescribeDraft(dir string, target model.Config) (DraftInfo, error) {
-	hc, err := hf.LoadConfig(dir)
+	hc, err := dflash.LoadConfig(dir)
 	if err != nil {
 		return DraftInfo{}, fmt.Errorf("draft %s: %w", dir, err)
 	}
-	di := DraftInfo{Dir: dir, Name: filepath.Base(strings.TrimSuffix(dir, "/"))}
+	name := filepath.Base(strings.TrimSuffix(dir, "/"))
+	if dflash.IsFile(dir) {
+		name = strings.TrimSuffix(name, filepath.Ext(name))
+	}
+	di := DraftInfo{Dir: dir, Name: name}
 	if dflash2.Detect(hc) {
 		c, err := dflash2.FitConfig(hc, target)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/dflash/dflash/format/gguf"
 	"github.com/dflash/dflash/format/hf"
 	"github.com/dflash/dflash/kernel/quant"
+	"github.com/dflash/dflash/model/dflash"
 	"github.com/dflash/dflash/model/transformer"
 	"github.com/dflash/dflash/tokenizer"
 )
@@ -105,10 +106,17 @@ func (d *Description) readGGUF(size int64) (*hf.TokenizerConfig, error) {
 		return nil, fmt.Errorf("load %s: %w", d.Path, err)
 	}
 	defer f.Close()
+	if a, _ := f.Architecture(); a == dflash.GGUFArch {
+		return nil, fmt.Errorf("load %s: a DFlash draft GGUF, not a model: give it as --draft with its target", d.Path)
+	}
 	if d.Config, err = transformer.GGUFConfig(f); err != nil {
 		return nil, fmt.Errorf("load %s: %w", d.Path, err)
 	}
 	d.Format, d.DType, d.Size = FormatGGUF, ggufDType(f), size
+	d.TensorTypes = map[string]int{}
+	for _, t := range f.Tensors() {
+		d.TensorTypes[t.Type.String()]++
+	}
 	d.Family, _ = f.Architecture()
 	tc := &hf.TokenizerConfig{}
 	if !f.Metadata.Has("tokenizer.ggml.model") {

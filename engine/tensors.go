@@ -5,8 +5,10 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/dflash/dflash/format/gguf"
 	"github.com/dflash/dflash/format/safetensors"
 	"github.com/dflash/dflash/model"
+	"github.com/dflash/dflash/model/dflash"
 	"github.com/dflash/dflash/model/transformer"
 )
 
@@ -67,11 +69,56 @@ func (d *Description) Validate() error {
 		}
 	}
 	for _, di := range d.Drafts {
-		if err := checkWeights(di.Dir, di.tensors); err != nil {
+		check := checkWeights
+		if dflash.IsFile(di.Dir) {
+			check = checkDraftGGUF
+		}
+		if err := check(di.Dir, di.tensors); err != nil {
 			return fmt.Errorf("draft %s: %w", di.Dir, err)
 		}
 	}
 	return nil
+}
+
+// checkDraftGGUF is checkWeights for a draft GGUF: its tensor infos against the folder shapes in
+// want, reversed into ggml order.
+func checkDraftGGUF(path string, want []TensorShape) error {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var first string
+	bad := 0
+	for _, w := range want {
+		shape := make([]uint64, len(w.Shape))
+		for i, s := range w.Shape {
+			shape[len(shape)-1-i] = uint64(s)
+		}
+		in, ok := f.Tensor(w.Name)
+		var msg string
+		switch {
+		case !ok:
+			msg = fmt.Sprintf("tensor %s is missing (want ggml shape %v)", w.Name, shape)
+		case !slices.Equal(in.Shape, shape):
+			msg = fmt.Sprintf("tensor %s has ggml shape %v, want %v", w.Name, in.Shape, shape)
+		case in.Type.Check() != nil:
+			msg = fmt.Sprintf("tensor %s: %v", w.Name, in.Type.Check())
+		default:
+			continue
+		}
+		if bad == 0 {
+			first = msg
+		}
+		bad++
+	}
+	switch bad {
+	case 0:
+		return nil
+	case 1:
+		return fmt.Errorf("draft %s: %s", path, first)
+	}
+	return fmt.Errorf("draft %s: %s (and %d more tensors wrong)", path, first, bad-1)
 }
 
 // checkWeights reads the safetensors headers of dir (not the weights) and checks every tensor of

@@ -29,9 +29,13 @@ import (
 // benchReport is what `dflash bench` measures, printed as a table or (--json) one object.
 // Every ratio in it comes from figures measured in the same run.
 type benchReport struct {
-	Model         string        `json:"model"`
-	Kernel        string        `json:"kernel"`
-	Threads       int           `json:"threads"`
+	Model   string `json:"model"`
+	Kernel  string `json:"kernel"`
+	Threads int    `json:"threads"`
+	// Quantization labels the stored weights ("Q4_K_M", "BF16"); Compute is the dtype most
+	// weight elements are kept and multiplied in ("Q4_K", "bf16").
+	Quantization  string        `json:"quantization,omitempty"`
+	Compute       string        `json:"compute"`
 	WeightBytes   int64         `json:"weight_bytes"`
 	ProbeGBs      float64       `json:"bandwidth_probe_gbs"`
 	PrefillTokens int           `json:"prefill_tokens"`
@@ -89,7 +93,7 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	mf.register(fs)
 	var sf sampleFlags
 	sf.register(fs)
-	draft := fs.String("draft", "", "DFlash draft (a folder or a Hugging Face id), 'oracle' (drafts the target's greedy continuation; ceiling of the engine), or synthetic:NAME (random weights of a published draft's shape: "+strings.Join(dflash.SyntheticNames(), ", ")+"; synthetic: alone fits a --synthetic target)")
+	draft := fs.String("draft", "", "DFlash draft (a folder, a draft GGUF from dflash convert, or a Hugging Face id), 'oracle' (drafts the target's greedy continuation; ceiling of the engine), or synthetic:NAME (random weights of a published draft's shape: "+strings.Join(dflash.SyntheticNames(), ", ")+"; synthetic: alone fits a --synthetic target)")
 	acceptance := fs.String("acceptance", "", "simulate a trained draft: every round runs the draft at full cost, then proposes the target's greedy continuation cut at an acceptance drawn from this histogram (JSON or text: counts of rounds accepting 0, 1, ... drafts); temperature 0 only")
 	acceptanceOut := fs.String("acceptance-out", "", "write the measured acceptance histogram of the speculative runs (one depth) to this file, in the form --acceptance reads")
 	depthsFlag := fs.String("depths", "", "draft depths to measure, e.g. 1-15 or 2,4,8; 0 is the draft's own policy (DFlash: adaptive, one depth controller kept across all prompts after one unmeasured pass, as a server keeps one; DFlash2: fixed 7; the oracle: adaptive up to 15, without the unmeasured pass) (default: oracle 1-15, a draft: 0)")
@@ -138,7 +142,8 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if *prefill+1 > capacity {
 		return usagef("--prefill %d does not fit the model's context of %d", *prefill, maxSeq(cfg))
 	}
-	rep := benchReport{Model: e.Name, Kernel: kernel.Path(), Threads: runtime.GOMAXPROCS(0), WeightBytes: e.Target.WeightBytes()}
+	rep := benchReport{Model: e.Name, Kernel: kernel.Path(), Threads: runtime.GOMAXPROCS(0), WeightBytes: e.Target.WeightBytes(),
+		Quantization: e.Desc.DType, Compute: cfg.DType.String()}
 	logf := func(format string, a ...any) {
 		if !*asJSON {
 			fmt.Fprintf(stderr, format+"\n", a...)
@@ -569,7 +574,7 @@ func plainOnce(e *engine.Engine, prompt []int, n, capacity int) (float64, []int,
 }
 
 func printBenchTable(w io.Writer, r benchReport) {
-	fmt.Fprintf(w, "model %s, kernel %s, %d threads, %.2f GB of weights\n", r.Model, r.Kernel, r.Threads, float64(r.WeightBytes)/1e9)
+	fmt.Fprintf(w, "model %s (%s, computed in %s), kernel %s, %d threads, %.2f GB of weights\n", r.Model, r.Quantization, r.Compute, r.Kernel, r.Threads, float64(r.WeightBytes)/1e9)
 	if r.ProbeGBs > 0 {
 		fmt.Fprintf(w, "memory bandwidth probe      %8.1f GB/s\n", r.ProbeGBs)
 	}

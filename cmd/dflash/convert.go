@@ -16,14 +16,15 @@ import (
 
 // cmdConvert writes a model in another form. With --out FILE.gguf it writes a GGUF file that
 // llama.cpp and ollama read (engine.ConvertGGUF: their names and keys, --type picks the tensor
-// types) from a Qwen3/Llama folder or a llama2.c checkpoint. Otherwise it rewrites a Hugging Face
+// types) from a Qwen3/Llama folder or a llama2.c checkpoint, or a draft GGUF from a DFlash or
+// DFlash2 draft folder (which --draft then loads). Otherwise it rewrites a Hugging Face
 // folder (a target or a DFlash draft) with its floating-point tensors in bf16: half the bytes of
 // f32, which is what the decode of a bandwidth-bound model reads. Every other file is copied
 // unchanged, except config.json's torch_dtype. Either output is written beside and renamed into
 // place, so a failure leaves no half file or folder behind.
 func cmdConvert(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("convert", stderr)
-	in := fs.String("model", "", "Hugging Face folder (config.json and model.safetensors or shards), or a llama2.c .bin for --out FILE.gguf")
+	in := fs.String("model", "", "Hugging Face folder (config.json and model.safetensors or shards; a target or a DFlash/DFlash2 draft), or a llama2.c .bin for --out FILE.gguf")
 	out := fs.String("out", "", "folder, or FILE.gguf, to write (must not exist)")
 	dtype := fs.String("dtype", "bf16", "tensor type of a folder: bf16")
 	typ := fs.String("type", "", "tensor types of a GGUF: "+strings.Join(engine.ConvertTypes, ", ")+" (default bf16)")
@@ -55,6 +56,9 @@ func cmdConvert(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "wrote %d tensors (%s) as %s to %s\n", c.Tensors, strings.Join(parts, ", "), c.FileType, *out)
 		for _, f := range c.Fallbacks {
 			fmt.Fprintf(stdout, "  fallback %s\n", f)
+		}
+		for _, w := range c.Warnings {
+			fmt.Fprintf(stderr, "warning: %s\n", w)
 		}
 		return nil
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/kernel/kerneltest"
 	"github.com/dflash/dflash/model/dflash"
+	"github.com/dflash/dflash/model/dflash2"
 )
 
 // Converting to bf16 gives the weights loading with --dtype bf16 gives: the same greedy ids. The
@@ -126,38 +127,76 @@ func TestConvertGGUFRunsLlama2cGoldens(t *testing.T) {
 	}
 }
 
-// Greedy speculative decoding equals plain decoding on a quantized GGUF target (Q8_0, bf16 at
-// load until the quantized kernels land), with a random DFlash draft whose proposals are mostly
-// wrong, on every kernel path.
+// Greedy speculative decoding equals plain decoding on quantized GGUF targets (Q8_0 and Q4_K_M,
+// kept quantized), with random DFlash and DFlash2 drafts whose proposals are mostly wrong (a
+// folder, and Q8_0 draft GGUFs), on every kernel path.
 func TestConvertGGUFSpeculativeEqualsPlain(t *testing.T) {
 	bin := shareddata.Path(t, "stories260K/stories260K.bin")
-	out := filepath.Join(t.TempDir(), "stories260K-q8_0.gguf")
-	if code, _, errs := runCLI(t, "", "convert", "--model", bin, "--out", out, "--type", "q8_0"); code != 0 {
-		t.Fatalf("convert: exit %d: %s", code, errs)
+	var outs []string
+	for _, typ := range []string{"q8_0", "q4_k_m"} {
+		out := filepath.Join(t.TempDir(), "stories260K-"+typ+".gguf")
+		code, msg, errs := runCLI(t, "", "convert", "--model", bin, "--out", out, "--type", typ)
+		if code != 0 {
+			t.Fatalf("convert: exit %d: %s", code, errs)
+		}
+		outs = append(outs, out)
+		// dflash show reports the file's quantization and the tensor types convert wrote
+		// ("wrote 47 tensors (11 F32, 5 F16, 31 Q8_0) as Q8_0 to ...").
+		code, shown, errs := runCLI(t, "", "show", out)
+		if code != 0 {
+			t.Fatalf("show: exit %d: %s", code, errs)
+		}
+		counts := msg[strings.Index(msg, "(")+1 : strings.Index(msg, ")")]
+		if !strings.Contains(shown, "type        "+strings.ToUpper(typ)+"\n") || !strings.Contains(shown, "tensors     ") {
+			t.Errorf("show of the %s file:\n%s", typ, shown)
+		}
+		for _, part := range strings.Split(counts, ", ") {
+			if !strings.Contains(shown, part) {
+				t.Errorf("show of the %s file does not list %q (convert wrote %s):\n%s", typ, part, counts, shown)
+			}
+		}
 	}
-	e, err := engine.Open(engine.Options{Model: out})
+	e, err := engine.Open(engine.Options{Model: outs[0]})
 	if err != nil {
 		t.Fatal(err)
 	}
-	draft := t.TempDir()
+	if !e.Target.Config().DType.Quantized() {
+		t.Errorf("Q8_0 GGUF computes in %v", e.Target.Config().DType)
+	}
+	// Drafts: a random DFlash folder, its Q8_0 draft GGUF, and a random DFlash2 draft's Q8_0 GGUF.
+	dir := t.TempDir()
+	draft, d2 := filepath.Join(dir, "dflash"), filepath.Join(dir, "dflash2")
 	if err := dflash.WriteRandom(draft, dflash.ConfigFor(e.Target.Config(), 1, 8), 7, kernel.F32); err != nil {
 		t.Fatal(err)
 	}
+	if err := dflash2.WriteRandom(d2, e.Target.Config(), dflash2.ConfigFor(e.Target.Config(), 1, 8), 4, kernel.F32); err != nil {
+		t.Fatal(err)
+	}
+	drafts := []string{draft, filepath.Join(dir, "dflash-q8_0.gguf"), filepath.Join(dir, "dflash2-q8_0.gguf")}
+	for i, src := range []string{draft, d2} {
+		if code, _, errs := runCLI(t, "", "convert", "--model", src, "--out", drafts[1+i], "--type", "q8_0"); code != 0 {
+			t.Fatalf("convert %s: exit %d: %s", src, code, errs)
+		}
+	}
 	kerneltest.ForEachPath(t, func(t *testing.T) {
-		args := []string{"run", "--model", out, "-p", "Once upon a time", "-n", "96", "--print-ids"}
-		code, want, errs := runCLI(t, "", args...)
-		if code != 0 {
-			t.Fatalf("plain: exit %d: %s", code, errs)
-		}
-		code, got, errs := runCLI(t, "", append(args, "--draft", draft)...)
-		if code != 0 {
-			t.Fatalf("speculative: exit %d: %s", code, errs)
-		}
-		if got != want {
-			t.Errorf("speculative ids\n got %s\nwant %s", got, want)
-		}
-		if !strings.Contains(errs, "tau") {
-			t.Errorf("the speculative run reports no acceptance (tau): %s", errs)
+		for _, out := range outs {
+			args := []string{"run", "--model", out, "-p", "Once upon a time", "-n", "96", "--print-ids"}
+			code, want, errs := runCLI(t, "", args...)
+			if code != 0 {
+				t.Fatalf("plain: exit %d: %s", code, errs)
+			}
+			for _, d := range drafts {
+				code, got, errs := runCLI(t, "", append(args, "--draft", d)...)
+				if code != 0 {
+					t.Fatalf("speculative with %s: exit %d: %s", d, code, errs)
+				}
+				if got != want {
+					t.Errorf("%s with %s: speculative ids\n got %s\nwant %s", filepath.Base(out), filepath.Base(d), got, want)
+				}
+				if !strings.Contains(errs, "tau") {
+					t.Errorf("the speculative run reports no acceptance (tau): %s", errs)
+				}
+			}
 		}
 	})
 }

@@ -26,7 +26,7 @@ type draftFlags struct {
 
 func (d *draftFlags) register(fs *flag.FlagSet) {
 	d.stderr = fs.Output()
-	fs.StringVar(&d.draft, "draft", "", "DFlash or DFlash2 draft (a folder or a Hugging Face id) for speculative decoding, 'auto' (a fitting <target>-DFlash* draft in the hub cache), 'oracle' (drafts the target's own greedy continuation: the engine's ceiling), or 'none'")
+	fs.StringVar(&d.draft, "draft", "", "DFlash or DFlash2 draft (a folder, a draft GGUF from dflash convert, or a Hugging Face id) for speculative decoding, 'auto' (a fitting <target>-DFlash* draft in the hub cache), 'oracle' (drafts the target's own greedy continuation: the engine's ceiling), or 'none'")
 	fs.Var(&d.depth, "depth", "draft tokens per round: N fixed, or auto (the depth controller, warm-started from what earlier runs of this pair learned on this machine) (default: the drafter's own policy: auto for DFlash, 7 for DFlash2, 15 for the oracle; 0 also means the drafter's own)")
 }
 

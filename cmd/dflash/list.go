@@ -3,20 +3,20 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/dflash/dflash/engine"
 	"github.com/dflash/dflash/engine/ref"
-	"github.com/dflash/dflash/format/hf"
 	"github.com/dflash/dflash/model/dflash"
 	"github.com/dflash/dflash/model/dflash2"
 )
 
-// isDraftFolder says a folder's config.json is a DFlash or DFlash2 draft's.
+// isDraftFolder says the config.json of a folder (or a draft GGUF) is a DFlash or DFlash2 draft's.
 func isDraftFolder(dir string) bool {
-	hc, err := hf.LoadConfig(dir)
+	hc, err := dflash.LoadConfig(dir) // a draft GGUF's config.json too
 	return err == nil && (dflash2.Detect(hc) || slices.Contains(hc.Architectures, dflash.Arch))
 }
 
@@ -108,6 +108,15 @@ func cmdShow(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	c := d.Config
 	fmt.Fprintf(stdout, "family      %s (%s)\nparameters  %s (%d)\ntype        %s\ncontext     %d\n", d.Family, c.Arch, paramLabel(d.Parameters), d.Parameters, d.DType, d.Context)
 	fmt.Fprintf(stdout, "shape       %d layers, hidden %d, %d heads (%d kv), vocab %d\n", c.Layers, c.Hidden, c.Heads, c.KVHeads, c.Vocab)
+	if len(d.TensorTypes) > 0 {
+		// What the loader keeps: quantized types stay quantized (kernel.NewQuant), F16 widens to
+		// F32, so this is also what a decode step reads.
+		var parts []string
+		for _, typ := range slices.Sorted(maps.Keys(d.TensorTypes)) {
+			parts = append(parts, fmt.Sprintf("%d %s", d.TensorTypes[typ], typ))
+		}
+		fmt.Fprintf(stdout, "tensors     %s (quantized ones computed as stored)\n", strings.Join(parts, ", "))
+	}
 	kinds := map[engine.TemplateKind]string{engine.TemplateNone: "none (no tokenizer)", engine.TemplateModel: "the model's own",
 		engine.TemplateChatML: "ChatML (fallback: the vocabulary has its tokens)", engine.TemplatePlain: "plain (fallback)",
 		engine.TemplateOllama: "the ollama manifest's template layer"}

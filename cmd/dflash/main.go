@@ -70,7 +70,8 @@ func commands() []command {
 		{"pull", "download a Hugging Face model or draft into the hub cache (resumable, verified)", cmdPull},
 		{"list", "list the models and drafts in the hub cache and ollama's store", cmdList},
 		{"show", "show what a model is: config, template, stop tokens, fitting drafts", cmdShow},
-		{"convert", "write a model as a GGUF file (--type f32|bf16|q8_0|q4_0|q4_k_m) or a folder as bf16", cmdConvert},
+		{"perplexity", "score a text file with a model: perplexity, and KL divergence against a base model", cmdPerplexity},
+		{"convert", "write a model or a draft as a GGUF file (--type f32|bf16|q8_0|q4_0|q4_k_m) or a folder as bf16", cmdConvert},
 		{"version", "print the version and the revision it was built from", func(args []string, _ io.Reader, stdout, _ io.Writer) error {
 			if len(args) > 0 {
 				return usagef("version takes no arguments")
@@ -137,7 +138,7 @@ func cli(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: dflash <command> [flags]\n\ncommands:")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w, "\nRun 'dflash <command> -h' for a command's flags.")
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"runtime/metrics"
+	"strings"
 	"sync"
 	"time"
 )
@@ -27,7 +28,15 @@ func startProgress(w io.Writer, what string, delay, tick time.Duration) (stop fu
 		}
 		return sample[0].Value.Uint64()
 	}
-	base, start := allocated(), time.Now()
+	base := allocated()
+	return startStatus(w, what, delay, tick, func() string { return formatBytes(allocated() - base) })
+}
+
+// startStatus is the progress line of a step that can say how far it is: status (called from
+// the line's own goroutine, so it reads shared state safely) gives what follows the step's name.
+// The line appears after delay, is rewritten every tick with the time taken, and stop erases it.
+func startStatus(w io.Writer, what string, delay, tick time.Duration, status func() string) (stop func()) {
+	start := time.Now()
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -44,7 +53,7 @@ func startProgress(w io.Writer, what string, delay, tick time.Duration) (stop fu
 		defer t.Stop()
 		spin := `|/-\`
 		for i := 0; ; i++ {
-			fmt.Fprintf(w, "\r\x1b[K%c %s: %s, %.1fs", spin[i%len(spin)], what, formatBytes(allocated()-base), time.Since(start).Seconds())
+			fmt.Fprintf(w, "\r\x1b[K%c %s: %s, %.1fs", spin[i%len(spin)], what, status(), time.Since(start).Seconds())
 			select {
 			case <-done:
 				fmt.Fprint(w, "\r\x1b[K")
@@ -57,6 +66,20 @@ func startProgress(w io.Writer, what string, delay, tick time.Duration) (stop fu
 		close(done)
 		wg.Wait()
 	}
+}
+
+// progressBar draws done of total as a bar width cells wide: "[=====>    ] 12/40".
+func progressBar(done, total, width int) string {
+	if total <= 0 {
+		total, done = 1, 0
+	}
+	done = max(0, min(done, total))
+	fill := done * width / total
+	bar := strings.Repeat("=", fill)
+	if fill < width {
+		bar += ">" + strings.Repeat(" ", width-fill-1)
+	}
+	return fmt.Sprintf("[%s] %d/%d", bar, done, total)
 }
 
 func formatBytes(n uint64) string {

@@ -34,3 +34,23 @@ func TestProgressLine(t *testing.T) {
 		t.Errorf("terminalStderr of a buffer = %v, want nil", f)
 	}
 }
+
+// The bar fills in proportion and always keeps its width: 0 of 4 is an arrow alone, 4 of 4 a
+// full bar, and a count past the end is held at the end.
+func TestProgressBar(t *testing.T) {
+	for _, c := range []struct {
+		done, total int
+		want        string
+	}{
+		{0, 4, "[>       ] 0/4"},
+		{1, 4, "[==>     ] 1/4"},
+		{3, 4, "[======> ] 3/4"},
+		{4, 4, "[========] 4/4"},
+		{9, 4, "[========] 4/4"},
+		{0, 0, "[>       ] 0/1"},
+	} {
+		if got := progressBar(c.done, c.total, 8); got != c.want {
+			t.Errorf("progressBar(%d, %d, 8) = %q, want %q", c.done, c.total, got, c.want)
+		}
+	}
+}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/dflash/dflash/cache"
 	"github.com/dflash/dflash/format/hf"
-	"github.com/dflash/dflash/format/safetensors"
 	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/model"
 	"github.com/dflash/dflash/model/nn"
@@ -114,42 +113,42 @@ func (d *Draft) grow(positions int) {
 	d.partScores.Grow(positions)
 }
 
-// Load reads a draft folder in z-lab's layout and checks it against target: every tensor
-// missing or misshaped is reported at once, and any way the draft does not fit the target is an
-// error naming the config field, its value and what it should be.
-func Load(dir string, target model.Target, opt Options) (*Draft, error) {
-	hc, err := hf.LoadConfig(dir)
+// Load reads a draft folder in z-lab's layout, or a draft GGUF converted from one (see GGUFArch),
+// and checks it against target: every tensor missing or misshaped is reported at once, and any
+// way the draft does not fit the target is an error naming the config field, its value and what
+// it should be.
+func Load(path string, target model.Target, opt Options) (*Draft, error) {
+	hc, err := LoadConfig(path)
 	if err != nil {
-		return nil, fmt.Errorf("load draft %s: %w", dir, err)
+		return nil, fmt.Errorf("load draft %s: %w", path, err)
 	}
 	tc := target.Config()
 	cfg, err := fromHF(hc, tc.Layers)
 	if err != nil {
-		return nil, fmt.Errorf("load draft %s: config.json: %w", dir, err)
+		return nil, fmt.Errorf("load draft %s: config.json: %w", path, err)
 	}
 	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("load draft %s: config.json: %w", dir, err)
+		return nil, fmt.Errorf("load draft %s: config.json: %w", path, err)
 	}
 	if err := cfg.CheckTarget(tc); err != nil {
-		return nil, fmt.Errorf("load draft %s: config.json: %w", dir, err)
+		return nil, fmt.Errorf("load draft %s: config.json: %w", path, err)
 	}
-	st, err := safetensors.OpenModel(dir)
+	w, err := OpenWeights(path, opt.DType)
 	if err != nil {
-		return nil, fmt.Errorf("load draft %s: %w", dir, err)
+		return nil, fmt.Errorf("load draft %s: %w", path, err)
 	}
-	src := &fileSource{st: st, dtype: opt.DType, seen: kernel.F32}
-	d, berr := build(cfg, target, src)
+	d, berr := build(cfg, target, w)
 	// Matrices are repacked and vectors copied, so nothing aliases the mapping any more.
-	if err := st.Close(); err != nil {
-		src.errs = append(src.errs, err)
+	if err := w.Close(); err != nil {
+		w.fail(err)
 	}
-	if len(src.errs) > 0 {
-		return nil, fmt.Errorf("load draft %s: %w", dir, errors.Join(src.errs...))
+	if err := w.Err(); err != nil {
+		return nil, fmt.Errorf("load draft %s: %w", path, err)
 	}
 	if berr != nil {
-		return nil, fmt.Errorf("load draft %s: %w", dir, berr)
+		return nil, fmt.Errorf("load draft %s: %w", path, berr)
 	}
-	d.dtype = src.seen
+	d.dtype = w.DType()
 	return d, nil
 }
 
@@ -161,68 +160,9 @@ type source interface {
 	failed() bool
 }
 
-type fileSource struct {
-	st    *safetensors.Model
-	dtype Compute
-	errs  []error
-	seen  kernel.DType
-}
-
-func (s *fileSource) failed() bool { return len(s.errs) > 0 }
-
-func (s *fileSource) get(name string, shape ...int) *safetensors.Tensor {
-	t, err := s.st.Tensor(name)
-	if err != nil {
-		s.errs = append(s.errs, fmt.Errorf("tensor %s (expected shape %v): %w", name, shape, err))
-		return nil
-	}
-	if err := t.Expect(shape...); err != nil {
-		s.errs = append(s.errs, err)
-		return nil
-	}
-	return t
-}
-
-func (s *fileSource) vector(name string, n int) []float32 {
-	t := s.get(name, n)
-	if t == nil {
-		return nil
-	}
-	v, err := t.F32()
-	if err != nil {
-		s.errs = append(s.errs, err)
-		return nil
-	}
-	return slices.Clone(v) // F32 may be a view of the mapping, closed after loading
-}
-
-func (s *fileSource) matrix(name string, n, k int) *kernel.Matrix {
-	t := s.get(name, n, k)
-	if t == nil {
-		return nil
-	}
-	switch t.DType {
-	case safetensors.F32, safetensors.BF16, safetensors.F16:
-	default:
-		s.errs = append(s.errs, fmt.Errorf("%s: tensor %s: %w %s (want F32, BF16 or F16)", t.File, name, safetensors.ErrUnsupportedDType, t.DType))
-		return nil
-	}
-	if s.dtype == ForceBF16 || (s.dtype == KeepDType && t.DType == safetensors.BF16) {
-		w, err := t.BF16()
-		if err != nil {
-			s.errs = append(s.errs, err)
-			return nil
-		}
-		s.seen = kernel.BF16
-		return kernel.NewBF16(w, n, k)
-	}
-	w, err := t.F32()
-	if err != nil {
-		s.errs = append(s.errs, err)
-		return nil
-	}
-	return kernel.NewF32(w, n, k)
-}
+func (w *Weights) failed() bool                                { return len(w.errs) > 0 }
+func (w *Weights) vector(name string, n int) []float32         { return w.Vector(name, n) }
+func (w *Weights) matrix(name string, n, k int) *kernel.Matrix { return w.Matrix(name, n, k) }
 
 // build assembles a draft from src; cfg has been validated and checked against target.
 func build(cfg Config, target model.Target, src source) (*Draft, error) {

@@ -114,9 +114,10 @@ func Detect(hc *hf.Config) bool {
 	return true
 }
 
-// IsDraft reads dir/config.json and reports Detect of it, for callers choosing a loader.
+// IsDraft reads the config.json of a draft folder or draft GGUF and reports Detect of it, for
+// callers choosing a loader.
 func IsDraft(dir string) (bool, error) {
-	hc, err := hf.LoadConfig(dir)
+	hc, err := dflash.LoadConfig(dir)
 	if err != nil {
 		return false, fmt.Errorf("dflash2: %w", err)
 	}

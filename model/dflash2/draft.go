@@ -1,15 +1,13 @@
 package dflash2
 
 import (
-	"errors"
 	"fmt"
 	"math"
 
 	"github.com/dflash/dflash/cache"
-	"github.com/dflash/dflash/format/hf"
-	"github.com/dflash/dflash/format/safetensors"
 	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/model"
+	"github.com/dflash/dflash/model/dflash"
 	"github.com/dflash/dflash/model/nn"
 )
 
@@ -133,78 +131,48 @@ func (d *Draft) NewCache(capacity int) cache.Cache {
 	return d.heads.NewKV(d.cfg.Layers, capacity)
 }
 
-// Load reads a DFlash2 draft folder (config.json and safetensors) and binds it to target after
-// checking that it fits: DFlash's checks plus the selector's shapes. Every missing or misshaped
-// tensor is reported at once.
-func Load(dir string, target model.Target, opt Options) (*Draft, error) {
+// Load reads a DFlash2 draft folder (config.json and safetensors), or a draft GGUF converted
+// from one (dflash.GGUFArch), and binds it to target after checking that it fits: DFlash's
+// checks plus the selector's shapes. Every missing or misshaped tensor is reported at once.
+func Load(path string, target model.Target, opt Options) (*Draft, error) {
 	tc := target.Config()
-	hc, err := hf.LoadConfig(dir)
+	hc, err := dflash.LoadConfig(path)
 	if err != nil {
-		return nil, fmt.Errorf("load dflash2 %s: %w", dir, err)
+		return nil, fmt.Errorf("load dflash2 %s: %w", path, err)
 	}
 	cfg, err := fromHF(hc, tc.Layers)
 	if err != nil {
-		return nil, fmt.Errorf("load dflash2 %s: config: %w", dir, err)
+		return nil, fmt.Errorf("load dflash2 %s: config: %w", path, err)
 	}
 	if err := cfg.CheckTarget(tc); err != nil {
-		return nil, fmt.Errorf("load dflash2 %s: draft does not fit its target: %w", dir, err)
+		return nil, fmt.Errorf("load dflash2 %s: draft does not fit its target: %w", path, err)
 	}
 	if target.Head() == nil {
-		return nil, fmt.Errorf("load dflash2 %s: the target has no output head to borrow", dir)
+		return nil, fmt.Errorf("load dflash2 %s: the target has no output head to borrow", path)
 	}
-	st, err := safetensors.OpenModel(dir)
+	dtype := dflash.KeepDType
+	if opt.ForceF32 {
+		dtype = dflash.ForceF32
+	}
+	w, err := dflash.OpenWeights(path, dtype)
 	if err != nil {
-		return nil, fmt.Errorf("load dflash2 %s: %w", dir, err)
+		return nil, fmt.Errorf("load dflash2 %s: %w", path, err)
 	}
-	defer st.Close()
+	defer w.Close()
 
-	var errs []error
 	shapes := map[string][]int{}
 	for _, ts := range cfg.Tensors() {
 		shapes[ts.Name] = ts.Shape
 	}
-	vec := func(name string) []float32 {
-		v, err := st.F32(name, shapes[name]...)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("tensor %s (want shape %v): %w", name, shapes[name], err))
-			return nil
-		}
-		return append([]float32(nil), v...) // F32 may be a view of the mapping, closed below
-	}
-	useBF16 := func(name string) bool {
-		t, err := st.Tensor(name)
-		return err == nil && t.DType == safetensors.BF16 && !opt.ForceF32
-	}
+	vec := func(name string) []float32 { return w.Vector(name, shapes[name]...) }
 	mat := func(name string) *kernel.Matrix {
 		sh := shapes[name]
-		if useBF16(name) {
-			w, err := st.BF16(name, sh...)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("tensor %s (want shape %v): %w", name, sh, err))
-				return nil
-			}
-			return kernel.NewBF16(w, sh[0], sh[1])
-		}
-		w, err := st.F32(name, sh...)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("tensor %s (want shape %v): %w", name, sh, err))
-			return nil
-		}
-		return kernel.NewF32(w, sh[0], sh[1])
+		return w.Matrix(name, sh[0], sh[1])
 	}
 	tab := func(name string) table {
 		sh := shapes[name]
 		t := table{width: sh[1]}
-		if useBF16(name) {
-			w, err := st.BF16(name, sh...)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("tensor %s (want shape %v): %w", name, sh, err))
-				return t
-			}
-			t.bf16 = append([]uint16(nil), w...)
-			return t
-		}
-		t.f32 = vec(name)
+		t.f32, t.bf16 = w.Table(name, sh[0], sh[1])
 		return t
 	}
 	d := &Draft{cfg: cfg, target: target, head: target.Head(), eps: float32(cfg.RMSEps)}
@@ -232,8 +200,8 @@ func Load(dir string, target model.Target, opt Options) (*Draft, error) {
 	d.selProj = mat("candidate_selector.hidden_projection.weight")
 	d.selPred = tab("candidate_selector.predecessor_codebook")
 	d.selSucc = tab("candidate_selector.successor_codebook")
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("load dflash2 %s: %w", dir, errors.Join(errs...))
+	if err := w.Err(); err != nil {
+		return nil, fmt.Errorf("load dflash2 %s: %w", path, err)
 	}
 	d.init(hc.RopeInvFreq(cfg.HeadDim))
 	return d, nil

@@ -3,6 +3,10 @@ package transformer
 import (
 	"errors"
 	"fmt"
+	"log"
+	"maps"
+	"slices"
+	"strings"
 
 	"github.com/dflash/dflash/format/gguf"
 	"github.com/dflash/dflash/kernel"
@@ -94,10 +98,11 @@ func GGUFTensors(cfg model.Config) []gguf.TensorInfo {
 // ggufLoader reads tensors of an open GGUF, collecting every problem so one load reports all
 // missing, misshaped or unrunnable tensors at once.
 type ggufLoader struct {
-	f     *gguf.File
-	dtype Compute
-	errs  []error
-	seen  kernel.DType
+	f        *gguf.File
+	compute  Compute
+	errs     []error
+	elements map[kernel.DType]int64 // matrix elements per dtype they are kept in
+	expanded []string               // quantized tensors the kernels could not keep quantized
 }
 
 func (gl *ggufLoader) info(name string, shape ...uint64) (gguf.TensorInfo, bool) {
@@ -136,49 +141,88 @@ func (gl *ggufLoader) vector(name string, n int) []float32 {
 	return v
 }
 
-// matrix reads a weight of n rows of k (ggml shape [k, n]) in the compute dtype. F32 and BF16
-// stay as stored and F16 widens to F32 exactly, as for safetensors. A quantized tensor is
-// dequantized and rounded to bf16 at load: the interim path until the quantized kernels land,
-// which costs the bf16 bytes in memory and per decode step (WeightBytes reports those) and one
-// extra rounding of each dequantized weight.
+// matrix reads a weight of n rows of k (ggml shape [k, n]) in the compute dtype (GGUFMatrix),
+// counting its elements under the dtype it is kept in.
 func (gl *ggufLoader) matrix(name string, n, k int) *kernel.Matrix {
 	t, ok := gl.info(name, uint64(k), uint64(n))
 	if !ok {
 		return nil
 	}
-	wantBF16 := gl.dtype == ForceBF16 || (gl.dtype == KeepDType && t.Type != quant.F32 && t.Type != quant.F16)
-	if t.Type == quant.BF16 && wantBF16 {
-		b, err := gl.f.Data(name)
+	m, expanded, err := GGUFMatrix(gl.f, t, n, k, gl.compute)
+	if err != nil {
+		gl.errs = append(gl.errs, err)
+		return nil
+	}
+	if expanded != nil {
+		gl.expanded = append(gl.expanded, fmt.Sprintf("%s (%s)", name, t.Type))
+	}
+	gl.elements[m.DType] += int64(n) * int64(k)
+	return m
+}
+
+// dtype is the kernel dtype that holds most of the matrices' elements: what the model computes
+// in, for Config.DType (F32 when there are no matrices).
+func (gl *ggufLoader) dtype() kernel.DType {
+	best, most := kernel.F32, int64(0)
+	for _, dt := range slices.Sorted(maps.Keys(gl.elements)) {
+		if gl.elements[dt] > most {
+			best, most = dt, gl.elements[dt]
+		}
+	}
+	return best
+}
+
+// GGUFMatrix converts a GGUF tensor of n rows of k (its info t, shape-checked by the caller)
+// into a kernel matrix: the one GGUF tensor-to-matrix conversion, for targets and drafts alike.
+//
+// With KeepDType, quantized tensors (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) stay quantized in the
+// kernel's block panels (kernel.NewQuant): the file's bytes in memory and per decode step, and
+// every weight exactly the value the block defines. F32 and BF16 stay as stored and F16 widens to
+// F32 exactly, as for safetensors. A quantized type the kernels lack is dequantized and rounded
+// to bf16 instead, and expanded says why (the caller logs it); that costs the bf16 bytes and
+// one extra rounding of each weight. ForceF32 and ForceBF16 expand every tensor to that dtype.
+func GGUFMatrix(f *gguf.File, t gguf.TensorInfo, n, k int, dtype Compute) (m *kernel.Matrix, expanded error, err error) {
+	plain := t.Type == quant.F32 || t.Type == quant.F16 || t.Type == quant.BF16
+	if !plain && dtype == KeepDType {
+		b, err := f.Data(t.Name)
 		if err != nil {
-			gl.errs = append(gl.errs, err)
-			return nil
+			return nil, nil, err
+		}
+		m, qerr := kernel.NewQuant(t.Type, b, n, k)
+		if qerr == nil {
+			return m, nil, nil
+		}
+		expanded = qerr
+	}
+	wantBF16 := dtype == ForceBF16 || (dtype == KeepDType && t.Type != quant.F32 && t.Type != quant.F16)
+	if t.Type == quant.BF16 && wantBF16 {
+		b, err := f.Data(t.Name)
+		if err != nil {
+			return nil, nil, err
 		}
 		w := make([]uint16, n*k)
 		for i := range w {
 			w[i] = uint16(b[2*i]) | uint16(b[2*i+1])<<8
 		}
-		gl.seen = kernel.BF16
-		return kernel.NewBF16(w, n, k)
+		return kernel.NewBF16(w, n, k), nil, nil
 	}
-	v, err := gl.f.F32(name)
+	v, err := f.F32(t.Name)
 	if err != nil {
-		gl.errs = append(gl.errs, err)
-		return nil
+		return nil, nil, err
 	}
 	if !wantBF16 {
-		return kernel.NewF32(v, n, k)
+		return kernel.NewF32(v, n, k), nil, nil
 	}
 	w := make([]uint16, len(v))
 	for i, x := range v {
 		w[i] = quant.F32ToBF16(x)
 	}
-	gl.seen = kernel.BF16
-	return kernel.NewBF16(w, n, k)
+	return kernel.NewBF16(w, n, k), expanded, nil
 }
 
 // LoadGGUF loads a Qwen3 or Llama GGUF file: llama.cpp's tensor names (gguf.LayerTensorNames),
 // F32/F16/BF16 tensors converted as for a Hugging Face folder, quantized ones (Q8_0, Q4_0, Q4_K,
-// Q5_K, Q6_K) dequantized to bf16 (see ggufLoader.matrix), any other type refused by name.
+// Q5_K, Q6_K) kept quantized for the kernels (see GGUFMatrix), any other type refused by name.
 //
 // RoPE: qwen3 files are stored as Hugging Face stores them and rotate halves. llama files have
 // attn_q/attn_k rows permuted for interleaved pairs (llama.cpp's converter does it; llama2.c
@@ -195,7 +239,7 @@ func LoadGGUF(path string, opt Options) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", path, err)
 	}
-	gl := &ggufLoader{f: f, dtype: opt.DType, seen: kernel.F32}
+	gl := &ggufLoader{f: f, compute: opt.DType, elements: map[kernel.DType]int64{}}
 	h, q, kvw := cfg.Hidden, cfg.Heads*cfg.HeadDim, cfg.KVHeads*cfg.HeadDim
 	emb := gl.matrix("token_embd.weight", cfg.Vocab, h)
 	layers := make([]Layer, cfg.Layers)
@@ -236,7 +280,10 @@ func LoadGGUF(path string, opt Options) (*Model, error) {
 	if len(gl.errs) > 0 {
 		return nil, fmt.Errorf("load %s: %w", path, errors.Join(gl.errs...))
 	}
-	cfg.DType = gl.seen
+	if len(gl.expanded) > 0 {
+		log.Printf("load %s: %d quantized tensors have no quantized kernel and were expanded to bf16: %s", path, len(gl.expanded), strings.Join(gl.expanded, ", "))
+	}
+	cfg.DType = gl.dtype()
 	m, err := newModel(cfg, sp, emb, head, layers, norm)
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", path, err)

@@ -114,17 +114,47 @@ func TestLoadGGUFStoriesMatchesCheckpoint(t *testing.T) {
 	})
 }
 
-// Quantized tensors are dequantized to bf16 at load (the interim path): the model is bf16 and
-// its logits stay close to the f32 model's.
-func TestLoadGGUFQuantizedIsBF16(t *testing.T) {
+// Quantized tensors stay quantized at load, in the kernel's block panels: each matrix holds
+// exactly the file's bytes (stories260K's shapes fill whole panels), its rows are the blocks'
+// values bitwise, the model computes in the type, and its logits stay close to the f32 model's.
+// --dtype bf16 (ForceBF16) still expands them, rounding each dequantized weight to bf16.
+func TestLoadGGUFQuantizedStaysQuantized(t *testing.T) {
 	want := loadStories(t)
-	for typ, bound := range map[quant.Type]float64{quant.Q8_0: 0.02, quant.Q4_0: 0.3} {
-		m, err := LoadGGUF(writeStoriesGGUF(t, typ, map[string]quant.Type{"blk.0.ffn_down.weight": quant.F16}), Options{})
+	for _, c := range []struct {
+		typ   quant.Type
+		dt    kernel.DType
+		bound float64
+	}{{quant.Q8_0, kernel.Q8_0, 0.02}, {quant.Q4_0, kernel.Q4_0, 0.3}} {
+		path := writeStoriesGGUF(t, c.typ, map[string]quant.Type{"blk.0.ffn_down.weight": quant.F16})
+		m, err := LoadGGUF(path, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if m.Config().DType != kernel.BF16 || m.Layers()[0].Q.DType != kernel.BF16 || m.Layers()[0].Down.DType != kernel.F32 {
-			t.Fatalf("%s: dtype %v, q %v, f16 down %v; want bf16 with the f16 tensor widened to f32", typ, m.Config().DType, m.Layers()[0].Q.DType, m.Layers()[0].Down.DType)
+		q := m.Layers()[0].Q
+		if m.Config().DType != c.dt || q.DType != c.dt || m.Layers()[0].Down.DType != kernel.F32 {
+			t.Fatalf("%s: dtype %v, q %v, f16 down %v; want %v with the f16 tensor widened to f32", c.typ, m.Config().DType, q.DType, m.Layers()[0].Down.DType, c.dt)
+		}
+		f, err := gguf.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, _ := f.Tensor("blk.0.attn_q.weight")
+		values, err := f.F32("blk.0.attn_q.weight")
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q.Bytes() != int64(info.Size) {
+			t.Errorf("%s: attn_q holds %d bytes, the file's blocks are %d", c.typ, q.Bytes(), info.Size)
+		}
+		row := make([]float32, q.K)
+		for j := 0; j < q.N; j++ {
+			q.Row(row, j)
+			for i, v := range row {
+				if math.Float32bits(v) != math.Float32bits(values[j*q.K+i]) {
+					t.Fatalf("%s: attn_q row %d element %d is %g, the block says %g", c.typ, j, i, v, values[j*q.K+i])
+				}
+			}
 		}
 		rg, err := m.Forward(m.NewCache(8), model.Request{Tokens: []int{1}, Logits: model.LogitsLast})
 		if err != nil {
@@ -139,10 +169,43 @@ func TestLoadGGUFQuantizedIsBF16(t *testing.T) {
 			diff += math.Abs(float64(rg.Logits[i] - rw.Logits[i]))
 			norm += math.Abs(float64(rw.Logits[i]))
 		}
-		if diff/norm > bound {
-			t.Errorf("%s: relative L1 logit error %.3f", typ, diff/norm)
+		if diff/norm > c.bound {
+			t.Errorf("%s: relative L1 logit error %.3f", c.typ, diff/norm)
 		}
-		t.Logf("%s: relative L1 logit error %.4f", typ, diff/norm)
+		t.Logf("%s: relative L1 logit error %.4f", c.typ, diff/norm)
+
+		b, err := LoadGGUF(path, Options{DType: ForceBF16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.Config().DType != kernel.BF16 || b.Layers()[0].Q.DType != kernel.BF16 || b.WeightBytes() <= m.WeightBytes() {
+			t.Errorf("%s forced to bf16: dtype %v, q %v, %d weight bytes against %d quantized", c.typ, b.Config().DType, b.Layers()[0].Q.DType, b.WeightBytes(), m.WeightBytes())
+		}
+	}
+}
+
+// A decode step of a quantized GGUF (Q8_0 matrices and a Q8_0 tied embedding, read a row at a
+// time by Embed) allocates nothing, as a bf16 model's does (TestDecodeDoesNotAllocate).
+func TestQuantizedDecodeDoesNotAllocate(t *testing.T) {
+	m, err := LoadGGUF(writeStoriesGGUF(t, quant.Q8_0, nil), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Config().DType != kernel.Q8_0 || !m.Head().DType.Quantized() {
+		t.Fatalf("computes in %v with a %v head, want Q8_0", m.Config().DType, m.Head().DType)
+	}
+	c := m.NewCache(128)
+	req := model.Request{Tokens: []int{5}, Logits: model.LogitsLast}
+	if _, err := m.Forward(c, req); err != nil {
+		t.Fatal(err)
+	}
+	allocs := testing.AllocsPerRun(50, func() {
+		if _, err := m.Forward(c, req); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("a quantized decode step allocates %v times", allocs)
 	}
 }
 
