@@ -224,46 +224,6 @@ func TestPullOptionsFromEnv(t *testing.T) {
 	}
 }
 
-// BenchmarkPull measures throughput against the loopback hub: 4 files of 16 MB, one or four
-// at a time. BenchmarkResume pulls files half of which are already on disk.
-func BenchmarkPull(b *testing.B) {
-	for _, par := range []int{1, 4} {
-		b.Run(fmt.Sprintf("parallel=%d", par), func(b *testing.B) { benchPull(b, par, false) })
-	}
-	b.Run("resume-half", func(b *testing.B) { benchPull(b, 4, true) })
-}
-
-func benchPull(b *testing.B, par int, half bool) {
-	files := map[string][]byte{"config.json": []byte("{}")}
-	for i := range 4 {
-		w := make([]byte, 16<<20)
-		for j := range w {
-			w[j] = byte(j*31 + i)
-		}
-		files[fmt.Sprintf("model-%d.safetensors", i)] = w
-	}
-	h := hubtest.New(b, "z-lab/Tiny-DFlash", files)
-	b.SetBytes(4 << 24)
-	for b.Loop() {
-		b.StopTimer()
-		o := pullOpts(h, b.TempDir())
-		o.Parallel = par
-		if half {
-			rd := RepoDir(o.Cache, h.Repo)
-			os.MkdirAll(filepath.Join(rd, "blobs"), 0o755)
-			for n, w := range files {
-				if h.LFS[n] {
-					os.WriteFile(filepath.Join(rd, "blobs", hubtest.SHA256(w)+".incomplete"), w[:len(w)/2], 0o644)
-				}
-			}
-		}
-		b.StartTimer()
-		if _, err := Pull(context.Background(), o); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
 // Two pulls of one repository into one cache at once take turns on each blob: the first is held
 // mid-transfer until the second has had time to reach the same file; the second then waits for
 // the lock, finds the blob whole and fetches nothing, and both end byte-identical. Without the
