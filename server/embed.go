@@ -62,14 +62,9 @@ func (s *Server) embed(r *http.Request, j *embedJob) (*embedOutcome, error) {
 	start := time.Now()
 	ri := info(r)
 	ri.model = j.Model
-	mi, ok := lookup(s.b, j.Model)
-	if !ok {
-		return nil, &RequestError{Status: http.StatusNotFound, Param: "model", Code: "model_not_found",
-			Msg: fmt.Sprintf("model %q not found", j.Model)}
-	}
-	if mi.Error != "" {
-		return nil, &RequestError{Status: http.StatusInternalServerError, Param: "model", Code: "model_unavailable",
-			Msg: fmt.Sprintf("model %q is unavailable: %s", mi.Name, unavailableMsg(mi))}
+	mi, rerr := servable(s.b, j.Model)
+	if rerr != nil {
+		return nil, rerr
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()

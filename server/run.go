@@ -46,16 +46,9 @@ func (s *Server) execute(r *http.Request, j *job, emit func(p reply.Part, lps []
 	for _, n := range j.Notes {
 		s.log.Info("request note", "path", r.URL.Path, "model", j.Model, "note", n)
 	}
-	mi, ok := lookup(s.b, j.Model)
-	if !ok {
-		return nil, &RequestError{Status: http.StatusNotFound, Param: "model", Code: "model_not_found",
-			Msg: fmt.Sprintf("model %q not found", j.Model)}
-	}
-	if mi.Error != "" {
-		// Refused before the scheduler and the manager: loading it could only fail, and would
-		// first unload an idle model to make room.
-		return nil, &RequestError{Status: http.StatusInternalServerError, Param: "model", Code: "model_unavailable",
-			Msg: fmt.Sprintf("model %q is unavailable: %s", mi.Name, unavailableMsg(mi))}
+	mi, rerr := servable(s.b, j.Model)
+	if rerr != nil {
+		return nil, rerr
 	}
 	if err := j.withModelDefaults(mi.Name, mi.Options); err != nil {
 		return nil, err
@@ -367,4 +360,20 @@ func historyTokens(m Model, msgs []ChatMessage, opts ChatOptions, text string, i
 		return 0
 	}
 	return len(hid)
+}
+
+// servable is the listing of the model a request names, or why it cannot be served: not found
+// (404), or broken at startup (500). It refuses before the scheduler and the manager: loading a
+// broken model could only fail, and would first unload an idle model to make room.
+func servable(b Backend, name string) (ModelInfo, *RequestError) {
+	mi, ok := lookup(b, name)
+	if !ok {
+		return mi, &RequestError{Status: http.StatusNotFound, Param: "model", Code: "model_not_found",
+			Msg: fmt.Sprintf("model %q not found", name)}
+	}
+	if mi.Error != "" {
+		return mi, &RequestError{Status: http.StatusInternalServerError, Param: "model", Code: "model_unavailable",
+			Msg: fmt.Sprintf("model %q is unavailable: %s", mi.Name, unavailableMsg(mi))}
+	}
+	return mi, nil
 }
