@@ -204,9 +204,23 @@ func TestBatchedStories260K(t *testing.T) {
 // TestBatchedJoinMidStream: generations that join while others decode (their prompts prefilled
 // in chunks between the others' steps) and leave while others go on change no one's output.
 // Four start together; the first, at its third token, starts four more and waits in its emit
-// until they have joined, so the next step holds all eight: four decoding, four prefilling.
+// until they have joined, so the next step holds all eight: four decoding, four prefilling. On
+// the dense and the hybrid target (batchTargets).
 func TestBatchedJoinMidStream(t *testing.T) {
-	target := tinyBatchQwen3(t)
+	for _, target := range batchTargets(t) {
+		testJoinMidStream(t, target)
+	}
+}
+
+// batchTargets are the targets the Batcher's tests run on: the dense Qwen3 shape and the
+// Qwen3.5 hybrid, whose batched forward also carries each sequence's recurrent state and row
+// snapshots.
+func batchTargets(t *testing.T) []model.Target {
+	return []model.Target{tinyBatchQwen3(t), testmodel.TinyQwen35(t)}
+}
+
+func testJoinMidStream(t *testing.T, target model.Target) {
+	t.Helper()
 	d, err := dflash.Random(target, dflash.ConfigFor(target.Config(), 2, 8), 7, kernel.F32)
 	if err != nil {
 		t.Fatal(err)
@@ -263,24 +277,13 @@ func TestBatchedJoinMidStream(t *testing.T) {
 		wg.Wait()
 		for i := range reqs {
 			if errs[i] != nil || !slices.Equal(outs[i], want[i]) {
-				t.Errorf("draft %v, generation %d: err %v\n got %v\nwant %v", s.draft != nil, i, errs[i], outs[i], want[i])
+				t.Errorf("%T, draft %v, generation %d: err %v\n got %v\nwant %v", target, s.draft != nil, i, errs[i], outs[i], want[i])
 			}
 		}
 		if widest != len(reqs) {
-			t.Errorf("draft %v: the widest step ran %d sequences, want %d", s.draft != nil, widest, len(reqs))
+			t.Errorf("%T, draft %v: the widest step ran %d sequences, want %d", target, s.draft != nil, widest, len(reqs))
 		}
 	}
-}
-
-// TestBatchedHybridFallsBack: a target without ForwardBatch (Qwen3.5's hybrid) runs a step one
-// sequence at a time, and its outputs equal the alone ones all the same.
-func TestBatchedHybridFallsBack(t *testing.T) {
-	target := testmodel.TinyQwen35(t)
-	if _, ok := any(target).(model.BatchTarget); ok {
-		t.Fatal("the hybrid target batches now: this test no longer checks the fallback")
-	}
-	reqs := batchReqs(target.Config().Vocab, sample.Options{}, false)[:4]
-	checkBatchedEqualsAlone(t, batchSetup{target: target}, reqs)
 }
 
 func checkBatchedEqualsAlone(t *testing.T, s batchSetup, reqs []batchReq) {
@@ -306,13 +309,20 @@ func checkBatchedEqualsAlone(t *testing.T, s batchSetup, reqs []batchReq) {
 }
 
 // TestBatchedCancelLeavesOthers: cancelling one batched generation mid-stream ends it with the
-// context's error and a prefix of its alone output, and changes nothing in the others' outputs.
+// context's error and a prefix of its alone output, and changes nothing in the others' outputs,
+// on the dense and the hybrid target.
 func TestBatchedCancelLeavesOthers(t *testing.T) {
-	target := tinyBatchQwen3(t)
-	d, err := dflash.Random(target, dflash.ConfigFor(target.Config(), 2, 8), 6, kernel.F32)
-	if err != nil {
-		t.Fatal(err)
+	for _, target := range batchTargets(t) {
+		d, err := dflash.Random(target, dflash.ConfigFor(target.Config(), 2, 8), 6, kernel.F32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testCancelLeavesOthers(t, target, d)
 	}
+}
+
+func testCancelLeavesOthers(t *testing.T, target model.Target, d *dflash.Draft) {
+	t.Helper()
 	for _, s := range []batchSetup{{target: target}, {target: target, draft: runner.NewBlockDrafter(d)}} {
 		reqs := batchReqs(target.Config().Vocab, sample.Options{}, false)[:5]
 		for i := range reqs {
@@ -327,13 +337,13 @@ func TestBatchedCancelLeavesOthers(t *testing.T) {
 		for i := range reqs {
 			if cancelAt[i] == 0 {
 				if errs[i] != nil || !slices.Equal(got[i], want[i]) {
-					t.Errorf("draft %v: generation %d (not cancelled): err %v\n got %v\nwant %v", s.draft != nil, i, errs[i], got[i], want[i])
+					t.Errorf("%T, draft %v: generation %d (not cancelled): err %v\n got %v\nwant %v", target, s.draft != nil, i, errs[i], got[i], want[i])
 				}
 				continue
 			}
 			// Cancellation is seen at the next round, which may emit a few more accepted tokens.
 			if !errors.Is(errs[i], context.Canceled) || len(got[i]) < cancelAt[i] || !slices.Equal(got[i], want[i][:len(got[i])]) {
-				t.Errorf("draft %v: cancelled generation %d: err %v, got %v, want a prefix of %v of at least %d", s.draft != nil, i, errs[i], got[i], want[i], cancelAt[i])
+				t.Errorf("%T, draft %v: cancelled generation %d: err %v, got %v, want a prefix of %v of at least %d", target, s.draft != nil, i, errs[i], got[i], want[i], cancelAt[i])
 			}
 		}
 	}
