@@ -85,14 +85,15 @@ func TestServerBatchesConcurrentStreams(t *testing.T) {
 	serveBatched(t, bin, map[string]string{"plain": "", "draft": randomDraft(t, bin)}, prompts, 40)
 }
 
-// TestServerBatchesHybridStreams: the same on a tiny random Qwen3.5 folder (bf16, with the real Qwen3
-// tokenizer), whose steps run as one batched forward over the hybrid sequences: plain, and with
-// random DFlash and DFlash2 drafts (verify rows of every stream in each step, each restored to
-// its own row snapshot).
+// TestServerBatchesHybridStreams: the same on a tiny random Qwen3.5 folder (bf16, with the real
+// Qwen3 tokenizer), whose steps run as one batched forward over the hybrid sequences: plain, and
+// with a random DFlash draft (verify rows of every stream in each step, each restored to its own
+// row snapshot). DFlash2 on batched hybrids is runner's TestBatchedHybridEqualsAlone: a random
+// DFlash2 of the 248320-token vocabulary takes seconds to draw.
 func TestServerBatchesHybridStreams(t *testing.T) {
 	dir := testmodel.Qwen35(t, testmodel.Qwen35Folder{Conditional: true, Tokenizer: true})
 	prompts := []string{"Once upon a time", "The weather today", "def main():", "Hello, world", "1, 2, 3,"}
-	serveBatched(t, dir, map[string]string{"plain": "", "dflash": randomDraft(t, dir), "dflash2": randomDraft2(t, dir)}, prompts, 24)
+	serveBatched(t, dir, map[string]string{"plain": "", "dflash": randomDraft(t, dir)}, prompts, 24)
 }
 
 // serveBatched serves the model at bin (with each of drafts in turn, "" for none) and checks
