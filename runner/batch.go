@@ -44,10 +44,11 @@ const emitGrace = 5 * time.Millisecond
 // generation joins at the next step and leaves when it ends (a cancelled one at the step after
 // its cancellation), freeing its place at once.
 //
-// A target that implements model.BatchTarget runs each step as one forward (ForwardBatch), whose
-// rows' bits do not depend on their batch mates, so a generation's output is the same alone and
-// batched. Any other target (model/qwen35's hybrid) runs a step's sequences one forward each:
-// they still take turns step by step, without the shared weight reads.
+// A target that implements model.BatchTarget (the dense transformer, and model/qwen35's hybrid,
+// whose batched forward carries each sequence's recurrent state and row snapshots) runs each
+// step as one forward (ForwardBatch), whose rows' bits do not depend on their batch mates, so a
+// generation's output is the same alone and batched. Any other target runs a step's sequences
+// one forward each: they still take turns step by step, without the shared weight reads.
 //
 // Draft forwards (a drafting session's Propose, Committed, Settle) and target forwards are
 // serialised by the Batcher: both models keep one workspace each, and the draft's one is shared

@@ -17,6 +17,7 @@ import (
 	"github.com/dflash/dflash/kernel/kerneltest"
 	"github.com/dflash/dflash/model"
 	"github.com/dflash/dflash/model/dflash"
+	"github.com/dflash/dflash/model/qwen35"
 	"github.com/dflash/dflash/model/transformer"
 	"github.com/dflash/dflash/runner"
 	"github.com/dflash/dflash/sample"
@@ -204,9 +205,23 @@ func TestBatchedStories260K(t *testing.T) {
 // TestBatchedJoinMidStream: generations that join while others decode (their prompts prefilled
 // in chunks between the others' steps) and leave while others go on change no one's output.
 // Four start together; the first, at its third token, starts four more and waits in its emit
-// until they have joined, so the next step holds all eight: four decoding, four prefilling.
+// until they have joined, so the next step holds all eight: four decoding, four prefilling. On
+// the dense and the hybrid target (batchTargets).
 func TestBatchedJoinMidStream(t *testing.T) {
-	target := tinyBatchQwen3(t)
+	for _, target := range batchTargets(t) {
+		testJoinMidStream(t, target)
+	}
+}
+
+// batchTargets are the targets the Batcher's tests run on: the dense Qwen3 shape and the
+// Qwen3.5 hybrid, whose batched forward also carries each sequence's recurrent state and row
+// snapshots.
+func batchTargets(t *testing.T) []model.Target {
+	return []model.Target{tinyBatchQwen3(t), testmodel.TinyQwen35(t)}
+}
+
+func testJoinMidStream(t *testing.T, target model.Target) {
+	t.Helper()
 	d, err := dflash.Random(target, dflash.ConfigFor(target.Config(), 2, 8), 7, kernel.F32)
 	if err != nil {
 		t.Fatal(err)
@@ -263,24 +278,13 @@ func TestBatchedJoinMidStream(t *testing.T) {
 		wg.Wait()
 		for i := range reqs {
 			if errs[i] != nil || !slices.Equal(outs[i], want[i]) {
-				t.Errorf("draft %v, generation %d: err %v\n got %v\nwant %v", s.draft != nil, i, errs[i], outs[i], want[i])
+				t.Errorf("%T, draft %v, generation %d: err %v\n got %v\nwant %v", target, s.draft != nil, i, errs[i], outs[i], want[i])
 			}
 		}
 		if widest != len(reqs) {
-			t.Errorf("draft %v: the widest step ran %d sequences, want %d", s.draft != nil, widest, len(reqs))
+			t.Errorf("%T, draft %v: the widest step ran %d sequences, want %d", target, s.draft != nil, widest, len(reqs))
 		}
 	}
-}
-
-// TestBatchedHybridFallsBack: a target without ForwardBatch (Qwen3.5's hybrid) runs a step one
-// sequence at a time, and its outputs equal the alone ones all the same.
-func TestBatchedHybridFallsBack(t *testing.T) {
-	target := testmodel.TinyQwen35(t)
-	if _, ok := any(target).(model.BatchTarget); ok {
-		t.Fatal("the hybrid target batches now: this test no longer checks the fallback")
-	}
-	reqs := batchReqs(target.Config().Vocab, sample.Options{}, false)[:4]
-	checkBatchedEqualsAlone(t, batchSetup{target: target}, reqs)
 }
 
 func checkBatchedEqualsAlone(t *testing.T, s batchSetup, reqs []batchReq) {
@@ -306,13 +310,20 @@ func checkBatchedEqualsAlone(t *testing.T, s batchSetup, reqs []batchReq) {
 }
 
 // TestBatchedCancelLeavesOthers: cancelling one batched generation mid-stream ends it with the
-// context's error and a prefix of its alone output, and changes nothing in the others' outputs.
+// context's error and a prefix of its alone output, and changes nothing in the others' outputs,
+// on the dense and the hybrid target.
 func TestBatchedCancelLeavesOthers(t *testing.T) {
-	target := tinyBatchQwen3(t)
-	d, err := dflash.Random(target, dflash.ConfigFor(target.Config(), 2, 8), 6, kernel.F32)
-	if err != nil {
-		t.Fatal(err)
+	for _, target := range batchTargets(t) {
+		d, err := dflash.Random(target, dflash.ConfigFor(target.Config(), 2, 8), 6, kernel.F32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testCancelLeavesOthers(t, target, d)
 	}
+}
+
+func testCancelLeavesOthers(t *testing.T, target model.Target, d *dflash.Draft) {
+	t.Helper()
 	for _, s := range []batchSetup{{target: target}, {target: target, draft: runner.NewBlockDrafter(d)}} {
 		reqs := batchReqs(target.Config().Vocab, sample.Options{}, false)[:5]
 		for i := range reqs {
@@ -327,13 +338,13 @@ func TestBatchedCancelLeavesOthers(t *testing.T) {
 		for i := range reqs {
 			if cancelAt[i] == 0 {
 				if errs[i] != nil || !slices.Equal(got[i], want[i]) {
-					t.Errorf("draft %v: generation %d (not cancelled): err %v\n got %v\nwant %v", s.draft != nil, i, errs[i], got[i], want[i])
+					t.Errorf("%T, draft %v: generation %d (not cancelled): err %v\n got %v\nwant %v", target, s.draft != nil, i, errs[i], got[i], want[i])
 				}
 				continue
 			}
 			// Cancellation is seen at the next round, which may emit a few more accepted tokens.
 			if !errors.Is(errs[i], context.Canceled) || len(got[i]) < cancelAt[i] || !slices.Equal(got[i], want[i][:len(got[i])]) {
-				t.Errorf("draft %v: cancelled generation %d: err %v, got %v, want a prefix of %v of at least %d", s.draft != nil, i, errs[i], got[i], want[i], cancelAt[i])
+				t.Errorf("%T, draft %v: cancelled generation %d: err %v, got %v, want a prefix of %v of at least %d", target, s.draft != nil, i, errs[i], got[i], want[i], cancelAt[i])
 			}
 		}
 	}
@@ -376,22 +387,29 @@ func TestBatcherRefusesSharedSequence(t *testing.T) {
 // one Batcher (greedy, plain, 64 tokens each after a short prompt), against one stream alone:
 // on a CPU a decode step reads every weight once whatever its rows, so streams share the reads.
 // stories260K is small enough to be bound by per-row work instead; the synthetic Qwen3-0.6B
-// shape (random bf16 weights, built in memory) is bandwidth-bound like real models.
+// shape (random bf16 weights, built in memory) is bandwidth-bound like real models. The
+// synthetic Qwen3.5-0.8B hybrid (32 tokens a stream) runs each width twice, alternated: batched
+// (one ForwardBatch a step) and in turns (the same Batcher over a target that hides
+// ForwardBatch, one forward per sequence a step, as hybrids ran before they batched).
 //
 //	go test ./runner -run '^$' -bench BatchedDecode -benchtime 3x
+//	go test ./runner -run '^$' -bench 'BatchedDecode/qwen3.5' -benchtime 1x   # builds 1.7 GB
 func BenchmarkBatchedDecode(b *testing.B) {
 	targets := []struct {
-		name string
-		load func(b *testing.B) model.Target
+		name    string
+		tokens  int
+		streams []int
+		turns   bool // also run each width in turns, unbatched
+		load    func(b *testing.B) model.Target
 	}{
-		{"stories260K", func(b *testing.B) model.Target {
+		{"stories260K", 64, []int{1, 2, 4, 8}, false, func(b *testing.B) model.Target {
 			m, err := transformer.LoadLlama2C(shareddata.Path(b, "stories260K/stories260K.bin"))
 			if err != nil {
 				b.Fatal(err)
 			}
 			return m
 		}},
-		{"qwen3-0.6b", func(b *testing.B) model.Target {
+		{"qwen3-0.6b", 64, []int{1, 2, 4, 8}, false, func(b *testing.B) model.Target {
 			if testing.Short() {
 				b.Skip("builds a 1.2 GB model")
 			}
@@ -405,46 +423,78 @@ func BenchmarkBatchedDecode(b *testing.B) {
 			}
 			return m
 		}},
+		{"qwen3.5-0.8b", 32, []int{1, 2, 4}, true, func(b *testing.B) model.Target {
+			if testing.Short() {
+				b.Skip("builds a 1.7 GB model")
+			}
+			cfg, err := qwen35.SyntheticConfig("qwen3.5-0.8b")
+			if err != nil {
+				b.Fatal(err)
+			}
+			m, err := qwen35.Synthetic(cfg, 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return m
+		}},
 	}
 	for _, tg := range targets {
 		var target model.Target
-		for _, streams := range []int{1, 2, 4, 8} {
-			b.Run(fmt.Sprintf("%s/streams=%d", tg.name, streams), func(b *testing.B) {
-				if target == nil {
-					target = tg.load(b)
-				}
-				const tokens = 64
-				bt := runner.NewBatcher(target)
-				seqs := make([]*runner.Sequence, streams)
-				for i := range seqs {
-					seqs[i] = runner.NewSequence(target, 256)
-				}
-				var steps, width atomic.Int64
-				bt.OnStep = func(w int) { steps.Add(1); width.Add(int64(w)) }
-				total := 0
-				for b.Loop() {
-					// Every stream joins before the first step, as if they had all been running.
-					bt.Pause()
-					var wg sync.WaitGroup
-					for i := range seqs {
-						wg.Go(func() {
-							// A prompt that differs per stream, so no rows are reused.
-							req := runner.Request{Prompt: []int{1, 10 + i, 20 + i}, MaxTokens: tokens}
-							if _, err := bt.Generate(context.Background(), seqs[i], req, nil); err != nil {
-								b.Error(err)
-							}
-						})
+		for _, streams := range tg.streams {
+			modes := []string{""}
+			if tg.turns {
+				modes = []string{"/batched", "/turns"}
+			}
+			for _, mode := range modes {
+				b.Run(fmt.Sprintf("%s/streams=%d%s", tg.name, streams, mode), func(b *testing.B) {
+					if target == nil {
+						target = tg.load(b)
 					}
-					for bt.Width() < streams {
-						runtime.Gosched()
+					t := target
+					if mode == "/turns" {
+						t = unbatched{target}
 					}
-					bt.Resume()
-					wg.Wait()
-					total += streams * tokens
-				}
-				b.ReportMetric(float64(total)/b.Elapsed().Seconds(), "tok/s")
-				b.ReportMetric(float64(width.Load())/float64(max(steps.Load(), 1)), "width")
-			})
+					benchStreams(b, t, streams, tg.tokens)
+				})
+			}
 		}
 	}
+}
+
+// unbatched is a target without ForwardBatch: a Batcher runs its steps one forward per sequence.
+type unbatched struct{ model.Target }
+
+// benchStreams decodes tokens tokens on each of streams sequences together on one Batcher, all
+// joined before the first step, and reports the aggregate rate and the mean step width.
+func benchStreams(b *testing.B, target model.Target, streams, tokens int) {
+	bt := runner.NewBatcher(target)
+	seqs := make([]*runner.Sequence, streams)
+	for i := range seqs {
+		seqs[i] = runner.NewSequence(target, 256)
+	}
+	var steps, width atomic.Int64
+	bt.OnStep = func(w int) { steps.Add(1); width.Add(int64(w)) }
+	total := 0
+	for b.Loop() {
+		// Every stream joins before the first step, as if they had all been running.
+		bt.Pause()
+		var wg sync.WaitGroup
+		for i := range seqs {
+			wg.Go(func() {
+				// A prompt that differs per stream, so no rows are reused.
+				req := runner.Request{Prompt: []int{1, 10 + i, 20 + i}, MaxTokens: tokens}
+				if _, err := bt.Generate(context.Background(), seqs[i], req, nil); err != nil {
+					b.Error(err)
+				}
+			})
+		}
+		for bt.Width() < streams {
+			runtime.Gosched()
+		}
+		bt.Resume()
+		wg.Wait()
+		total += streams * tokens
+	}
+	b.ReportMetric(float64(total)/b.Elapsed().Seconds(), "tok/s")
+	b.ReportMetric(float64(width.Load())/float64(max(steps.Load(), 1)), "width")
 }

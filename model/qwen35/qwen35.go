@@ -12,11 +12,16 @@
 // and verification agree bitwise, as on every target. Prefill runs the same row-by-row
 // recurrence: the chunked form (QWEN35.md section 4) is not implemented, since per row the
 // recurrence is about Hv*dk*dv*5 flops a layer against the millions of the weight products.
+//
+// It is a model.BatchTarget: a batched forward runs the weight products once over the stacked
+// rows of several sequences and the conv, the recurrence and attention per sequence on its own
+// cache, so a sequence's bits are those it gets alone.
 package qwen35
 
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/dflash/dflash/cache"
 	"github.com/dflash/dflash/kernel"
@@ -70,6 +75,11 @@ type Model struct {
 	partScores nn.PartScratch
 	fwd        forward
 	phases     *nn.Phases
+	// items, one and single are a forward's per-sequence views, reused so that a forward
+	// allocates nothing once they have grown to the widest batch.
+	items  []item
+	one    [1]model.BatchItem
+	single [1]model.Result
 }
 
 // workspace is every buffer a forward writes beyond nn.Workspace's, ChunkRows rows each.
@@ -120,6 +130,8 @@ func newModel(cfg Config, emb, head *kernel.Matrix, layers []Layer, norm []float
 		m.ws.scr[i] = make([]float32, 3*cfg.ValueDim)
 		m.ws.unit[i] = make([]float32, c)
 	}
+	m.ws.StageKV(cfg.KVHeads * cfg.HeadDim)
+	m.fwd.tokens = make([]int, 0, r)
 	m.ws.ones = make([]float32, c)
 	for i := range m.ws.ones {
 		m.ws.ones[i] = 1
@@ -191,87 +203,202 @@ func (m *Model) WeightBytes() int64 {
 // Forward runs r.Tokens at positions c.Offset()... and commits them to c, which must be a
 // *cache.Hybrid from NewCache. It checks everything before touching the cache, so on error the
 // cache is unchanged. When c.Records(len(r.Tokens)), the state after each row but the last is
-// recorded for RestoreRow.
+// recorded for RestoreRow. It is ForwardBatch of one item.
 func (m *Model) Forward(c cache.Cache, r model.Request) (model.Result, error) {
-	h, ok := c.(*cache.Hybrid)
-	if !ok {
-		return model.Result{}, fmt.Errorf("qwen35: forward needs the *cache.Hybrid NewCache makes, got %T", c)
-	}
-	kv, ok := nn.AsKV(h.KV)
-	if !ok {
-		return model.Result{}, fmt.Errorf("qwen35: hybrid cache holds a %T, not a key/value cache from NewCache", h.KV)
-	}
-	cfg := &m.cfg
-	n := len(r.Tokens)
-	pos := kv.Offset()
-	if kv.Layers != m.nFull || kv.Width != cfg.KVHeads*cfg.HeadDim || len(h.Layers) != cfg.Layers-m.nFull {
-		return model.Result{}, fmt.Errorf("qwen35: cache of %d attention layers x width %d and %d recurrent layers does not fit a model of %d x %d and %d", kv.Layers, kv.Width, len(h.Layers), m.nFull, cfg.KVHeads*cfg.HeadDim, cfg.Layers-m.nFull)
-	}
-	for i := range h.Layers {
-		if len(h.Conv[i]) != (cfg.ConvKernel-1)*cfg.ConvChannels() || len(h.State[i]) != cfg.ValueHeads*cfg.KeyDim*cfg.ValueDim {
-			return model.Result{}, fmt.Errorf("qwen35: recurrent layer %d of the cache has another shape than the model's", i)
-		}
-	}
-	if !kv.Room(n) {
-		return model.Result{}, fmt.Errorf("qwen35: %d rows at offset %d exceed cache capacity %d", n, pos, kv.Capacity)
-	}
-	res, err := m.ws.Prepare(r, cfg.Vocab, cfg.Hidden)
+	m.one[0] = model.BatchItem{Cache: c, Request: r}
+	res, err := m.forwardBatch(m.one[:], false)
+	m.one[0] = model.BatchItem{}
 	if err != nil {
-		return model.Result{}, fmt.Errorf("qwen35: %w", err)
+		return model.Result{}, err
 	}
-	m.grow(pos + n)
-	record := h.Records(n)
-	for start := 0; start < n; start += nn.ChunkRows {
-		rows := min(nn.ChunkRows, n-start)
-		lo, hi := 0, 0
-		switch {
-		case r.Logits == model.LogitsAll:
-			lo, hi = 0, rows
-		case r.Logits == model.LogitsLast && start+rows == n:
-			lo, hi = rows-1, rows
+	return res[0], nil
+}
+
+// ForwardBatch implements model.BatchTarget: the rows of every item, stacked in item order, run
+// through the layers in chunks of nn.ChunkRows rows. Each chunk's weight products (the
+// projections, the output projections, the MLP and the head) run once over all its rows; the
+// full-attention layers attend per sequence over its own key/value cache, and the Gated DeltaNet
+// conv and recurrence run per sequence, row by row, on its own window and state, recording its
+// own snapshots when its cache Records its rows. A product's row never depends on the other
+// rows, and the per-sequence parts are the code a forward alone runs, so every item gets the
+// bits, results and cache state alike, of Forward(item.Cache, item.Request) alone
+// (TestForwardBatchBitwise).
+func (m *Model) ForwardBatch(items []model.BatchItem) ([]model.Result, error) {
+	return m.forwardBatch(items, true)
+}
+
+// item is one sequence of a forward: its cache, the offset its rows start at, and whether they
+// are recorded for RestoreRow (Records, asked before the forward).
+type item struct {
+	h      *cache.Hybrid
+	kv     nn.KV
+	pos    int
+	record bool
+}
+
+func (m *Model) forwardBatch(items []model.BatchItem, batch bool) ([]model.Result, error) {
+	cfg := &m.cfg
+	m.items = m.items[:0]
+	total, maxPos := 0, 0
+	for i := range items {
+		it, err := m.checkCache(items[i].Cache, len(items[i].Tokens))
+		if err == nil {
+			for j := 0; j < i; j++ {
+				if m.items[j].h == it.h || m.items[j].kv.KV == it.kv.KV {
+					err = fmt.Errorf("the cache of sequence %d is also sequence %d's", i, j)
+				}
+			}
 		}
-		var dst []float32
-		switch {
-		case r.Logits == model.LogitsAll:
-			dst = res.Logits[start*cfg.Vocab:]
-		case hi > lo:
-			dst = res.Logits
+		if err != nil {
+			if batch {
+				err = fmt.Errorf("sequence %d: %w", i, err)
+			}
+			clear(m.items)
+			return nil, fmt.Errorf("qwen35: %w", err)
 		}
-		f := &m.fwd
-		f.h, f.kv, f.tokens, f.pos, f.taps, f.tapRow = h, kv, r.Tokens[start:start+rows], pos+start, res.Taps, start
-		f.logits, f.logitLo, f.logitHi, f.hidden = dst, lo, hi, res.Hidden
-		f.snapRow, f.snapEnd = -1, 0
-		if record {
-			f.snapRow, f.snapEnd = start, n-1
+		m.items = append(m.items, it)
+		total += len(items[i].Tokens)
+		maxPos = max(maxPos, it.pos+len(items[i].Tokens))
+	}
+	var res []model.Result
+	var err error
+	if batch {
+		res, err = m.ws.PrepareBatch(items, cfg.Vocab, cfg.Hidden)
+	} else {
+		// One item: Prepare's own messages, and the same LogitRow PrepareBatch would set.
+		var r model.Result
+		r, err = m.ws.Prepare(items[0].Request, cfg.Vocab, cfg.Hidden)
+		if err == nil {
+			m.single[0] = r
+			res = m.single[:]
+			m.ws.LogitRow = singleLogitRows(m.ws.LogitRow, items[0].Request)
 		}
+	}
+	if err != nil {
+		clear(m.items)
+		return nil, fmt.Errorf("qwen35: %w", err)
+	}
+	m.grow(maxPos)
+	for i := range m.items {
+		m.items[i].record = m.items[i].h.Records(len(items[i].Tokens))
+	}
+	f := &m.fwd
+	f.logits, f.taps = m.ws.Stacked()
+	f.hidden = res[0].Hidden // only a forward alone returns hidden states (PrepareBatch refuses them)
+	// Chunks of up to nn.ChunkRows stacked rows; item it and its row ir are where the next chunk
+	// starts. A sequence whose rows cross a chunk boundary carries its window and state across,
+	// as a forward alone longer than a chunk does.
+	it, ir := 0, 0
+	for start := 0; start < total; {
+		rows := min(nn.ChunkRows, total-start)
+		f.seqs = f.seqs[:0]
+		for lo := 0; lo < rows; {
+			st := &m.items[it]
+			toks := items[it].Tokens
+			n := min(len(toks)-ir, rows-lo)
+			s := seq{h: st.h, kv: st.kv, lo: lo, hi: lo + n, pos: st.pos + ir, snapRow: -1}
+			if st.record {
+				s.snapRow, s.snapEnd = ir, len(toks)-1
+			}
+			f.seqs = append(f.seqs, s)
+			f.tokens = append(f.tokens[:lo], toks[ir:ir+n]...)
+			lo += n
+			if ir += n; ir == len(toks) {
+				it, ir = it+1, 0
+			}
+		}
+		f.row0 = start
+		f.logitRow = m.ws.LogitRow[start : start+rows]
 		m.phases.Run(m.partScores, rows)
-		f.h, f.kv, f.tokens, f.taps, f.logits, f.hidden = nil, nn.KV{}, nil, nil, nil, nil
+		start += rows
 	}
-	if err := kv.Advance(n); err != nil {
-		return model.Result{}, fmt.Errorf("qwen35: %w", err) // unreachable: Room was checked
+	clear(f.seqs[:cap(f.seqs)]) // drop the caches' views: the model must not keep them alive
+	f.taps, f.logits, f.hidden, f.logitRow = nil, nil, nil, nil
+	for i := range m.items {
+		st := &m.items[i]
+		n := len(items[i].Tokens)
+		if err := st.kv.Advance(n); err != nil {
+			clear(m.items)
+			return nil, fmt.Errorf("qwen35: %w", err) // unreachable: Room was checked
+		}
+		st.h.Committed(st.pos, n, st.record)
 	}
-	h.Committed(pos, n, record)
+	clear(m.items)
 	return res, nil
 }
 
-// forward is one chunk of a Forward, as nn.Phases runs it (see nn.Stack). A full-attention layer
-// is split at the join like a transformer layer. A Gated DeltaNet layer computes its projections
-// in Open, per part; the conv and the recurrence, which run through the rows in order, run in Join
-// split by channels and by value heads instead of by rows (convPart, recurPart); Close is the
-// output projection and the MLP of the part's rows. Forward rows [snapRow, snapEnd) of this chunk
-// (global row numbers; snapRow -1 when not recording) get the states after them recorded.
-type forward struct {
-	m                *Model
+// checkCache returns the sequence a forward of n rows on c runs, or why it cannot.
+func (m *Model) checkCache(c cache.Cache, n int) (item, error) {
+	cfg := &m.cfg
+	h, ok := c.(*cache.Hybrid)
+	if !ok {
+		return item{}, fmt.Errorf("forward needs the *cache.Hybrid NewCache makes, got %T", c)
+	}
+	kv, ok := nn.AsKV(h.KV)
+	if !ok {
+		return item{}, fmt.Errorf("hybrid cache holds a %T, not a key/value cache from NewCache", h.KV)
+	}
+	if kv.Layers != m.nFull || kv.Width != cfg.KVHeads*cfg.HeadDim || len(h.Layers) != cfg.Layers-m.nFull {
+		return item{}, fmt.Errorf("cache of %d attention layers x width %d and %d recurrent layers does not fit a model of %d x %d and %d", kv.Layers, kv.Width, len(h.Layers), m.nFull, cfg.KVHeads*cfg.HeadDim, cfg.Layers-m.nFull)
+	}
+	for i := range h.Layers {
+		if len(h.Conv[i]) != (cfg.ConvKernel-1)*cfg.ConvChannels() || len(h.State[i]) != cfg.ValueHeads*cfg.KeyDim*cfg.ValueDim {
+			return item{}, fmt.Errorf("recurrent layer %d of the cache has another shape than the model's", i)
+		}
+	}
+	if !kv.Room(n) {
+		return item{}, fmt.Errorf("%d rows at offset %d exceed cache capacity %d", n, kv.Offset(), kv.Capacity)
+	}
+	return item{h: h, kv: kv, pos: kv.Offset()}, nil
+}
+
+// singleLogitRows is Outputs.LogitRow for a forward of r alone.
+func singleLogitRows(dst []int, r model.Request) []int {
+	n := len(r.Tokens)
+	dst = slices.Grow(dst[:0], n)[:n]
+	for i := range dst {
+		dst[i] = -1
+		switch {
+		case r.Logits == model.LogitsAll:
+			dst[i] = i
+		case r.Logits == model.LogitsLast && i == n-1:
+			dst[i] = 0
+		}
+	}
+	return dst
+}
+
+// seq is one sequence's rows in a chunk of a forward: chunk rows [lo, hi), at positions pos,
+// pos+1, ... of its cache h (whose key/value view is kv). Its rows from snapRow (the forward's
+// row number of chunk row lo; -1 when not recording) up to its forward's row snapEnd
+// (exclusive) get the states after them recorded.
+type seq struct {
 	h                *cache.Hybrid
 	kv               nn.KV
-	tokens           []int
-	pos              int
-	taps             [][]float32
-	tapRow           int
-	logits           []float32
-	logitLo, logitHi int
-	hidden           []float32 // Request.Hidden: every row's normed state, from row tapRow
+	lo, hi, pos      int
 	snapRow, snapEnd int
+}
+
+// overlap is the rows of s inside [lo, hi), empty (a >= b) when none are.
+func (s *seq) overlap(lo, hi int) (a, b int) { return max(s.lo, lo), min(s.hi, hi) }
+
+// forward is one chunk of a forward, as nn.Phases runs it (see nn.Stack): up to nn.ChunkRows
+// stacked rows of one sequence or several (seqs, ascending, covering the chunk). A
+// full-attention layer is split at the join like a transformer layer. A Gated DeltaNet layer
+// computes its projections in Open, per part; the conv and the recurrence, which run through
+// each sequence's rows in order, run in Join split by channels and by value heads instead of by
+// rows (convPart, recurPart); Close is the output projection and the MLP of the part's rows.
+// Chunk row i is stacked row row0+i: tapped layers' outputs go to taps at that row, and its
+// logits, when logitRow[i] >= 0, to row logitRow[i] of logits.
+type forward struct {
+	m        *Model
+	seqs     []seq
+	tokens   []int
+	row0     int
+	taps     [][]float32
+	logits   []float32
+	logitRow []int
+	hidden   []float32 // Request.Hidden of a forward alone: every row's normed state
 
 	li, parts       int // the linear layer Join is in, and its parts
 	convFn, recurFn func(int)
@@ -308,16 +435,26 @@ func (f *forward) Open(p *nn.Part, li int) {
 }
 
 // projectAttention writes the part's queries into p.Q (normed, rotated), their gates into qg,
-// and their keys and values into the cache at their positions (k normed and rotated).
+// and their keys and values into their sequences' caches at their positions (k normed and
+// rotated). A part inside one sequence projects straight into its cache; a part spanning several
+// stages its keys and values (Workspace.StageKV) and copies each row to its own cache: the same
+// products, norms and rotations, so the same bits.
 func (f *forward) projectAttention(p *nn.Part, li int, w *AttnWeights) {
 	m := f.m
 	cfg := &m.cfg
 	hd, nh, nkv := cfg.HeadDim, cfg.Heads, cfg.KVHeads
-	kvw, gw := f.kv.Width, 2*nh*hd
+	kvw, gw := nkv*hd, 2*nh*hd
 	kl := m.slot[li]
-	pos := f.pos + p.Lo
-	kc := f.kv.K[kl][pos*kvw : (pos+p.Rows)*kvw]
-	vc := f.kv.V[kl][pos*kvw : (pos+p.Rows)*kvw]
+	kc, vc := p.K[:p.Rows*kvw], p.V[:p.Rows*kvw]
+	staged := true
+	for i := range f.seqs {
+		if s := &f.seqs[i]; s.lo <= p.Lo && p.Hi <= s.hi {
+			pos := s.pos + p.Lo - s.lo
+			kc, vc = s.kv.K[kl][pos*kvw:(pos+p.Rows)*kvw], s.kv.V[kl][pos*kvw:(pos+p.Rows)*kvw]
+			staged = false
+			break
+		}
+	}
 	qg := m.ws.qg[p.Lo*gw : p.Hi*gw]
 	if err := kernel.MatMulEach(p.XN, p.Rows, kernel.Product{M: w.Q, Y: qg}, kernel.Product{M: w.K, Y: kc}, kernel.Product{M: w.V, Y: vc}); err != nil {
 		w.Q.MatMul(qg, p.XN, p.Rows)
@@ -325,16 +462,25 @@ func (f *forward) projectAttention(p *nn.Part, li int, w *AttnWeights) {
 		w.V.MatMul(vc, p.XN, p.Rows)
 	}
 	rd := cfg.RotaryDim
-	for i := 0; i < p.Rows; i++ {
-		for g := 0; g < nkv; g++ {
-			k := kc[i*kvw+g*hd : i*kvw+(g+1)*hd]
-			nn.RMSNorm(k, k, w.KNorm, cfg.RMSEps)
-			m.rope.Apply(k[:rd], 1, pos+i)
-		}
-		for hh := 0; hh < nh; hh++ {
-			q := p.Q[(i*nh+hh)*hd : (i*nh+hh+1)*hd]
-			nn.RMSNorm(q, qg[i*gw+2*hh*hd:i*gw+(2*hh+1)*hd], w.QNorm, cfg.RMSEps)
-			m.rope.Apply(q[:rd], 1, pos+i)
+	for si := range f.seqs {
+		s := &f.seqs[si]
+		a, b := s.overlap(p.Lo, p.Hi)
+		for r := a; r < b; r++ {
+			i, pos := r-p.Lo, s.pos+r-s.lo
+			for g := 0; g < nkv; g++ {
+				k := kc[i*kvw+g*hd : i*kvw+(g+1)*hd]
+				nn.RMSNorm(k, k, w.KNorm, cfg.RMSEps)
+				m.rope.Apply(k[:rd], 1, pos)
+			}
+			for hh := 0; hh < nh; hh++ {
+				q := p.Q[(i*nh+hh)*hd : (i*nh+hh+1)*hd]
+				nn.RMSNorm(q, qg[i*gw+2*hh*hd:i*gw+(2*hh+1)*hd], w.QNorm, cfg.RMSEps)
+				m.rope.Apply(q[:rd], 1, pos)
+			}
+			if staged {
+				copy(s.kv.K[kl][pos*kvw:(pos+1)*kvw], kc[i*kvw:(i+1)*kvw])
+				copy(s.kv.V[kl][pos*kvw:(pos+1)*kvw], vc[i*kvw:(i+1)*kvw])
+			}
 		}
 	}
 }
@@ -342,7 +488,10 @@ func (f *forward) projectAttention(p *nn.Part, li int, w *AttnWeights) {
 func (f *forward) Join(li int) {
 	m := f.m
 	if m.layers[li].Type == Full {
-		f.kv.Publish(m.slot[li], f.pos, len(f.tokens))
+		for i := range f.seqs {
+			s := &f.seqs[i]
+			s.kv.Publish(m.slot[li], s.pos, s.hi-s.lo)
+		}
 		return
 	}
 	cfg := &m.cfg
@@ -354,14 +503,13 @@ func (f *forward) Join(li int) {
 }
 
 // convPart runs the causal conv of part i's share of the conv channels, in units of one head
-// (q heads, then k heads, then v heads), over every row of the chunk in order: silu, then the
-// l2 norm of q and k heads (q also scaled by dk^-1/2). It then moves the conv window on, and
-// records the window after each recorded row.
+// (q heads, then k heads, then v heads), over every row of each sequence of the chunk in order:
+// silu, then the l2 norm of q and k heads (q also scaled by dk^-1/2). It then moves the
+// sequence's conv window on, and records the window after each recorded row.
 func (f *forward) convPart(i int) {
 	m := f.m
 	cfg := &m.cfg
-	hk, dk, dv, kk := cfg.KeyHeads, cfg.KeyDim, cfg.ValueDim, cfg.ConvKernel
-	c := cfg.ConvChannels()
+	hk, dk, dv := cfg.KeyHeads, cfg.KeyDim, cfg.ValueDim
 	units := 2*hk + cfg.ValueHeads
 	u0, u1 := nn.PartRows(i, f.parts, units)
 	if u0 == u1 {
@@ -375,21 +523,34 @@ func (f *forward) convPart(i int) {
 	}
 	c0, c1 := unitStart(u0), unitStart(u1)
 	if u1 == units {
-		c1 = c
+		c1 = cfg.ConvChannels()
 	}
+	for si := range f.seqs {
+		f.convSeq(&f.seqs[si], i, u0, u1, c0, c1)
+	}
+}
+
+// convSeq is convPart's work on the rows of sequence s: units [u0, u1), channels [c0, c1).
+func (f *forward) convSeq(s *seq, part, u0, u1, c0, c1 int) {
+	m := f.m
+	cfg := &m.cfg
+	hk, dk, kk := cfg.KeyHeads, cfg.KeyDim, cfg.ConvKernel
+	c := cfg.ConvChannels()
 	sl := m.slot[f.li]
 	w := m.layers[f.li].DeltaNet.Conv
-	win := f.h.Conv[sl]
-	n := len(f.tokens)
-	mix, out := m.ws.mix, m.ws.conv
-	// in is the conv input at chunk row s (s < 0 reaches into the carried window).
+	win := s.h.Conv[sl]
+	n := s.hi - s.lo
+	// The sequence's chunk rows, from its first.
+	mix, out := m.ws.mix[s.lo*c:s.hi*c], m.ws.conv[s.lo*c:s.hi*c]
+	// in is the conv input at the sequence's row s of the chunk (s < 0 reaches into the
+	// carried window).
 	in := func(s, ch int) float32 {
 		if s < 0 {
 			return win[(kk-1+s)*c+ch]
 		}
 		return mix[s*c+ch]
 	}
-	unit := m.ws.unit[i][:c1-c0]
+	unit := m.ws.unit[part][:c1-c0]
 	for t := 0; t < n; t++ {
 		for ch := c0; ch < c1; ch++ {
 			wc := w[ch*kk : (ch+1)*kk]
@@ -411,8 +572,8 @@ func (f *forward) convPart(i int) {
 			}
 			l2Norm(x, scale)
 		}
-		if g := f.snapRow + t; f.snapRow >= 0 && g < f.snapEnd {
-			snap, _ := f.h.Snapshot(g, sl)
+		if g := s.snapRow + t; s.snapRow >= 0 && g < s.snapEnd {
+			snap, _ := s.h.Snapshot(g, sl)
 			for r := 0; r < kk-1; r++ {
 				for ch := c0; ch < c1; ch++ {
 					snap[r*c+ch] = in(t-kk+2+r, ch)
@@ -443,7 +604,8 @@ func l2Norm(x []float32, scale float64) {
 }
 
 // recurPart runs the gated delta rule for part i's share of the value heads over every row of
-// the chunk in order, then the gated output norm of each row. Per value head j (key head
+// each sequence of the chunk in order, on that sequence's state, then the gated output norm of
+// each row. Per value head j (key head
 // j/(Hv/Hk)) and row t, with the state S [dk][dv]:
 //
 //	S ← exp(g_t) S;  u = β_t (v_t − Sᵀk_t);  S ← S + k_t uᵀ;  o_t = Sᵀq_t
@@ -458,45 +620,48 @@ func (f *forward) recurPart(i int) {
 	c, vw := cfg.ConvChannels(), hv*dv
 	d := m.layers[f.li].DeltaNet
 	sl := m.slot[f.li]
-	state := f.h.State[sl]
 	j0, j1 := nn.PartRows(i, f.parts, hv)
 	scr := m.ws.scr[i]
 	mem, u, o := scr[:dv], scr[dv:2*dv], scr[2*dv:3*dv]
 	group := hv / hk
 	ws := &m.ws
-	for t := range f.tokens {
-		row := ws.conv[t*c : (t+1)*c]
-		for j := j0; j < j1; j++ {
-			kh := j / group
-			q := row[kh*dk : (kh+1)*dk]
-			k := row[hk*dk+kh*dk : hk*dk+(kh+1)*dk]
-			v := row[2*hk*dk+j*dv : 2*hk*dk+(j+1)*dv]
-			beta := sigmoid(ws.b[t*hv+j])
-			alpha := float32(math.Exp(float64(d.NegA[j]) * softplus(float64(ws.a[t*hv+j])+float64(d.DtBias[j]))))
-			s := state[j*dk*dv : (j+1)*dk*dv]
-			// The decayed memory's read, (αS)ᵀk, is α(Sᵀk): one pass over the old S.
-			kernel.AxpyRowsMax(mem, k, s, dv)
-			for x := range u {
-				u[x] = beta * (v[x] - alpha*mem[x])
-			}
-			clear(o)
-			decay := alpha - 1
-			for e := 0; e < dk; e++ {
-				se := s[e*dv : (e+1)*dv]
-				// se += (α-1)·se is se·α, vectorised (with a fused multiply-add exactly
-				// round(α·se) whenever α >= 1/2, where α-1 is exact); then the delta.
-				kernel.Axpy(se, decay, se)
-				kernel.Axpy(se, k[e], u)
-				kernel.Axpy(o, q[e], se)
-			}
-			y := ws.y[t*vw+j*dv : t*vw+(j+1)*dv]
-			z := ws.z[t*vw+j*dv : t*vw+(j+1)*dv]
-			nn.RMSNorm(y, o, d.Norm, cfg.RMSEps)
-			// z becomes norm(o)·silu(z), out_proj's input (y is scratch after).
-			kernel.SiluMul(z, y)
-			if g := f.snapRow + t; f.snapRow >= 0 && g < f.snapEnd {
-				_, snap := f.h.Snapshot(g, sl)
-				copy(snap[j*dk*dv:(j+1)*dk*dv], s)
+	for si := range f.seqs {
+		sq := &f.seqs[si]
+		state := sq.h.State[sl]
+		for t := sq.lo; t < sq.hi; t++ {
+			row := ws.conv[t*c : (t+1)*c]
+			for j := j0; j < j1; j++ {
+				kh := j / group
+				q := row[kh*dk : (kh+1)*dk]
+				k := row[hk*dk+kh*dk : hk*dk+(kh+1)*dk]
+				v := row[2*hk*dk+j*dv : 2*hk*dk+(j+1)*dv]
+				beta := sigmoid(ws.b[t*hv+j])
+				alpha := float32(math.Exp(float64(d.NegA[j]) * softplus(float64(ws.a[t*hv+j])+float64(d.DtBias[j]))))
+				s := state[j*dk*dv : (j+1)*dk*dv]
+				// The decayed memory's read, (αS)ᵀk, is α(Sᵀk): one pass over the old S.
+				kernel.AxpyRowsMax(mem, k, s, dv)
+				for x := range u {
+					u[x] = beta * (v[x] - alpha*mem[x])
+				}
+				clear(o)
+				decay := alpha - 1
+				for e := 0; e < dk; e++ {
+					se := s[e*dv : (e+1)*dv]
+					// se += (α-1)·se is se·α, vectorised (with a fused multiply-add exactly
+					// round(α·se) whenever α >= 1/2, where α-1 is exact); then the delta.
+					kernel.Axpy(se, decay, se)
+					kernel.Axpy(se, k[e], u)
+					kernel.Axpy(o, q[e], se)
+				}
+				y := ws.y[t*vw+j*dv : t*vw+(j+1)*dv]
+				z := ws.z[t*vw+j*dv : t*vw+(j+1)*dv]
+				nn.RMSNorm(y, o, d.Norm, cfg.RMSEps)
+				// z becomes norm(o)·silu(z), out_proj's input (y is scratch after).
+				kernel.SiluMul(z, y)
+				if g := sq.snapRow + t - sq.lo; sq.snapRow >= 0 && g < sq.snapEnd {
+					_, snap := sq.h.Snapshot(g, sl)
+					copy(snap[j*dk*dv:(j+1)*dk*dv], s)
+				}
 			}
 		}
 	}
@@ -522,7 +687,18 @@ func (f *forward) Close(p *nn.Part, li int) {
 		nn.Add(p.X, p.Tmp)
 	} else {
 		hd, nh := cfg.HeadDim, cfg.Heads
-		m.heads.Attend(p.Att, p.Q, p.Lo, p.Hi, len(f.tokens), f.kv, m.slot[li], f.pos, nn.Causal, p.Scores)
+		qw := nh * hd
+		// Each sequence's rows attend over its own cache, as the rows of a forward of it
+		// alone (its chunk rows are that forward's rows).
+		for si := range f.seqs {
+			s := &f.seqs[si]
+			a, b := s.overlap(p.Lo, p.Hi)
+			if a >= b {
+				continue
+			}
+			r := (a - p.Lo) * qw
+			m.heads.Attend(p.Att[r:], p.Q[r:], a-s.lo, b-s.lo, s.hi-s.lo, s.kv, m.slot[li], s.pos, nn.Causal, p.Scores)
+		}
 		gw := 2 * nh * hd
 		for i := 0; i < p.Rows; i++ {
 			qg := m.ws.qg[(p.Lo+i)*gw:]
@@ -539,23 +715,33 @@ func (f *forward) Close(p *nn.Part, li int) {
 	}
 	p.MLPResidual(p.X, p.Rows, cfg.Hidden, l.MLPNorm, cfg.RMSEps, l.Gate, l.Up, l.Down)
 	if ti := m.ws.TapIdx[li]; ti >= 0 {
-		copy(f.taps[ti][(f.tapRow+p.Lo)*cfg.Hidden:], p.X)
+		copy(f.taps[ti][(f.row0+p.Lo)*cfg.Hidden:], p.X)
 	}
 }
 
+// Head runs the final norm and the output head over each run of the part's rows whose logits go
+// to consecutive rows (all of a verification, the last row of each decoding sequence), one
+// product per run.
 func (f *forward) Head(p *nn.Part) {
 	m := f.m
-	h := m.cfg.Hidden
+	h, vocab := m.cfg.Hidden, m.cfg.Vocab
 	if f.hidden != nil {
 		// The same norm the head's rows get below, over every row: the bits of a row's
 		// embedding state are those its logits are computed from.
-		nn.RMSNormRows(f.hidden[(f.tapRow+p.Lo)*h:], p.X, m.norm, p.Rows, h, m.cfg.RMSEps)
+		nn.RMSNormRows(f.hidden[(f.row0+p.Lo)*h:], p.X, m.norm, p.Rows, h, m.cfg.RMSEps)
 	}
-	a, b := max(p.Lo, f.logitLo), min(p.Hi, f.logitHi)
-	if a >= b {
-		return
+	for a := p.Lo; a < p.Hi; {
+		if f.logitRow[a] < 0 {
+			a++
+			continue
+		}
+		b := a + 1
+		for b < p.Hi && f.logitRow[b] == f.logitRow[a]+b-a {
+			b++
+		}
+		xn := p.XN[(a-p.Lo)*h : (b-p.Lo)*h]
+		nn.RMSNormRows(xn, p.X[(a-p.Lo)*h:(b-p.Lo)*h], m.norm, b-a, h, m.cfg.RMSEps)
+		m.head.MatMul(f.logits[f.logitRow[a]*vocab:], xn, b-a)
+		a = b
 	}
-	xn := p.XN[(a-p.Lo)*h : (b-p.Lo)*h]
-	nn.RMSNormRows(xn, p.X[(a-p.Lo)*h:(b-p.Lo)*h], m.norm, b-a, h, m.cfg.RMSEps)
-	m.head.MatMul(f.logits[(a-f.logitLo)*m.cfg.Vocab:], xn, b-a)
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/dflash/dflash/internal/shareddata"
+	"github.com/dflash/dflash/internal/testmodel"
 	"github.com/dflash/dflash/server"
 	"github.com/dflash/dflash/server/backend"
 )
@@ -80,14 +81,29 @@ func streamText(url, body string, drop bool) (string, error) {
 // known, not left to timing.
 func TestServerBatchesConcurrentStreams(t *testing.T) {
 	bin := shareddata.Path(t, storiesRel)
-	draft := randomDraft(t, bin)
 	prompts := []string{"Once upon a time", "Lily and Ben went to the park.", "The cat", "One day, a little", "Tom had a big red ball."}
-	for _, withDraft := range []bool{false, true} {
-		t.Run(map[bool]string{false: "plain", true: "draft"}[withDraft], func(t *testing.T) {
-			spec := backend.Spec{Name: "m", Path: bin}
-			if withDraft {
-				spec.Draft = draft
-			}
+	serveBatched(t, bin, map[string]string{"plain": "", "draft": randomDraft(t, bin)}, prompts, 40)
+}
+
+// TestServerBatchesHybridStreams: the same on a tiny random Qwen3.5 folder (bf16, with the real
+// Qwen3 tokenizer), whose steps run as one batched forward over the hybrid sequences: plain, and
+// with a random DFlash draft (verify rows of every stream in each step, each restored to its own
+// row snapshot). DFlash2 on batched hybrids is runner's TestBatchedHybridEqualsAlone: a random
+// DFlash2 of the 248320-token vocabulary takes seconds to draw.
+func TestServerBatchesHybridStreams(t *testing.T) {
+	dir := testmodel.Qwen35(t, testmodel.Qwen35Folder{Conditional: true, Tokenizer: true})
+	prompts := []string{"Once upon a time", "The weather today", "def main():", "Hello, world", "1, 2, 3,"}
+	serveBatched(t, dir, map[string]string{"plain": "", "dflash": randomDraft(t, dir)}, prompts, 24)
+}
+
+// serveBatched serves the model at bin (with each of drafts in turn, "" for none) and checks
+// that len(prompts) concurrent streams of n tokens, decoded in one batch, answer what each
+// prompt gets alone, that the last client's disconnecting after its first token changes no other
+// answer, and that the metrics saw a step of more than 4 streams (len(prompts) must be 5 or more).
+func serveBatched(t *testing.T, bin string, drafts map[string]string, prompts []string, n int) {
+	for name, draft := range drafts {
+		t.Run(name, func(t *testing.T) {
+			spec := backend.Spec{Name: "m", Path: bin, Draft: draft}
 			be, err := backend.New(backend.Options{Models: []backend.Spec{spec}, Parallel: len(prompts)})
 			if err != nil {
 				t.Fatal(err)
@@ -106,7 +122,7 @@ func TestServerBatchesConcurrentStreams(t *testing.T) {
 			}
 			alone := make([]string, len(prompts))
 			for i, p := range prompts {
-				if alone[i], err = streamText(ts.URL, body(p, 40), false); err != nil {
+				if alone[i], err = streamText(ts.URL, body(p, n), false); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -120,7 +136,7 @@ func TestServerBatchesConcurrentStreams(t *testing.T) {
 			for i, p := range prompts {
 				wg.Go(func() {
 					// The last client leaves after its first token; the others read to the end.
-					got[i], errs[i] = streamText(ts.URL, body(p, 40), i == len(prompts)-1)
+					got[i], errs[i] = streamText(ts.URL, body(p, n), i == len(prompts)-1)
 				})
 			}
 			for backend.Running(m) < len(prompts) {
