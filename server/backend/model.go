@@ -322,29 +322,33 @@ func (m *Model) Embed(ctx context.Context, tokens []int) ([]float32, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	// Close holds embed too, so the engine read here stays the model's until the embedding ends.
 	m.mu.Lock()
-	closed := m.closed
+	e := m.e
 	m.mu.Unlock()
-	if closed {
+	if e == nil {
 		return nil, errors.New("backend: embed on a closed model")
 	}
-	vocab := m.e.Target.Config().Vocab
+	vocab := e.Target.Config().Vocab
 	for i, t := range tokens {
 		if t < 0 || t >= vocab {
 			return nil, &server.RequestError{Status: http.StatusBadRequest, Param: "input",
 				Msg: fmt.Sprintf("token %d of the input is %d, outside the vocabulary of %d", i, t, vocab)}
 		}
 	}
-	return runner.Embed(ctx, m.e.Target, tokens, m.pool, 0)
+	return runner.Embed(ctx, e.Target, tokens, m.pool, 0)
 }
 
 // EmbedSuffix implements server.Embedder: the tokenizer's post-processor suffix (tokenizer.BPE's
 // Suffix), which sentence-transformers' tokenizer call appends to every text.
 func (m *Model) EmbedSuffix() []int {
-	if m.e == nil { // closed
+	m.mu.Lock()
+	e := m.e
+	m.mu.Unlock()
+	if e == nil { // closed
 		return nil
 	}
-	if s, ok := m.e.Tok.(interface{ Suffix() []int }); ok {
+	if s, ok := e.Tok.(interface{ Suffix() []int }); ok {
 		return s.Suffix()
 	}
 	return nil
@@ -371,9 +375,9 @@ func (m *Model) LastStats() runner.Stats {
 	return m.last
 }
 
-// Close implements server.Model: it waits for running generations (the server closes a model
-// only when none runs), closes every drafting session and drops the engine, caches and draft
-// for the GC to free.
+// Close implements server.Model: it waits for running generations and embeddings (the server
+// closes a model only when none runs), closes every drafting session and drops the engine,
+// caches and draft for the GC to free.
 func (m *Model) Close() error {
 	for range m.parallel {
 		m.slots <- struct{}{}
@@ -383,6 +387,8 @@ func (m *Model) Close() error {
 			<-m.slots
 		}
 	}()
+	m.embed.Lock()
+	defer m.embed.Unlock()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
