@@ -22,10 +22,11 @@ const PlainTemplate = engine.PlainTemplate
 
 // Model is a loaded model. Up to parallel generations run at once, decoded together by one
 // runner.Batcher (one target forward per step over the rows of all of them); a generation beyond
-// that waits for a sequence, honouring its context meanwhile (the server's scheduler normally
-// keeps it from asking). An embedding runs alone: it waits for the running generations to end
-// and new ones wait for it (embed), since its forwards use the target's one workspace outside
-// the Batcher's steps.
+// that waits for a sequence (the server's scheduler normally keeps it from asking). An embedding
+// runs alone, since its forwards use the target's one workspace outside the Batcher's steps: it
+// waits for the running generations to end, and generations that come after it wait for it. All
+// of that is one FIFO semaphore of parallel units (run): a generation takes one, an embedding
+// (and Close) all of them, and a waiter whose context ends gives up at once.
 //
 // Each running generation has a sequence of its own (take): an idle one whose rows its prompt
 // mostly continues (so a conversation reuses its rows whatever ran in between), else a new one
@@ -52,9 +53,8 @@ type Model struct {
 	// through state checkpoints, which a chat's history end is worth one of. Set at open.
 	checkpoints bool
 
-	slots chan struct{} // one token per running generation, parallel in all
-	// embed is held shared by each running generation and exclusively by an embedding.
-	embed sync.RWMutex
+	// run has parallel units: each running generation holds one, an embedding or Close all.
+	run *weighted
 
 	mu     sync.Mutex
 	idle   []*slot // sequences no generation uses, most recently used last
@@ -78,7 +78,7 @@ func open(d *engine.Description, info server.ModelInfo, ctxCap int, depthCache s
 		return nil, err
 	}
 	m := &Model{e: e, info: info, tmpl: d.Template, ctxLen: contextLength(d, ctxCap), parallel: max(info.Parallel, 1), pool: d.Pooling}
-	m.slots = make(chan struct{}, m.parallel)
+	m.run = newWeighted(m.parallel)
 	if len(d.Drafts) > 0 {
 		dr, err := e.OpenDraft(d.Drafts[0])
 		if err != nil {
@@ -228,14 +228,10 @@ func chatMessages(msgs []server.ChatMessage) []chat.Message {
 // text it held back (an incomplete character, a possible start of a stop string) is emitted as
 // a final piece with ID -1. It runs on the model's Batcher with the other running generations.
 func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(server.Token) error) (server.GenResult, error) {
-	select {
-	case m.slots <- struct{}{}:
-	case <-ctx.Done():
-		return server.GenResult{}, ctx.Err()
+	if err := m.run.acquire(ctx, 1); err != nil {
+		return server.GenResult{}, err
 	}
-	defer func() { <-m.slots }()
-	m.embed.RLock()
-	defer m.embed.RUnlock()
+	defer m.run.release(1)
 	m.mu.Lock()
 	closed := m.closed
 	m.mu.Unlock()
@@ -317,12 +313,14 @@ func result(st runner.Stats, prompt int, drafted bool) server.GenResult {
 // (the sequences' rows, kept for the next generations' prefixes, are untouched). It runs alone
 // (see Model): its forwards use the target's one workspace outside the Batcher's steps.
 func (m *Model) Embed(ctx context.Context, tokens []int) ([]float32, error) {
-	m.embed.Lock()
-	defer m.embed.Unlock()
+	if err := m.run.acquire(ctx, m.parallel); err != nil {
+		return nil, err
+	}
+	defer m.run.release(m.parallel)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	// Close holds embed too, so the engine read here stays the model's until the embedding ends.
+	// Close holds run too, so the engine read here stays the model's until the embedding ends.
 	m.mu.Lock()
 	e := m.e
 	m.mu.Unlock()
@@ -379,16 +377,8 @@ func (m *Model) LastStats() runner.Stats {
 // closes a model only when none runs), closes every drafting session and drops the engine,
 // caches and draft for the GC to free.
 func (m *Model) Close() error {
-	for range m.parallel {
-		m.slots <- struct{}{}
-	}
-	defer func() {
-		for range m.parallel {
-			<-m.slots
-		}
-	}()
-	m.embed.Lock()
-	defer m.embed.Unlock()
+	_ = m.run.acquire(context.Background(), m.parallel) // cannot fail: the context never ends
+	defer m.run.release(m.parallel)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
