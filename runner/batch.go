@@ -198,6 +198,16 @@ func (b *Batcher) Resume() {
 	b.kickLocked()
 }
 
+// Locked runs f while no forward runs on b's model pair (it holds the lock b's steps and
+// drafting sessions take), for work outside a generation that uses a model's workspace: closing
+// a drafting session settles it, a draft forward on the workspace every session of its drafter
+// shares. f must not call into b.
+func (b *Batcher) Locked(f func()) {
+	b.run.Lock()
+	defer b.run.Unlock()
+	f()
+}
+
 // forward submits l's rows for the next step and waits for their result. The step runs when
 // every present lane has submitted; the lane that completes the set runs it.
 func (l *lane) forward(r model.Request) (model.Result, error) {

@@ -150,17 +150,29 @@ func (m *Model) take(prompt []int) *slot {
 // put returns s to the idle sequences, or drops it (closing its session) when broken: after a
 // failure that may have left the sequence and the session out of step, reusing nothing is the
 // safe choice. An error closing a broken session only means there is nothing left worth keeping.
+//
+// Closing settles the session, which may run a draft forward: it runs under the Batcher's lock,
+// so never beside a step of another generation (the draft's workspace is shared by every
+// session), and outside mu, since a step holds that lock while it reports to step, which takes
+// mu.
 func (m *Model) put(s *slot, broken bool) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if broken || m.closed {
+	drop := broken || m.closed
+	if drop {
 		m.made--
-		if s.session != nil {
-			_ = s.session.Close()
-		}
+	} else {
+		m.idle = append(m.idle, s)
+	}
+	b := m.batcher
+	m.mu.Unlock()
+	if !drop || s.session == nil {
 		return
 	}
-	m.idle = append(m.idle, s)
+	if b == nil { // closed: no generation runs
+		_ = s.session.Close()
+		return
+	}
+	b.Locked(func() { _ = s.session.Close() })
 }
 
 func sharedPrefix(a, b []int) int {
