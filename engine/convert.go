@@ -135,14 +135,18 @@ var tokenizerProbes = []string{
 	"caf\u00e9 na\u00efve \u00c9t\u00e9",
 }
 
-// tokenizerWarnings reads the probes with the tokenizer a GGUF reader builds from g and with the
-// source's own, and says where they part: what GGUF's tokenizer keys cannot express (a
-// Lowercase normalizer, say) would otherwise go unnoticed until a model reads text it was not
-// trained on.
+// tokenizerWarnings says that a normalizer kept under gguf.KeyNormalizer is dflash's alone, and
+// reads the probes with the tokenizer dflash builds from g and with the source's own, saying
+// where they part: a rule the written keys do not express would otherwise go unnoticed until a
+// model reads text it was not trained on.
 func tokenizerWarnings(src tokenizer.Tokenizer, g gguf.Tokenizer) []string {
+	var warnings []string
+	if g.Normalizer != "" {
+		warnings = append(warnings, fmt.Sprintf("tokenizer: the source's normalizer %s has no llama.cpp GGUF key: it is kept under %s, which dflash applies but llama.cpp and ollama ignore, so they read text without it", g.Normalizer, gguf.KeyNormalizer))
+	}
 	back, err := tokenizer.FromGGUF(g)
 	if err != nil {
-		return []string{fmt.Sprintf("tokenizer: the written tokenizer does not load back: %v", err)}
+		return append(warnings, fmt.Sprintf("tokenizer: the written tokenizer does not load back: %v", err))
 	}
 	for _, p := range tokenizerProbes {
 		a, b := back.Encode(p), src.Encode(p)
@@ -159,9 +163,9 @@ func tokenizerWarnings(src tokenizer.Tokenizer, g gguf.Tokenizer) []string {
 		} else if i < len(a) {
 			at = "the model's ends there"
 		}
-		return []string{fmt.Sprintf("tokenizer: the file reads %q otherwise than the model (%d tokens against %d; token %d: %s): the source tokenizer has a rule GGUF's tokenizer keys cannot express, such as a Lowercase normalizer, so text given to the file is not read as the model was trained to read it", p, len(a), len(b), i, at)}
+		return append(warnings, fmt.Sprintf("tokenizer: the file reads %q otherwise than the model (%d tokens against %d; token %d: %s): the source tokenizer has a rule GGUF's tokenizer keys cannot express, so text given to the file is not read as the model was trained to read it", p, len(a), len(b), i, at))
 	}
-	return nil
+	return warnings
 }
 
 // write writes the GGUF of kvs and ts (in the types of infos) beside out and renames it into
@@ -299,6 +303,14 @@ func tokenizerKVs(d *Description) ([]gguf.KV, gguf.Tokenizer, error) {
 	}
 	if d.Template.Kind == TemplateModel {
 		kvs = append(kvs, gguf.KV{Key: "tokenizer.chat_template", Value: gguf.String(d.Template.Source)})
+	}
+	if g.Normalizer != "" {
+		// A normalizer GGUF's keys cannot express (the default target's Lowercase) is kept under
+		// dflash's own key rather than refused or lost: dflash then reads the file's text exactly
+		// as the source's, the one tool that can; llama.cpp loads the file all the same (it
+		// ignores keys it does not know) but reads text without the rule, which
+		// tokenizerWarnings says.
+		kvs = append(kvs, gguf.KV{Key: gguf.KeyNormalizer, Value: gguf.String(g.Normalizer)})
 	}
 	return kvs, g, nil
 }

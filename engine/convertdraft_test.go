@@ -2,6 +2,7 @@ package engine
 
 import (
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/dflash/dflash/kernel/quant"
 	"github.com/dflash/dflash/model/dflash"
 	"github.com/dflash/dflash/model/dflash2"
+	"github.com/dflash/dflash/tokenizer"
 )
 
 // A draft folder converted to a draft GGUF: the file carries the folder's config (DFlash or
@@ -99,20 +101,57 @@ func TestDraftGGUFDescribedAndValidated(t *testing.T) {
 	}
 }
 
-// The default target's tokenizer lower-cases its input, which GGUF's tokenizer keys cannot say:
-// the conversion is written but warns that the file reads text otherwise, naming where the two
-// part ("Once" is `once` to the folder, `O`+`nce` to the file). Conversions whose tokenizer
-// survives warn of nothing (convertTo checks it for every other test's).
-func TestConvertWarnsOfATokenizerGGUFCannotExpress(t *testing.T) {
+// The default target's tokenizer lower-cases its input, which llama.cpp's GGUF tokenizer keys
+// cannot say: the conversion keeps the normalizer under gguf.KeyNormalizer, the file's tokenizer
+// as dflash reads it back encodes text exactly as the folder's (capitals too), the one warning
+// says llama.cpp ignores the key, and without the key the file would read "Once" otherwise.
+// Conversions whose tokenizer needs no such key warn of nothing (convertTo checks it for every
+// other test's).
+func TestConvertKeepsALowercaseNormalizer(t *testing.T) {
 	target, _, err := defaultmodel.Dirs()
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := ConvertGGUF(target, filepath.Join(t.TempDir(), "t.gguf"), "q8_0")
+	out := filepath.Join(t.TempDir(), "t.gguf")
+	c, err := ConvertGGUF(target, out, "q8_0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0], "Once upon a time") || !strings.Contains(c.Warnings[0], "token 0") {
-		t.Errorf("warnings %q, want one naming the probe and where the tokenizers part", c.Warnings)
+	if len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0], gguf.KeyNormalizer) || !strings.Contains(c.Warnings[0], "llama.cpp") {
+		t.Errorf("warnings %q, want one saying the normalizer is kept under %s, which llama.cpp ignores", c.Warnings, gguf.KeyNormalizer)
+	}
+	src, err := Describe(Options{Model: target})
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Describe(Options{Model: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	probes := append(slices.Clone(tokenizerProbes), "ONCE upon a TIME there was a Dog.")
+	for _, p := range probes {
+		if a, b := back.Tok.Encode(p), src.Tok.Encode(p); !slices.Equal(a, b) {
+			t.Errorf("%q: the file encodes %v, the folder %v", p, a, b)
+		}
+	}
+	f, err := gguf.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	g, err := f.Tokenizer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(g.Normalizer, "Lowercase") {
+		t.Fatalf("%s is %q, want the folder's Lowercase normalizer", gguf.KeyNormalizer, g.Normalizer)
+	}
+	g.Normalizer = "" // what llama.cpp sees
+	plain, err := tokenizer.FromGGUF(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := "Once upon a time"; slices.Equal(plain.Encode(p), src.Tok.Encode(p)) {
+		t.Errorf("without %s the file still reads %q as the folder does: the test no longer tests the key", gguf.KeyNormalizer, p)
 	}
 }

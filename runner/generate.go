@@ -250,7 +250,9 @@ type generation struct {
 	v     verifier
 	lane  *lane // the generation's place in a Batcher, nil alone
 
-	res     model.Result // the last target forward's, valid until the next
+	// res is the last target forward's result, valid until the next forward on the target: a
+	// batched generation's until it next enters an emit (the other lanes may step meanwhile).
+	res     model.Result
 	tapRows [][]float32
 	// context is the time the round spent in the drafter's Committed (which may write draft
 	// context): every kept row costs that write whatever the depth, so it is kept out of the
@@ -259,6 +261,8 @@ type generation struct {
 	all     []int // prompt and emitted tokens: the history penalties see
 	block   []int
 	traceQ  []float32
+	// logprobs are the round's emitted tokens with their logprobs, when the request asks.
+	logprobs []Token
 }
 
 // prefill keeps the longest prefix the cache (and the drafter) already hold, minus at least one
@@ -628,15 +632,23 @@ func (g *generation) decode(ctx context.Context) error {
 		if learn {
 			g.observeDepth(len(drafts), accepted, t3.Sub(t0)-g.context)
 		}
+		if g.req.Logprobs {
+			// Row i of the forward decided emitted[i]: the accepted drafts' rows, then the row of
+			// the correction or bonus token (a plain step's only row). All of them are read
+			// before the first emit: g.res aliases the target's workspace, which a batched
+			// lane's slow emit lets the other lanes' steps overwrite (lane.emit).
+			g.logprobs = g.logprobs[:0]
+			for i, t := range emitted {
+				lp, top := sample.Logprobs(g.res.Logits[i*g.vocab:(i+1)*g.vocab], t, g.req.TopLogprobs, nil)
+				g.logprobs = append(g.logprobs, Token{ID: t, Logprob: lp, Top: top})
+			}
+		}
 		for i, t := range emitted {
 			g.all = append(g.all, t)
 			st.DecodeTokens++
 			piece := Token{ID: t}
 			if g.req.Logprobs {
-				// Row i of the forward decided emitted[i]: the accepted drafts' rows, then the
-				// row of the correction or bonus token (a plain step's only row).
-				row := g.res.Logits[i*g.vocab : (i+1)*g.vocab]
-				piece.Logprob, piece.Top = sample.Logprobs(row, t, g.req.TopLogprobs, nil)
+				piece = g.logprobs[i]
 			}
 			hit := false
 			if g.req.Text != nil {

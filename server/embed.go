@@ -66,22 +66,11 @@ func (s *Server) embed(r *http.Request, j *embedJob) (*embedOutcome, error) {
 	if rerr != nil {
 		return nil, rerr
 	}
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	stop := context.AfterFunc(s.base, cancel)
-	defer stop()
-	release, err := s.sched.of(mi.Name, mi.Parallel).acquire(ctx, s.cfg.QueueTimeout)
+	ctx, l, end, err := s.leaseModel(r, mi, j.KeepAlive)
 	if err != nil {
 		return nil, err
 	}
-	defer release()
-	s.met.running.Inc()
-	defer s.met.running.Dec()
-	l, err := s.mgr.acquire(ctx, mi.Name, j.KeepAlive)
-	if err != nil {
-		return nil, err
-	}
-	defer s.mgr.release(l)
+	defer end()
 	out := &embedOutcome{Model: mi.Name, Embeddings: [][]float32{}, LoadDuration: l.LoadTook}
 	if j.inputs() == 0 {
 		out.Total = time.Since(start)

@@ -249,3 +249,52 @@ func TestLogprobsAcrossAStopString(t *testing.T) {
 		t.Errorf("stream carried %d logprobs for %d tokens (last line %v), want all, the held-back ones last", len(streamed), whole.EvalCount, lines[len(lines)-1])
 	}
 }
+
+// TestOpenAIStreamedLogprobsNullWithoutTokens: a streamed chunk that carries no token has
+// "logprobs": null, as OpenAI's do, never an empty object; among them the opening chunk of a
+// reply whose first token is held back (here by a stop string that matches it, so nothing is
+// generated), on chat completions and completions both.
+func TestOpenAIStreamedLogprobsNullWithoutTokens(t *testing.T) {
+	_, url := startServer(t, server.Config{}, &fake.Backend{})
+	for _, c := range []struct{ path, body string }{
+		{"/v1/chat/completions", `{"model":"fake:latest","messages":[{"role":"user","content":"hi"}],"logprobs":true,"stream":true`},
+		{"/v1/completions", `{"model":"fake:latest","prompt":"hi","logprobs":1,"stream":true`},
+	} {
+		for _, extra := range []string{`,"stop":["The"]}`, `,"max_tokens":3}`} {
+			r := post(t, url+c.path, c.body+extra)
+			if r.status != 200 {
+				t.Fatalf("%s%s: %d %s", c.path, extra, r.status, r.body)
+			}
+			tokens := 0
+			for i, e := range sseEvents(t, r.body) {
+				if e == "[DONE]" {
+					continue
+				}
+				var k struct {
+					Choices []struct {
+						Logprobs *struct {
+							Content []json.RawMessage `json:"content"` // chat
+							Tokens  []string          `json:"tokens"`  // completions
+						} `json:"logprobs"`
+					} `json:"choices"`
+				}
+				decodeInto(t, []byte(e), &k)
+				if len(k.Choices) == 0 {
+					continue
+				}
+				l := k.Choices[0].Logprobs
+				if l == nil {
+					continue
+				}
+				n := len(l.Content) + len(l.Tokens)
+				if n == 0 {
+					t.Errorf("%s%s: chunk %d has an empty logprobs object, want null: %s", c.path, extra, i, e)
+				}
+				tokens += n
+			}
+			if tokens == 0 {
+				t.Errorf("%s%s: no chunk carried the generated tokens' logprobs", c.path, extra)
+			}
+		}
+	}
+}

@@ -264,6 +264,24 @@ func (j *openAIJob) completionLogprobs(lps []tokenLogprob) *OpenAICompletionLogp
 	return openAICompletionLogprobs(lps)
 }
 
+// chunkChatLogprobs is chatLogprobs for a streamed chunk: null when the chunk carries no token
+// (the opening chunk of a reply that generated nothing, the last one when every token's text
+// showed), as OpenAI sends them; only a whole answer lists no tokens as an empty object.
+func (j *openAIJob) chunkChatLogprobs(lps []tokenLogprob) *OpenAIChatLogprobs {
+	if len(lps) == 0 {
+		return nil
+	}
+	return j.chatLogprobs(lps)
+}
+
+// chunkCompletionLogprobs is completionLogprobs for a streamed chunk: null likewise.
+func (j *openAIJob) chunkCompletionLogprobs(lps []tokenLogprob) *OpenAICompletionLogprobs {
+	if len(lps) == 0 {
+		return nil
+	}
+	return j.completionLogprobs(lps)
+}
+
 func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
 	j, ok := parseBody(w, r, parseOpenAIChat, writeOpenAIError)
 	if !ok {
@@ -281,7 +299,7 @@ func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
 			if first {
 				d.Role = "assistant"
 			}
-			l := j.chatLogprobs(lps)
+			l := j.chunkChatLogprobs(lps)
 			switch p.Kind {
 			case reply.Content:
 				d.Content = &p.Text
@@ -317,11 +335,7 @@ func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
 				resp.Choices = []OpenAIChatChoice{{Message: msg, Logprobs: j.chatLogprobs(lps), FinishReason: finishReason(o)}}
 				return resp
 			}
-			var l *OpenAIChatLogprobs
-			if len(lps) > 0 {
-				l = j.chatLogprobs(lps)
-			}
-			resp.Choices = []OpenAIChatChoice{{Delta: &OpenAIChatMessage{}, Logprobs: l, FinishReason: finishReason(o)}}
+			resp.Choices = []OpenAIChatChoice{{Delta: &OpenAIChatMessage{}, Logprobs: j.chunkChatLogprobs(lps), FinishReason: finishReason(o)}}
 			return resp
 		})
 }
@@ -335,18 +349,15 @@ func (s *Server) handleOpenAICompletion(w http.ResponseWriter, r *http.Request) 
 	s.openAIRun(w, r, j, base,
 		func(p reply.Part, lps []tokenLogprob, _ bool, _ int) []OpenAIResponse {
 			c := base
-			c.Choices = []OpenAICompletionChoice{{Text: p.Text, Logprobs: j.completionLogprobs(lps)}} // a raw prompt: text parts only
+			c.Choices = []OpenAICompletionChoice{{Text: p.Text, Logprobs: j.chunkCompletionLogprobs(lps)}} // a raw prompt: text parts only
 			return []OpenAIResponse{c}
 		},
 		func(g *gathered, lps []tokenLogprob, o *outcome) OpenAIResponse {
 			resp := base
 			full := g.content.String()
-			var l *OpenAICompletionLogprobs
-			if !j.Stream || len(lps) > 0 {
-				l = j.completionLogprobs(lps)
-			}
+			l := j.completionLogprobs(lps)
 			if j.Stream {
-				full = ""
+				full, l = "", j.chunkCompletionLogprobs(lps)
 			}
 			resp.Choices = []OpenAICompletionChoice{{Text: full, Logprobs: l, FinishReason: finishReason(o)}}
 			return resp

@@ -32,6 +32,37 @@ type outcome struct {
 	TailLogprobs []tokenLogprob
 }
 
+// leaseModel is what a generation and an embedding of mi's model do before they run: a context
+// that ends when the request's does or when shutdown runs out of patience, a place in the
+// model's queue (the request then counts as running), and a lease of the model, loaded if
+// need be. end gives them back in the reverse order; on an error nothing is held and end is nil.
+func (s *Server) leaseModel(r *http.Request, mi ModelInfo, keep *time.Duration) (ctx context.Context, l *lease, end func(), err error) {
+	ctx, cancel := context.WithCancel(r.Context())
+	stop := context.AfterFunc(s.base, cancel)
+	unwatch := func() {
+		stop()
+		cancel()
+	}
+	release, err := s.sched.of(mi.Name, mi.Parallel).acquire(ctx, s.cfg.QueueTimeout)
+	if err != nil {
+		unwatch()
+		return nil, nil, nil, err
+	}
+	s.met.running.Inc()
+	if l, err = s.mgr.acquire(ctx, mi.Name, keep); err != nil {
+		s.met.running.Dec()
+		release()
+		unwatch()
+		return nil, nil, nil, err
+	}
+	return ctx, l, func() {
+		s.mgr.release(l)
+		s.met.running.Dec()
+		release()
+		unwatch()
+	}, nil
+}
+
 // execute runs j for request r: it waits for a slot, leases the model, builds and checks the
 // prompt and generates, passing each part of the reply to emit: text pieces, split into thinking
 // and answer and with tool calls parsed out when the request and the model's template call for
@@ -64,25 +95,11 @@ func (s *Server) execute(r *http.Request, j *job, emit func(p reply.Part, lps []
 		return out, nil
 	}
 
-	// A generation ends when its client goes or when shutdown runs out of patience.
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	stop := context.AfterFunc(s.base, cancel)
-	defer stop()
-
-	release, err := s.sched.of(mi.Name, mi.Parallel).acquire(ctx, s.cfg.QueueTimeout)
+	ctx, l, end, err := s.leaseModel(r, mi, j.KeepAlive)
 	if err != nil {
 		return nil, err
 	}
-	defer release()
-	s.met.running.Inc()
-	defer s.met.running.Dec()
-
-	l, err := s.mgr.acquire(ctx, mi.Name, j.KeepAlive)
-	if err != nil {
-		return nil, err
-	}
-	defer s.mgr.release(l)
+	defer end()
 	out.LoadDuration = l.LoadTook
 	m := l.Model
 	if j.empty() {

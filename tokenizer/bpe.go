@@ -34,6 +34,7 @@ type BPE struct {
 	special    map[int]bool
 
 	normalize    func(string) string
+	normalizer   json.RawMessage // the normalizer's tokenizer.json description, compact; nil if none
 	pre          []Splitter
 	patterns     []string // each splitter's pattern, for naming the pre-tokenizer in a GGUF
 	prefixSpace  bool     // ByteLevel add_prefix_space
@@ -176,6 +177,13 @@ func newBPE(f *hfFile) (*BPE, error) {
 	var err error
 	if t.normalize, err = parseNormalizer(f.Normalizer); err != nil {
 		return nil, err
+	}
+	if t.normalize != nil {
+		var c bytes.Buffer
+		if err := json.Compact(&c, f.Normalizer); err != nil {
+			return nil, fmt.Errorf("normalizer: %w", err)
+		}
+		t.normalizer = c.Bytes()
 	}
 	byteLevel := false
 	if t.pre, byteLevel, err = t.parsePreTokenizer(f.PreTokenizer); err != nil {

@@ -24,6 +24,9 @@ const (
 	TokenByte        = 6
 )
 
+// ggufNFC is the normalizer of the families whose nfc is set, as a compact tokenizer.json entry.
+const ggufNFC = `{"type":"NFC"}`
+
 // The pre-tokenizer names llama.cpp writes in tokenizer.ggml.pre that this package splits as
 // the Hugging Face tokenizer.json of the same family does.
 var ggufPre = map[string]struct {
@@ -109,7 +112,11 @@ func bpeFromGGUF(g gguf.Tokenizer) (*BPE, error) {
 	f.PreTokenizer = split
 	f.Decoder = json.RawMessage(`{"type":"ByteLevel"}`)
 	if p.nfc {
-		f.Normalizer = json.RawMessage(`{"type":"NFC"}`)
+		f.Normalizer = json.RawMessage(ggufNFC)
+	}
+	if g.Normalizer != "" {
+		// Written by ToGGUF in place of what the pre-tokenizer implies (gguf.KeyNormalizer).
+		f.Normalizer = json.RawMessage(g.Normalizer)
 	}
 	t, err := newBPE(&f)
 	if err != nil {
@@ -178,7 +185,8 @@ func llamaFromGGUF(g gguf.Tokenizer) (*Llama2c, error) {
 // a BPE as model "gpt2" (pre-tokenizer named by its split pattern: qwen2, llama-bpe or gpt2),
 // llama2.c's tokenizer as model "llama" (spaces spelled as SentencePiece's U+2581). vocab pads
 // the token list to the model's embedding rows with unused "[PADn]" tokens, as llama.cpp does.
-// Tokenizers with no GGUF spelling are refused.
+// Tokenizers with no GGUF spelling are refused. A BPE normalizer other than the one the
+// pre-tokenizer name implies goes into Normalizer (gguf.KeyNormalizer), which only dflash reads.
 func ToGGUF(tok Tokenizer, vocab int) (gguf.Tokenizer, error) {
 	g := gguf.Tokenizer{BOS: tok.BOS(), EOS: -1, Unknown: -1, Padding: -1}
 	if eos := tok.EOS(); len(eos) > 0 {
@@ -198,6 +206,17 @@ func ToGGUF(tok Tokenizer, vocab int) (gguf.Tokenizer, error) {
 			g.Pre = "gpt2"
 		default:
 			return gguf.Tokenizer{}, fmt.Errorf("tokenizer split patterns %q: %w (no GGUF pre-tokenizer name)", t.patterns, ErrGGUFTokenizer)
+		}
+		implied := ""
+		if ggufPre[g.Pre].nfc {
+			implied = ggufNFC
+		}
+		if string(t.normalizer) != implied {
+			g.Normalizer = string(t.normalizer)
+			if g.Normalizer == "" {
+				// No normalizer where the name implies NFC: an explicit null overrides it.
+				g.Normalizer = "null"
+			}
 		}
 		n := max(vocab, len(t.tokens))
 		g.Tokens = make([]string, n)

@@ -140,7 +140,17 @@ type Tokenizer struct {
 	AddBOS, AddEOS *bool
 
 	ChatTemplate string // tokenizer.chat_template, "" if absent
+
+	// Normalizer is KeyNormalizer's value, "" if absent: the source tokenizer.json's normalizer
+	// (JSON), for a rule tokenizer.ggml.* cannot express, such as Lowercase.
+	Normalizer string
 }
+
+// KeyNormalizer is dflash's own key for a tokenizer's normalizer, which llama.cpp's GGUF
+// tokenizer keys have no place for: dflash's converter writes it only when the normalizer is not
+// the one tokenizer.ggml.pre implies (Qwen2's NFC), and dflash's reader applies it. llama.cpp
+// (and so ollama) ignores keys it does not know, so it reads such a file's text without it.
+const KeyNormalizer = "dflash.tokenizer.normalizer"
 
 // Tokenizer reads the tokenizer facts. tokenizer.ggml.model and .tokens are required; the
 // per-token arrays must match the token list's length and special ids must be in range.
@@ -169,6 +179,9 @@ func (f *File) Tokenizer() (Tokenizer, error) {
 		return fail(err)
 	}
 	if err := optString("tokenizer.chat_template", &t.ChatTemplate); err != nil {
+		return fail(err)
+	}
+	if err := optString(KeyNormalizer, &t.Normalizer); err != nil {
 		return fail(err)
 	}
 	if m.Has("tokenizer.ggml.merges") {

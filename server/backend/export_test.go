@@ -6,3 +6,6 @@ package backend
 func PauseSteps(m *Model)  { m.batcher.Pause() }
 func ResumeSteps(m *Model) { m.batcher.Resume() }
 func Running(m *Model) int { return m.batcher.Width() }
+
+// Queued is the units of m's run semaphore in use and the requests waiting for some.
+func Queued(m *Model) (used, waiting int) { return m.run.state() }

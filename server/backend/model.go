@@ -22,10 +22,11 @@ const PlainTemplate = engine.PlainTemplate
 
 // Model is a loaded model. Up to parallel generations run at once, decoded together by one
 // runner.Batcher (one target forward per step over the rows of all of them); a generation beyond
-// that waits for a sequence, honouring its context meanwhile (the server's scheduler normally
-// keeps it from asking). An embedding runs alone: it waits for the running generations to end
-// and new ones wait for it (embed), since its forwards use the target's one workspace outside
-// the Batcher's steps.
+// that waits for a sequence (the server's scheduler normally keeps it from asking). An embedding
+// runs alone, since its forwards use the target's one workspace outside the Batcher's steps: it
+// waits for the running generations to end, and generations that come after it wait for it. All
+// of that is one FIFO semaphore of parallel units (run): a generation takes one, an embedding
+// (and Close) all of them, and a waiter whose context ends gives up at once.
 //
 // Each running generation has a sequence of its own (take): an idle one whose rows its prompt
 // mostly continues (so a conversation reuses its rows whatever ran in between), else a new one
@@ -52,9 +53,8 @@ type Model struct {
 	// through state checkpoints, which a chat's history end is worth one of. Set at open.
 	checkpoints bool
 
-	slots chan struct{} // one token per running generation, parallel in all
-	// embed is held shared by each running generation and exclusively by an embedding.
-	embed sync.RWMutex
+	// run has parallel units: each running generation holds one, an embedding or Close all.
+	run *weighted
 
 	mu     sync.Mutex
 	idle   []*slot // sequences no generation uses, most recently used last
@@ -78,7 +78,7 @@ func open(d *engine.Description, info server.ModelInfo, ctxCap int, depthCache s
 		return nil, err
 	}
 	m := &Model{e: e, info: info, tmpl: d.Template, ctxLen: contextLength(d, ctxCap), parallel: max(info.Parallel, 1), pool: d.Pooling}
-	m.slots = make(chan struct{}, m.parallel)
+	m.run = newWeighted(m.parallel)
 	if len(d.Drafts) > 0 {
 		dr, err := e.OpenDraft(d.Drafts[0])
 		if err != nil {
@@ -150,17 +150,29 @@ func (m *Model) take(prompt []int) *slot {
 // put returns s to the idle sequences, or drops it (closing its session) when broken: after a
 // failure that may have left the sequence and the session out of step, reusing nothing is the
 // safe choice. An error closing a broken session only means there is nothing left worth keeping.
+//
+// Closing settles the session, which may run a draft forward: it runs under the Batcher's lock,
+// so never beside a step of another generation (the draft's workspace is shared by every
+// session), and outside mu, since a step holds that lock while it reports to step, which takes
+// mu.
 func (m *Model) put(s *slot, broken bool) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if broken || m.closed {
+	drop := broken || m.closed
+	if drop {
 		m.made--
-		if s.session != nil {
-			_ = s.session.Close()
-		}
+	} else {
+		m.idle = append(m.idle, s)
+	}
+	b := m.batcher
+	m.mu.Unlock()
+	if !drop || s.session == nil {
 		return
 	}
-	m.idle = append(m.idle, s)
+	if b == nil { // closed: no generation runs
+		_ = s.session.Close()
+		return
+	}
+	b.Locked(func() { _ = s.session.Close() })
 }
 
 func sharedPrefix(a, b []int) int {
@@ -228,14 +240,10 @@ func chatMessages(msgs []server.ChatMessage) []chat.Message {
 // text it held back (an incomplete character, a possible start of a stop string) is emitted as
 // a final piece with ID -1. It runs on the model's Batcher with the other running generations.
 func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(server.Token) error) (server.GenResult, error) {
-	select {
-	case m.slots <- struct{}{}:
-	case <-ctx.Done():
-		return server.GenResult{}, ctx.Err()
+	if err := m.run.acquire(ctx, 1); err != nil {
+		return server.GenResult{}, err
 	}
-	defer func() { <-m.slots }()
-	m.embed.RLock()
-	defer m.embed.RUnlock()
+	defer m.run.release(1)
 	m.mu.Lock()
 	closed := m.closed
 	m.mu.Unlock()
@@ -317,34 +325,40 @@ func result(st runner.Stats, prompt int, drafted bool) server.GenResult {
 // (the sequences' rows, kept for the next generations' prefixes, are untouched). It runs alone
 // (see Model): its forwards use the target's one workspace outside the Batcher's steps.
 func (m *Model) Embed(ctx context.Context, tokens []int) ([]float32, error) {
-	m.embed.Lock()
-	defer m.embed.Unlock()
+	if err := m.run.acquire(ctx, m.parallel); err != nil {
+		return nil, err
+	}
+	defer m.run.release(m.parallel)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	// Close holds run too, so the engine read here stays the model's until the embedding ends.
 	m.mu.Lock()
-	closed := m.closed
+	e := m.e
 	m.mu.Unlock()
-	if closed {
+	if e == nil {
 		return nil, errors.New("backend: embed on a closed model")
 	}
-	vocab := m.e.Target.Config().Vocab
+	vocab := e.Target.Config().Vocab
 	for i, t := range tokens {
 		if t < 0 || t >= vocab {
 			return nil, &server.RequestError{Status: http.StatusBadRequest, Param: "input",
 				Msg: fmt.Sprintf("token %d of the input is %d, outside the vocabulary of %d", i, t, vocab)}
 		}
 	}
-	return runner.Embed(ctx, m.e.Target, tokens, m.pool, 0)
+	return runner.Embed(ctx, e.Target, tokens, m.pool, 0)
 }
 
 // EmbedSuffix implements server.Embedder: the tokenizer's post-processor suffix (tokenizer.BPE's
 // Suffix), which sentence-transformers' tokenizer call appends to every text.
 func (m *Model) EmbedSuffix() []int {
-	if m.e == nil { // closed
+	m.mu.Lock()
+	e := m.e
+	m.mu.Unlock()
+	if e == nil { // closed
 		return nil
 	}
-	if s, ok := m.e.Tok.(interface{ Suffix() []int }); ok {
+	if s, ok := e.Tok.(interface{ Suffix() []int }); ok {
 		return s.Suffix()
 	}
 	return nil
@@ -371,18 +385,12 @@ func (m *Model) LastStats() runner.Stats {
 	return m.last
 }
 
-// Close implements server.Model: it waits for running generations (the server closes a model
-// only when none runs), closes every drafting session and drops the engine, caches and draft
-// for the GC to free.
+// Close implements server.Model: it waits for running generations and embeddings (the server
+// closes a model only when none runs), closes every drafting session and drops the engine,
+// caches and draft for the GC to free.
 func (m *Model) Close() error {
-	for range m.parallel {
-		m.slots <- struct{}{}
-	}
-	defer func() {
-		for range m.parallel {
-			<-m.slots
-		}
-	}()
+	_ = m.run.acquire(context.Background(), m.parallel) // cannot fail: the context never ends
+	defer m.run.release(m.parallel)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
