@@ -32152,3 +32152,981 @@ quantAct256x256next:
 quantAct256x256done:
 	VZEROUPPER
 	RET
+
+// func amxBF16P1(cfg *byte, w *uint16, a *uint16, y *float32, nb int, tail int, np int, lda int, plane int, pbytes int, ldy int)
+TEXT ·amxBF16P1(SB), NOSPLIT, $0-88
+	MOVQ cfg+0(FP), DI
+
+	// LDTILECFG (DI)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0x07
+	MOVQ w+8(FP), SI
+	MOVQ y+24(FP), CX
+	MOVQ nb+32(FP), R8
+	MOVQ np+48(FP), R9
+	MOVQ lda+56(FP), R10
+	MOVQ plane+64(FP), R11
+	MOVQ pbytes+72(FP), R12
+	MOVQ ldy+80(FP), R14
+	MOVQ $0x00000040, BX
+
+amxBF16P1w2:
+	CMPQ R9, $0x00000002
+	JL   amxBF16P1w1
+
+	// TILEZERO tmm0
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc0
+
+	// TILEZERO tmm1
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc8
+	MOVQ SI, AX
+	LEAQ (SI)(R12*1), DI
+	MOVQ a+16(FP), DX
+	MOVQ R8, R13
+
+amxBF16P1w2blk:
+	TESTQ R13, R13
+	JZ    amxBF16P1w2tail
+
+	// TILELOADD tmm3, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x1c
+	BYTE $0x18
+
+	// TILELOADD tmm4, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x1f
+
+	// TILELOADD tmm2, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x14
+	BYTE $0x12
+
+	// TDPBF16PS tmm0, tmm2, tmm3
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x62
+	BYTE $0x5c
+	BYTE $0xc2
+
+	// TDPBF16PS tmm1, tmm2, tmm4
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x5a
+	BYTE $0x5c
+	BYTE $0xca
+	ADDQ $0x00000400, AX
+	ADDQ $0x00000400, DI
+	ADDQ $0x00000040, DX
+	DECQ R13
+	JMP  amxBF16P1w2blk
+
+amxBF16P1w2tail:
+	CMPQ tail+40(FP), $0x00
+	JE   amxBF16P1w2store
+
+	// TILELOADD tmm6, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x18
+
+	// TILELOADD tmm7, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x3c
+	BYTE $0x1f
+
+	// TILELOADD tmm5, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x12
+
+	// TDPBF16PS tmm0, tmm5, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc5
+
+	// TDPBF16PS tmm1, tmm5, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xcd
+
+amxBF16P1w2store:
+	// TILESTORED (CX)(R14*1), tmm0
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x04
+	BYTE $0x31
+	LEAQ 64(CX), R15
+
+	// TILESTORED (R15)(R14*1), tmm1
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x0c
+	BYTE $0x37
+	ADDQ $0x00000080, CX
+	ADDQ R12, SI
+	ADDQ R12, SI
+	SUBQ $0x00000002, R9
+	JMP  amxBF16P1w2
+
+amxBF16P1w1:
+	CMPQ R9, $0x00000001
+	JL   amxBF16P1done
+
+	// TILEZERO tmm0
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc0
+	MOVQ SI, AX
+	MOVQ a+16(FP), DX
+	MOVQ R8, R13
+
+amxBF16P1w1blk:
+	TESTQ R13, R13
+	JZ    amxBF16P1w1tail
+
+	// TILELOADD tmm3, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x1c
+	BYTE $0x18
+
+	// TILELOADD tmm2, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x14
+	BYTE $0x12
+
+	// TDPBF16PS tmm0, tmm2, tmm3
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x62
+	BYTE $0x5c
+	BYTE $0xc2
+	ADDQ $0x00000400, AX
+	ADDQ $0x00000040, DX
+	DECQ R13
+	JMP  amxBF16P1w1blk
+
+amxBF16P1w1tail:
+	CMPQ tail+40(FP), $0x00
+	JE   amxBF16P1w1store
+
+	// TILELOADD tmm6, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x18
+
+	// TILELOADD tmm5, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x12
+
+	// TDPBF16PS tmm0, tmm5, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc5
+
+amxBF16P1w1store:
+	// TILESTORED (CX)(R14*1), tmm0
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x04
+	BYTE $0x31
+	ADDQ $0x00000040, CX
+	ADDQ R12, SI
+	SUBQ $0x00000001, R9
+	JMP  amxBF16P1w1
+
+amxBF16P1done:
+	// TILERELEASE
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0xc0
+	RET
+
+// func amxBF16P2(cfg *byte, w *uint16, a *uint16, y *float32, nb int, tail int, np int, lda int, plane int, pbytes int, ldy int)
+TEXT ·amxBF16P2(SB), NOSPLIT, $0-88
+	MOVQ cfg+0(FP), DI
+
+	// LDTILECFG (DI)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0x07
+	MOVQ w+8(FP), SI
+	MOVQ y+24(FP), CX
+	MOVQ nb+32(FP), R8
+	MOVQ np+48(FP), R9
+	MOVQ lda+56(FP), R10
+	MOVQ plane+64(FP), R11
+	MOVQ pbytes+72(FP), R12
+	MOVQ ldy+80(FP), R14
+	MOVQ $0x00000040, BX
+
+amxBF16P2w2:
+	CMPQ R9, $0x00000002
+	JL   amxBF16P2w1
+
+	// TILEZERO tmm0
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc0
+
+	// TILEZERO tmm1
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc8
+	MOVQ SI, AX
+	LEAQ (SI)(R12*1), DI
+	MOVQ a+16(FP), DX
+	MOVQ R8, R13
+
+amxBF16P2w2blk:
+	TESTQ R13, R13
+	JZ    amxBF16P2w2tail
+
+	// TILELOADD tmm3, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x1c
+	BYTE $0x18
+
+	// TILELOADD tmm4, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x1f
+
+	// TILELOADD tmm2, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x14
+	BYTE $0x12
+
+	// TDPBF16PS tmm0, tmm2, tmm3
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x62
+	BYTE $0x5c
+	BYTE $0xc2
+
+	// TDPBF16PS tmm1, tmm2, tmm4
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x5a
+	BYTE $0x5c
+	BYTE $0xca
+	LEAQ (DX)(R11*1), R15
+
+	// TILELOADD tmm2, (R15)(R10*1)
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x14
+	BYTE $0x17
+
+	// TDPBF16PS tmm0, tmm2, tmm3
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x62
+	BYTE $0x5c
+	BYTE $0xc2
+
+	// TDPBF16PS tmm1, tmm2, tmm4
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x5a
+	BYTE $0x5c
+	BYTE $0xca
+	ADDQ $0x00000400, AX
+	ADDQ $0x00000400, DI
+	ADDQ $0x00000040, DX
+	DECQ R13
+	JMP  amxBF16P2w2blk
+
+amxBF16P2w2tail:
+	CMPQ tail+40(FP), $0x00
+	JE   amxBF16P2w2store
+
+	// TILELOADD tmm6, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x18
+
+	// TILELOADD tmm7, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x3c
+	BYTE $0x1f
+
+	// TILELOADD tmm5, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x12
+
+	// TDPBF16PS tmm0, tmm5, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc5
+
+	// TDPBF16PS tmm1, tmm5, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xcd
+	LEAQ (DX)(R11*1), R15
+
+	// TILELOADD tmm5, (R15)(R10*1)
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x17
+
+	// TDPBF16PS tmm0, tmm5, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc5
+
+	// TDPBF16PS tmm1, tmm5, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xcd
+
+amxBF16P2w2store:
+	// TILESTORED (CX)(R14*1), tmm0
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x04
+	BYTE $0x31
+	LEAQ 64(CX), R15
+
+	// TILESTORED (R15)(R14*1), tmm1
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x0c
+	BYTE $0x37
+	ADDQ $0x00000080, CX
+	ADDQ R12, SI
+	ADDQ R12, SI
+	SUBQ $0x00000002, R9
+	JMP  amxBF16P2w2
+
+amxBF16P2w1:
+	CMPQ R9, $0x00000001
+	JL   amxBF16P2done
+
+	// TILEZERO tmm0
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc0
+	MOVQ SI, AX
+	MOVQ a+16(FP), DX
+	MOVQ R8, R13
+
+amxBF16P2w1blk:
+	TESTQ R13, R13
+	JZ    amxBF16P2w1tail
+
+	// TILELOADD tmm3, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x1c
+	BYTE $0x18
+
+	// TILELOADD tmm2, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x14
+	BYTE $0x12
+
+	// TDPBF16PS tmm0, tmm2, tmm3
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x62
+	BYTE $0x5c
+	BYTE $0xc2
+	LEAQ (DX)(R11*1), R15
+
+	// TILELOADD tmm2, (R15)(R10*1)
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x14
+	BYTE $0x17
+
+	// TDPBF16PS tmm0, tmm2, tmm3
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x62
+	BYTE $0x5c
+	BYTE $0xc2
+	ADDQ $0x00000400, AX
+	ADDQ $0x00000040, DX
+	DECQ R13
+	JMP  amxBF16P2w1blk
+
+amxBF16P2w1tail:
+	CMPQ tail+40(FP), $0x00
+	JE   amxBF16P2w1store
+
+	// TILELOADD tmm6, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x18
+
+	// TILELOADD tmm5, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x12
+
+	// TDPBF16PS tmm0, tmm5, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc5
+	LEAQ (DX)(R11*1), R15
+
+	// TILELOADD tmm5, (R15)(R10*1)
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x17
+
+	// TDPBF16PS tmm0, tmm5, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc5
+
+amxBF16P2w1store:
+	// TILESTORED (CX)(R14*1), tmm0
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x04
+	BYTE $0x31
+	ADDQ $0x00000040, CX
+	ADDQ R12, SI
+	SUBQ $0x00000001, R9
+	JMP  amxBF16P2w1
+
+amxBF16P2done:
+	// TILERELEASE
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0xc0
+	RET
+
+// func amxBF16P3(cfg *byte, w *uint16, a *uint16, y *float32, nb int, tail int, np int, lda int, plane int, pbytes int, ldy int)
+TEXT ·amxBF16P3(SB), NOSPLIT, $0-88
+	MOVQ cfg+0(FP), DI
+
+	// LDTILECFG (DI)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0x07
+	MOVQ w+8(FP), SI
+	MOVQ y+24(FP), CX
+	MOVQ nb+32(FP), R8
+	MOVQ np+48(FP), R9
+	MOVQ lda+56(FP), R10
+	MOVQ plane+64(FP), R11
+	MOVQ pbytes+72(FP), R12
+	MOVQ ldy+80(FP), R14
+	MOVQ $0x00000040, BX
+
+amxBF16P3w2:
+	CMPQ R9, $0x00000002
+	JL   amxBF16P3w1
+
+	// TILEZERO tmm0
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc0
+
+	// TILEZERO tmm1
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc8
+	MOVQ SI, AX
+	LEAQ (SI)(R12*1), DI
+	MOVQ a+16(FP), DX
+	MOVQ R8, R13
+
+amxBF16P3w2blk:
+	TESTQ R13, R13
+	JZ    amxBF16P3w2tail
+
+	// TILELOADD tmm3, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x1c
+	BYTE $0x18
+
+	// TILELOADD tmm4, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x1f
+
+	// TILELOADD tmm2, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x14
+	BYTE $0x12
+
+	// TDPBF16PS tmm0, tmm2, tmm3
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x62
+	BYTE $0x5c
+	BYTE $0xc2
+
+	// TDPBF16PS tmm1, tmm2, tmm4
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x5a
+	BYTE $0x5c
+	BYTE $0xca
+	LEAQ (DX)(R11*1), R15
+
+	// TILELOADD tmm2, (R15)(R10*1)
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x14
+	BYTE $0x17
+
+	// TDPBF16PS tmm0, tmm2, tmm3
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x62
+	BYTE $0x5c
+	BYTE $0xc2
+
+	// TDPBF16PS tmm1, tmm2, tmm4
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x5a
+	BYTE $0x5c
+	BYTE $0xca
+	ADDQ R11, R15
+
+	// TILELOADD tmm2, (R15)(R10*1)
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x14
+	BYTE $0x17
+
+	// TDPBF16PS tmm0, tmm2, tmm3
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x62
+	BYTE $0x5c
+	BYTE $0xc2
+
+	// TDPBF16PS tmm1, tmm2, tmm4
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x5a
+	BYTE $0x5c
+	BYTE $0xca
+	ADDQ $0x00000400, AX
+	ADDQ $0x00000400, DI
+	ADDQ $0x00000040, DX
+	DECQ R13
+	JMP  amxBF16P3w2blk
+
+amxBF16P3w2tail:
+	CMPQ tail+40(FP), $0x00
+	JE   amxBF16P3w2store
+
+	// TILELOADD tmm6, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x18
+
+	// TILELOADD tmm7, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x3c
+	BYTE $0x1f
+
+	// TILELOADD tmm5, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x12
+
+	// TDPBF16PS tmm0, tmm5, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc5
+
+	// TDPBF16PS tmm1, tmm5, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xcd
+	LEAQ (DX)(R11*1), R15
+
+	// TILELOADD tmm5, (R15)(R10*1)
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x17
+
+	// TDPBF16PS tmm0, tmm5, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc5
+
+	// TDPBF16PS tmm1, tmm5, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xcd
+	ADDQ R11, R15
+
+	// TILELOADD tmm5, (R15)(R10*1)
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x17
+
+	// TDPBF16PS tmm0, tmm5, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc5
+
+	// TDPBF16PS tmm1, tmm5, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xcd
+
+amxBF16P3w2store:
+	// TILESTORED (CX)(R14*1), tmm0
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x04
+	BYTE $0x31
+	LEAQ 64(CX), R15
+
+	// TILESTORED (R15)(R14*1), tmm1
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x0c
+	BYTE $0x37
+	ADDQ $0x00000080, CX
+	ADDQ R12, SI
+	ADDQ R12, SI
+	SUBQ $0x00000002, R9
+	JMP  amxBF16P3w2
+
+amxBF16P3w1:
+	CMPQ R9, $0x00000001
+	JL   amxBF16P3done
+
+	// TILEZERO tmm0
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc0
+	MOVQ SI, AX
+	MOVQ a+16(FP), DX
+	MOVQ R8, R13
+
+amxBF16P3w1blk:
+	TESTQ R13, R13
+	JZ    amxBF16P3w1tail
+
+	// TILELOADD tmm3, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x1c
+	BYTE $0x18
+
+	// TILELOADD tmm2, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x14
+	BYTE $0x12
+
+	// TDPBF16PS tmm0, tmm2, tmm3
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x62
+	BYTE $0x5c
+	BYTE $0xc2
+	LEAQ (DX)(R11*1), R15
+
+	// TILELOADD tmm2, (R15)(R10*1)
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x14
+	BYTE $0x17
+
+	// TDPBF16PS tmm0, tmm2, tmm3
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x62
+	BYTE $0x5c
+	BYTE $0xc2
+	ADDQ R11, R15
+
+	// TILELOADD tmm2, (R15)(R10*1)
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x14
+	BYTE $0x17
+
+	// TDPBF16PS tmm0, tmm2, tmm3
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x62
+	BYTE $0x5c
+	BYTE $0xc2
+	ADDQ $0x00000400, AX
+	ADDQ $0x00000040, DX
+	DECQ R13
+	JMP  amxBF16P3w1blk
+
+amxBF16P3w1tail:
+	CMPQ tail+40(FP), $0x00
+	JE   amxBF16P3w1store
+
+	// TILELOADD tmm6, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x18
+
+	// TILELOADD tmm5, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x12
+
+	// TDPBF16PS tmm0, tmm5, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc5
+	LEAQ (DX)(R11*1), R15
+
+	// TILELOADD tmm5, (R15)(R10*1)
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x17
+
+	// TDPBF16PS tmm0, tmm5, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc5
+	ADDQ R11, R15
+
+	// TILELOADD tmm5, (R15)(R10*1)
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x17
+
+	// TDPBF16PS tmm0, tmm5, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc5
+
+amxBF16P3w1store:
+	// TILESTORED (CX)(R14*1), tmm0
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x04
+	BYTE $0x31
+	ADDQ $0x00000040, CX
+	ADDQ R12, SI
+	SUBQ $0x00000001, R9
+	JMP  amxBF16P3w1
+
+amxBF16P3done:
+	// TILERELEASE
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0xc0
+	RET

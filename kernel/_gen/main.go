@@ -94,6 +94,9 @@ func main() {
 	quantKernels256()
 	quantActs()
 	quantActsY()
+	for passes := 1; passes <= 3; passes++ {
+		amxBF16(passes)
+	}
 	Generate()
 }
 

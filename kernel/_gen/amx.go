@@ -1,0 +1,217 @@
+package main
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	"github.com/mmcloughlin/avo/ir"
+	. "github.com/mmcloughlin/avo/operand"
+	"github.com/mmcloughlin/avo/reg"
+)
+
+// AMX kernels. The Go assembler knows no AMX instruction, so they are emitted as bytes (see
+// amxOp); their operands are therefore fixed registers, and the whole kernel is written with
+// physical registers only (the allocator has nothing to place). Tiles, fixed by the tile
+// configuration package kernel builds (amxConfig in amx.go):
+//
+//	tmm0, tmm1  C: rows x 16 f32, the sums of two panels
+//	tmm2        A: rows x 32 bf16, one K-block of one plane of the split activations
+//	tmm3, tmm4  B: 16 pairs x 16 columns x 2 bf16, one K-block of each panel (1 KiB, contiguous)
+//	tmm5        A of the K tail: rows x 2*tail bf16
+//	tmm6, tmm7  B of the K tail: tail pairs
+//
+// Each call loads the configuration at entry and releases the tiles before it returns, so no
+// tile state outlives a call: the goroutine may run on another thread at the next one.
+
+// Tile numbers.
+const (
+	tC0, tC1 = 0, 1
+	tA       = 2
+	tB0, tB1 = 3, 4
+	tAt      = 5
+	tBt0     = 6
+	tBt1     = 7
+)
+
+// amxOp emits one instruction's bytes, the first carrying the name for the listing's reader.
+func amxOp(name string, bs ...byte) {
+	Comment(name)
+	for _, c := range bs {
+		Instruction(&ir.Instruction{Opcode: "BYTE", Operands: []Op{U8(c)}})
+	}
+}
+
+// gpIndex is the hardware number of a 64-bit general register.
+func gpIndex(r reg.Register) int { return int(r.(reg.Physical).PhysicalIndex()) }
+
+// vex3 is the 3-byte VEX prefix of map 0F38, W0, L0 with prefix pp: rr extends ModRM.reg, x
+// SIB.index, b ModRM.rm or SIB.base; v is the vvvv operand (stored inverted, as R, X, B are).
+func vex3(rr, x, b, v int, pp byte) []byte {
+	b1 := byte(0x02)
+	if rr&8 == 0 {
+		b1 |= 0x80
+	}
+	if x&8 == 0 {
+		b1 |= 0x40
+	}
+	if b&8 == 0 {
+		b1 |= 0x20
+	}
+	return []byte{0xc4, b1, byte((^v&0xf)<<3) | pp}
+}
+
+// memSIB is ModRM and SIB for [base + index*1] with ModRM.reg r. RBP and R13 cannot be a base
+// without a displacement, RSP cannot be an index: the kernels never pass them.
+func memSIB(r int, base, index reg.Register) []byte {
+	bi, ii := gpIndex(base), gpIndex(index)
+	if bi&7 == 5 || ii == 4 {
+		panic(fmt.Sprintf("memSIB: base %d index %d", bi, ii))
+	}
+	return []byte{byte(r&7)<<3 | 0x04, byte(ii&7)<<3 | byte(bi&7)}
+}
+
+// ldtilecfg emits LDTILECFG [base] (VEX.128.NP.0F38.W0 49 /0).
+func ldtilecfg(base reg.Register) {
+	bi := gpIndex(base)
+	if bi&7 == 4 || bi&7 == 5 {
+		panic("ldtilecfg: base needs a SIB or displacement")
+	}
+	amxOp(fmt.Sprintf("LDTILECFG (%s)", base.Asm()), append(vex3(0, 0, bi, 0, 0), 0x49, byte(bi&7))...)
+}
+
+// tilerelease emits TILERELEASE (VEX.128.NP.0F38.W0 49 C0).
+func tilerelease() { amxOp("TILERELEASE", 0xc4, 0xe2, 0x78, 0x49, 0xc0) }
+
+// tilezero emits TILEZERO tmm t (VEX.128.F2.0F38.W0 49 11:t:000).
+func tilezero(t int) {
+	amxOp(fmt.Sprintf("TILEZERO tmm%d", t), 0xc4, 0xe2, 0x7b, 0x49, byte(0xc0|t<<3))
+}
+
+// tileloadd emits TILELOADD tmm t, [base + stride] (VEX.128.F2.0F38.W0 4B): row r of the tile
+// is read at base + r*stride.
+func tileloadd(t int, base, stride reg.Register) {
+	b := append(vex3(0, gpIndex(stride), gpIndex(base), 0, 0x03), 0x4b)
+	amxOp(fmt.Sprintf("TILELOADD tmm%d, (%s)(%s*1)", t, base.Asm(), stride.Asm()), append(b, memSIB(t, base, stride)...)...)
+}
+
+// tilestored emits TILESTORED [base + stride], tmm t (VEX.128.F3.0F38.W0 4B).
+func tilestored(t int, base, stride reg.Register) {
+	b := append(vex3(0, gpIndex(stride), gpIndex(base), 0, 0x02), 0x4b)
+	amxOp(fmt.Sprintf("TILESTORED (%s)(%s*1), tmm%d", base.Asm(), stride.Asm(), t), append(b, memSIB(t, base, stride)...)...)
+}
+
+// tdpbf16ps emits TDPBF16PS tmm c, tmm a, tmm b (VEX.128.F3.0F38.W0 5C): c[m][n] += sum over
+// pairs k of a[m][2k]*b[k][2n] + a[m][2k+1]*b[k][2n+1], bf16 products accumulated in f32.
+func tdpbf16ps(c, a, b int) {
+	amxOp(fmt.Sprintf("TDPBF16PS tmm%d, tmm%d, tmm%d", c, a, b), append(vex3(0, 0, 0, b, 0x02), 0x5c, byte(0xc0|c<<3|a))...)
+}
+
+// amxBF16 emits amxBF16P<passes>(cfg, w, a, y, nb, tail, np, lda, plane, pbytes, ldy): for np
+// whole bf16 panels from w (pbytes apart) and the rows of the loaded configuration, y[r][p*16+l]
+// (rows ldy bytes apart) = sum over K of W[p][l][i] * a[r][i], where the activations a come as
+// passes bf16 planes (plane bytes apart, rows lda bytes apart, zero past K) whose sum is the f32
+// activation (see splitBF16 in package kernel). Each K-block of 32 inputs (16 pairs, 1 KiB of a
+// panel) adds the products of the planes in plane order; nb such blocks, then, with tail != 0,
+// one block of the tail pairs through the tail tiles. A panel's arithmetic is the same whether it
+// goes in a pair (two C tiles sharing each A load) or alone.
+func amxBF16(passes int) {
+	name := fmt.Sprintf("amxBF16P%d", passes)
+	TEXT(name, NOSPLIT, "func(cfg *byte, w *uint16, a *uint16, y *float32, nb, tail, np, lda, plane, pbytes, ldy int)")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s computes np whole bf16 panels with AMX from %d bf16 planes of activations.", name, passes))
+	var (
+		cfg, wp, ap, yp       = reg.RDI, reg.RSI, reg.RDX, reg.RCX
+		nb, np, lda, plane    = reg.R8, reg.R9, reg.R10, reg.R11
+		pbytes, blk, ldy, tmp = reg.R12, reg.R13, reg.R14, reg.R15
+		b0, b1, s64           = reg.RAX, reg.RDI, reg.RBX
+	)
+	Load(Param("cfg"), cfg)
+	ldtilecfg(cfg)
+	Load(Param("w"), wp)
+	Load(Param("y"), yp)
+	Load(Param("nb"), nb)
+	Load(Param("np"), np)
+	Load(Param("lda"), lda)
+	Load(Param("plane"), plane)
+	Load(Param("pbytes"), pbytes)
+	Load(Param("ldy"), ldy)
+	MOVQ(U32(64), s64)
+	tb, err := Param("tail").Resolve()
+	if err != nil {
+		panic(err)
+	}
+	tail := tb.Addr // every register is taken: the flag is read from the frame
+
+	// block emits the products of one K-block: B tiles bs (one per panel) loaded from b0, b1,
+	// then each plane's A tile at, its sums into the C tiles.
+	block := func(at int, bs []int) {
+		tileloadd(bs[0], b0, s64)
+		if len(bs) > 1 {
+			tileloadd(bs[1], b1, s64)
+		}
+		for p := 0; p < passes; p++ {
+			src := ap
+			if p > 0 {
+				if p == 1 {
+					LEAQ(Mem{Base: ap, Index: plane, Scale: 1}, tmp)
+				} else {
+					ADDQ(plane, tmp)
+				}
+				src = tmp
+			}
+			tileloadd(at, src, lda)
+			for i, bt := range bs {
+				tdpbf16ps(tC0+i, at, bt)
+			}
+		}
+	}
+	// panelsLoop emits the loop over groups of width panels (1 or 2).
+	panelsLoop := func(width int, next string) {
+		pre := fmt.Sprintf("%sw%d", name, width)
+		Label(pre)
+		CMPQ(np, U32(width))
+		JL(LabelRef(next))
+		for i := 0; i < width; i++ {
+			tilezero(tC0 + i)
+		}
+		MOVQ(wp, b0)
+		if width > 1 {
+			LEAQ(Mem{Base: wp, Index: pbytes, Scale: 1}, b1)
+		}
+		Load(Param("a"), ap)
+		MOVQ(nb, blk)
+		Label(pre + "blk")
+		TESTQ(blk, blk)
+		JZ(LabelRef(pre + "tail"))
+		bs := []int{tB0, tB1}[:width]
+		block(tA, bs)
+		ADDQ(U32(1024), b0)
+		if width > 1 {
+			ADDQ(U32(1024), b1)
+		}
+		ADDQ(U32(64), ap)
+		DECQ(blk)
+		JMP(LabelRef(pre + "blk"))
+		Label(pre + "tail")
+		CMPQ(tail, U8(0))
+		JE(LabelRef(pre + "store"))
+		block(tAt, []int{tBt0, tBt1}[:width])
+		Label(pre + "store")
+		tilestored(tC0, yp, ldy)
+		if width > 1 {
+			LEAQ(Mem{Base: yp, Disp: 64}, tmp)
+			tilestored(tC1, tmp, ldy)
+		}
+		ADDQ(U32(uint32(64*width)), yp)
+		for i := 0; i < width; i++ {
+			ADDQ(pbytes, wp)
+		}
+		SUBQ(U32(uint32(width)), np)
+		JMP(LabelRef(pre))
+	}
+	panelsLoop(2, name+"w1")
+	panelsLoop(1, name+"done")
+	Label(name + "done")
+	tilerelease()
+	RET()
+}

@@ -1,0 +1,70 @@
+package kernel
+
+import "math"
+
+// Split bf16 activations, the input of the AMX path (amx.go); plain Go so that every build can
+// test it.
+//
+// AMX multiplies bf16 by bf16, so an f32 activation x enters as amxPasses bf16 planes whose sum
+// is x: plane 0 is x rounded to bf16 (to nearest even), each next plane the rounded remainder.
+// A bf16 holds 8 significant bits and every remainder is exact in f32, so three planes carry
+// all 24 bits of x: hi + mid + lo == x exactly for any normal x whose low plane is not a
+// bf16 denormal (|x| >= about 2^-110; AMX treats denormal inputs as zero, which loses at most
+// the low bits of such tiny activations). The products of bf16 weights with each plane are
+// then exact in f32 and only the f32 accumulation rounds, as on the other paths; this is
+// what keeps the amx path inside the float32 error bound the tests hold every path to. Two
+// planes would leave a representation error of about 2^-17 |x|, above that bound for short
+// sums (K of a few dozen), and one plane (x as bf16) about 2^-9 |x|.
+//
+// A row's planes depend on that row only, so the batch-width invariant carries over. Rows are
+// padded with zeros to amxRowLen(k) elements, whole 32-input K-blocks, so a tile of activations
+// never reads another row's values.
+
+// amxPasses is the number of bf16 planes of an activation (see above). A variable only so that
+// benchmarks can measure fewer planes; products with 1 or 2 planes are not exact enough for
+// the tests' bounds.
+var amxPasses = 3
+
+// amxRowLen is the elements of one activation row of one plane: k rounded up to whole
+// 32-input K-blocks.
+func amxRowLen(k int) int { return (k + 31) &^ 31 }
+
+// splitBF16Go writes x (rows x k) as amxPasses planes into dst: plane p, row r, input i at
+// (p*rows + r)*amxRowLen(k) + i, zero from k to the row's end.
+func splitBF16Go(dst []uint16, x []float32, rows, k int) {
+	kp := amxRowLen(k)
+	planes := amxPasses
+	dst = dst[:planes*rows*kp]
+	for r := 0; r < rows; r++ {
+		for i, v := range x[r*k : (r+1)*k] {
+			for p := 0; p < planes; p++ {
+				b, rest := splitOne(v)
+				dst[(p*rows+r)*kp+i] = b
+				v = rest
+			}
+		}
+		for p := 0; p < planes; p++ {
+			clear(dst[(p*rows+r)*kp+k : (p*rows+r+1)*kp])
+		}
+	}
+}
+
+// splitOne returns v's leading bf16 and the f32 remainder v - bf16: v rounded to nearest
+// even, or truncated where rounding would overflow to Inf, so that a finite activation keeps
+// finite planes. Inf and NaN go whole into the first plane (NaN kept quiet) with a zero
+// remainder, where v - v would make a NaN of an Inf.
+func splitOne(v float32) (uint16, float32) {
+	bits := math.Float32bits(v)
+	if bits&0x7f800000 == 0x7f800000 {
+		b := uint16(bits >> 16)
+		if bits&0x7fffff != 0 {
+			b |= 0x40
+		}
+		return b, 0
+	}
+	b := F32ToBF16(v)
+	if b&0x7f80 == 0x7f80 {
+		b = uint16(bits >> 16)
+	}
+	return b, v - BF16ToF32(b)
+}
