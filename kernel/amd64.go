@@ -178,7 +178,7 @@ func registerArch() bool {
 			amxStatus = "unavailable: " + err.Error()
 		} else {
 			amx := *avx
-			amx.name, amx.splitBF16, amx.hpanels = "amx", splitBF16Go, panelsAMX
+			amx.name, amx.splitBF16, amx.hpanels = "amx", splitBF16Amx, panelsAMX
 			register(&amx)
 			amxStatus = "available (bf16 products on AMX tiles)"
 		}

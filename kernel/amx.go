@@ -122,6 +122,15 @@ func panelsAMX(m *Matrix, y []float32, h []uint16, rows, p0, p1 int) {
 	}
 }
 
+// splitBF16Amx is splitBF16Go with the generated AVX-512 row splitter (bitwise the same).
+func splitBF16Amx(dst []uint16, x []float32, rows, k int) {
+	kp := amxRowLen(k)
+	_, _ = dst[3*rows*kp-1], x[rows*k-1]
+	for r := 0; r < rows; r++ {
+		splitBF16Rowx512(&dst[r*kp], &x[r*k], k, kp, 2*rows*kp)
+	}
+}
+
 // amxKern runs the generated kernel for amxPasses planes.
 func amxKern(cfg *[64]byte, w *uint16, a *uint16, y *float32, nb, tail, np, lda, plane, pbytes, ldy int) {
 	t := 0

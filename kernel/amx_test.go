@@ -128,7 +128,7 @@ func TestAMXPanelRanges(t *testing.T) {
 		m, _ := testMatrix(BF16, n, k, 5)
 		for _, rows := range []int{1, 16, 20} {
 			x := randVec(rows*k, 6)
-			h := make([]uint16, amxPasses*rows*amxRowLen(k))
+			h := make([]uint16, amxPlanes*rows*amxRowLen(k))
 			splitBF16Go(h, x, rows, k)
 			whole := make([]float32, rows*n)
 			panelsAMX(m, whole, h, rows, 0, m.panels())
@@ -170,4 +170,40 @@ func TestAMXNonFinite(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestSplitBF16Asm: the generated splitter writes splitBF16Go's planes bitwise, for every
+// tail of a row (masked loads, zero blocks) and for special values, denormals included.
+func TestSplitBF16Asm(t *testing.T) {
+	if !slices.Contains(Paths(), "amx") {
+		t.Skipf("no amx path: %s", AMXStatus())
+	}
+	specials := []float32{0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()),
+		math.Float32frombits(0x7f800001), math.Float32frombits(0xffbfffff), math.MaxFloat32, -math.MaxFloat32,
+		math.Float32frombits(0x7f7f8000), 0x1p-130, -0x1p-149, 0x1p-120, 0x1.fffffep-127, 1, 0x1.0081p0}
+	for _, rows := range []int{1, 3, 17} {
+		for k := 1; k <= 70; k++ {
+			x := randVec(rows*k, uint64(k))
+			for i := range x {
+				x[i] *= float32(math.Pow(2, float64(i%80-40)))
+				if i%7 == 3 {
+					x[i] = specials[(i/7)%len(specials)]
+				}
+			}
+			n := 3 * rows * amxRowLen(k)
+			want, got := make([]uint16, n), make([]uint16, n)
+			for i := range got {
+				got[i] = 0xffff
+			}
+			splitBF16Go(want, x, rows, k)
+			splitBF16Amx(got, x, rows, k)
+			if i := slices.Compare(got, want); i != 0 {
+				for j := range got {
+					if got[j] != want[j] {
+						t.Fatalf("rows=%d k=%d: element %d: asm %#04x, Go %#04x", rows, k, j, got[j], want[j])
+					}
+				}
+			}
+		}
+	}
 }

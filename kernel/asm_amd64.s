@@ -33130,3 +33130,144 @@ amxBF16P3done:
 	BYTE $0x49
 	BYTE $0xc0
 	RET
+
+// func splitBF16Rowx512(dst *uint16, x *float32, n int, kp int, plane int)
+// Requires: AVX, AVX512F, AVX512VL
+TEXT ·splitBF16Rowx512(SB), NOSPLIT, $0-40
+	MOVQ         dst+0(FP), AX
+	MOVQ         x+8(FP), CX
+	MOVQ         n+16(FP), DX
+	MOVQ         kp+24(FP), BX
+	MOVQ         plane+32(FP), SI
+	SHRQ         $0x04, BX
+	MOVL         $0x00000001, DI
+	VPBROADCASTD DI, Z0
+	MOVL         $0x00007fff, DI
+	VPBROADCASTD DI, Z1
+	MOVL         $0xffff0000, DI
+	VPBROADCASTD DI, Z2
+	MOVL         $0x7f800000, DI
+	VPBROADCASTD DI, Z3
+	MOVL         $0x007fffff, DI
+	VPBROADCASTD DI, Z4
+	MOVL         $0x00400000, DI
+	VPBROADCASTD DI, Z5
+	LEAQ         (SI)(SI*1), DI
+
+splitfull:
+	CMPQ      DX, $0x10
+	JL        splitpart
+	VMOVUPS   (CX), Z6
+	VPANDD    Z3, Z6, Z7
+	VPCMPEQD  Z3, Z7, K1
+	KNOTW     K1, K2
+	VPTESTMD  Z4, Z6, K1, K3
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VMOVDQA32 Z9, K1, Z8
+	VPORD     Z5, Z8, K3, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, (AX)
+	VSUBPS.Z  Z8, Z6, K2, Z6
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, (AX)(SI*1)
+	VSUBPS    Z8, Z6, Z6
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, (AX)(DI*1)
+	ADDQ      $0x40, CX
+	ADDQ      $0x20, AX
+	SUBQ      $0x10, DX
+	DECQ      BX
+	JMP       splitfull
+
+splitpart:
+	TESTQ     DX, DX
+	JZ        splitzero
+	LEAQ      expmask512<>+0(SB), R8
+	KMOVW     (R8)(DX*2), K1
+	VMOVUPS.Z (CX), K1, Z6
+	VPANDD    Z3, Z6, Z7
+	VPCMPEQD  Z3, Z7, K1
+	KNOTW     K1, K2
+	VPTESTMD  Z4, Z6, K1, K3
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z4
+	VPANDD    Z2, Z6, Z8
+	VPANDD    Z3, Z4, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z8, K4, Z4
+	VMOVDQA32 Z8, K1, Z4
+	VPORD     Z5, Z4, K3, Z4
+	VPSRLD    $0x10, Z4, Z7
+	VPMOVDW   Z7, (AX)
+	VSUBPS.Z  Z4, Z6, K2, Z6
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z4
+	VPANDD    Z2, Z6, Z8
+	VPANDD    Z3, Z4, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z8, K4, Z4
+	VPSRLD    $0x10, Z4, Z7
+	VPMOVDW   Z7, (AX)(SI*1)
+	VSUBPS    Z4, Z6, Z6
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z4
+	VPANDD    Z2, Z6, Z8
+	VPANDD    Z3, Z4, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z8, K4, Z4
+	VPSRLD    $0x10, Z4, Z7
+	VPMOVDW   Z7, (AX)(DI*1)
+	ADDQ      $0x20, AX
+	DECQ      BX
+
+splitzero:
+	TESTQ  BX, BX
+	JZ     splitdone
+	VPXORD Y10, Y10, Y10
+
+splitzeroloop:
+	VMOVDQU Y10, (AX)
+	VMOVDQU Y10, (AX)(SI*1)
+	VMOVDQU Y10, (AX)(DI*1)
+	ADDQ    $0x20, AX
+	DECQ    BX
+	JNZ     splitzeroloop
+
+splitdone:
+	VZEROUPPER
+	RET

@@ -414,3 +414,8 @@ func amxBF16P2(cfg *byte, w *uint16, a *uint16, y *float32, nb int, tail int, np
 //
 //go:noescape
 func amxBF16P3(cfg *byte, w *uint16, a *uint16, y *float32, nb int, tail int, np int, lda int, plane int, pbytes int, ldy int)
+
+// splitBF16Rowx512 writes the three bf16 planes of one row of n activations, kp per plane.
+//
+//go:noescape
+func splitBF16Rowx512(dst *uint16, x *float32, n int, kp int, plane int)

@@ -20,20 +20,23 @@ import "math"
 // padded with zeros to amxRowLen(k) elements, whole 32-input K-blocks, so a tile of activations
 // never reads another row's values.
 
-// amxPasses is the number of bf16 planes of an activation (see above). A variable only so that
-// benchmarks can measure fewer planes; products with 1 or 2 planes are not exact enough for
-// the tests' bounds.
-var amxPasses = 3
+// amxPlanes is the number of bf16 planes of an activation (see above).
+const amxPlanes = 3
+
+// amxPasses is the number of planes the AMX kernels multiply, amxPlanes but for benchmarks that
+// measure what fewer would cost (1: x as bf16; 2: the hi + lo split). Fewer are not exact
+// enough for the tests' bounds.
+var amxPasses = amxPlanes
 
 // amxRowLen is the elements of one activation row of one plane: k rounded up to whole
 // 32-input K-blocks.
 func amxRowLen(k int) int { return (k + 31) &^ 31 }
 
-// splitBF16Go writes x (rows x k) as amxPasses planes into dst: plane p, row r, input i at
+// splitBF16Go writes x (rows x k) as amxPlanes planes into dst: plane p, row r, input i at
 // (p*rows + r)*amxRowLen(k) + i, zero from k to the row's end.
 func splitBF16Go(dst []uint16, x []float32, rows, k int) {
 	kp := amxRowLen(k)
-	planes := amxPasses
+	planes := amxPlanes
 	dst = dst[:planes*rows*kp]
 	for r := 0; r < rows; r++ {
 		for i, v := range x[r*k : (r+1)*k] {

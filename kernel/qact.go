@@ -164,9 +164,9 @@ func (s *actScratch) quantized(p *impl, kind actKind, x []float32, rows, k int) 
 }
 
 // splitBF16 returns x (rows x k) split into bf16 planes by path p in s, sized for the call
-// (amxPlaneLen on paths that have splitBF16).
+// (amxPlanes planes of rows x amxRowLen(k)).
 func (s *actScratch) splitBF16(p *impl, x []float32, rows, k int) []uint16 {
-	n := amxPasses * rows * amxRowLen(k)
+	n := amxPlanes * rows * amxRowLen(k)
 	if cap(s.h) < n {
 		s.h = make([]uint16, n)
 	}

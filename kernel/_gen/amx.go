@@ -215,3 +215,107 @@ func amxBF16(passes int) {
 	tilerelease()
 	RET()
 }
+
+// splitBF16Row emits splitBF16Rowx512(dst *uint16, x *float32, n, kp, plane int): the three
+// bf16 planes of one activation row of n floats, bitwise as splitBF16Go writes them, into dst,
+// dst+plane bytes and dst+2*plane bytes, kp bf16 each (kp a multiple of 16, > n-16), zero from n
+// on. Per 16 lanes: round to nearest even by integer addition (bits + 0x7fff + bit 16), keep
+// the truncation where that reaches the exponent's all ones from a finite value, keep Inf and
+// NaN whole (NaN quiet) with a zero remainder, and subtract to get the next plane's value.
+func splitBF16Row() {
+	TEXT("splitBF16Rowx512", NOSPLIT, "func(dst *uint16, x *float32, n, kp, plane int)")
+	Pragma("noescape")
+	Doc("splitBF16Rowx512 writes the three bf16 planes of one row of n activations, kp per plane.")
+	dst := Load(Param("dst"), GP64())
+	x := Load(Param("x"), GP64())
+	rem := Load(Param("n"), GP64())
+	cnt := Load(Param("kp"), GP64())
+	plane := Load(Param("plane"), GP64())
+	SHRQ(U8(4), cnt)
+	bcast := func(c uint32) reg.VecVirtual {
+		t, v := GP32(), ZMM()
+		MOVL(U32(c), t)
+		VPBROADCASTD(t, v)
+		return v
+	}
+	c1, c7fff, cHi := bcast(1), bcast(0x7fff), bcast(0xffff0000)
+	cExp, cMant, cQuiet := bcast(0x7f800000), bcast(0x007fffff), bcast(0x00400000)
+	plane2 := GP64()
+	LEAQ(Mem{Base: plane, Index: plane, Scale: 1}, plane2)
+
+	body := func(v reg.VecVirtual) {
+		kNF, kF, kNaN, kOV := K(), K(), K(), K()
+		t, hi, tr := ZMM(), ZMM(), ZMM()
+		VPANDD(cExp, v, t)
+		VPCMPEQD(cExp, t, kNF)
+		KNOTW(kNF, kF)
+		VPTESTMD(cMant, v, kNF, kNaN)
+		for p := 0; p < 3; p++ {
+			VPSRLD(U8(16), v, t)
+			VPANDD(c1, t, t)
+			VPADDD(c7fff, t, t)
+			VPADDD(v, t, t)
+			VPANDD(cHi, t, hi)
+			VPANDD(cHi, v, tr)
+			VPANDD(cExp, hi, t)
+			VPCMPEQD(cExp, t, kOV)
+			VMOVDQA32(tr, kOV, hi)
+			if p == 0 {
+				VMOVDQA32(tr, kNF, hi)
+				VPORD(cQuiet, hi, kNaN, hi)
+			}
+			VPSRLD(U8(16), hi, t)
+			switch p {
+			case 0:
+				VPMOVDW(t, Mem{Base: dst})
+			case 1:
+				VPMOVDW(t, Mem{Base: dst, Index: plane, Scale: 1})
+			case 2:
+				VPMOVDW(t, Mem{Base: dst, Index: plane2, Scale: 1})
+			}
+			if p < 2 {
+				if p == 0 {
+					VSUBPS_Z(hi, v, kF, v)
+				} else {
+					VSUBPS(hi, v, v)
+				}
+			}
+		}
+	}
+	v := ZMM()
+	Label("splitfull")
+	CMPQ(rem, U8(16))
+	JL(LabelRef("splitpart"))
+	VMOVUPS(Mem{Base: x}, v)
+	body(v)
+	ADDQ(U8(64), x)
+	ADDQ(U8(32), dst)
+	SUBQ(U8(16), rem)
+	DECQ(cnt)
+	JMP(LabelRef("splitfull"))
+	Label("splitpart")
+	TESTQ(rem, rem)
+	JZ(LabelRef("splitzero"))
+	k, tb := K(), GP64()
+	LEAQ(expMask512, tb)
+	KMOVW(Mem{Base: tb, Index: rem, Scale: 2}, k)
+	VMOVUPS_Z(Mem{Base: x}, k, v)
+	body(v)
+	ADDQ(U8(32), dst)
+	DECQ(cnt)
+	Label("splitzero")
+	TESTQ(cnt, cnt)
+	JZ(LabelRef("splitdone"))
+	z := YMM()
+	VPXORD(z, z, z)
+	Label("splitzeroloop")
+	VMOVDQU(z, Mem{Base: dst})
+	VMOVDQU(z, Mem{Base: dst, Index: plane, Scale: 1})
+	VMOVDQU(z, Mem{Base: dst, Index: plane2, Scale: 1})
+	ADDQ(U8(32), dst)
+	DECQ(cnt)
+	JNZ(LabelRef("splitzeroloop"))
+	Label("splitdone")
+	VZEROUPPER()
+	RET()
+}

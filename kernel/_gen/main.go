@@ -97,6 +97,7 @@ func main() {
 	for passes := 1; passes <= 3; passes++ {
 		amxBF16(passes)
 	}
+	splitBF16Row()
 	Generate()
 }
 
