@@ -17,10 +17,10 @@ import (
 // pairs) of a panel, 16 pairs x 16 columns x 2 bf16 are 1 KiB contiguous at panel + b*1024, so
 // no weight is repacked. Activations, split into bf16 planes whose sum is the f32 value
 // (bf16split.go), are the A tiles (rows x 32 bf16), and a C tile holds rows x 16 f32 sums of
-// one panel. The kernels (_gen/amx.go) take two panels per pass, sharing each A tile load,
-// then a last single panel; a K tail of fewer than 16 pairs goes through tiles shaped for it,
-// so no load reads past a panel (an odd K's last pair is the layout's zero pad times a zero
-// activation).
+// one panel. The kernels (_gen/amx.go) take three panels per pass, sharing each A tile load,
+// then single panels. They read weights by whole 16-pair blocks; a K tail of fewer pairs is
+// read from a zero-padded copy of each panel's last block (Matrix.bf16Tail), so no load reads
+// past a panel (an odd K's last pair is the layout's zero pad times a zero activation).
 //
 // Exactness: the amx path uses AMX for every row count, 1 included (a single row is
 // bandwidth-bound anyway), and every output element adds, per K-block in K order, the block's
@@ -43,23 +43,17 @@ import (
 // returns: Go may move the goroutine to another thread between two calls, and assembly is never
 // preempted asynchronously, so tile state never lives across a point where that can happen.
 
-// Tile configuration of the generated kernels (_gen/amx.go): tiles 0-1 C, 2 A, 3-4 B, 5 the
-// tail A, 6-7 the tail B.
-func amxConfig(cfg *[64]byte, rows, tail int) {
+// amxConfig writes the tile configuration of the generated kernels (_gen/amx.go) for rows
+// rows: tiles 0-2 C (rows x 16 f32), 3-5 A (rows x 32 bf16), 6-7 B (16 pairs x 16 x 2 bf16).
+func amxConfig(cfg *[64]byte, rows int) {
 	*cfg = [64]byte{0: 1} // palette 1, start row 0
-	set := func(t, r, colsb int) {
-		binary.LittleEndian.PutUint16(cfg[16+2*t:], uint16(colsb))
+	for t := 0; t < 8; t++ {
+		r := rows
+		if t >= 6 {
+			r = 16
+		}
+		binary.LittleEndian.PutUint16(cfg[16+2*t:], 64)
 		cfg[48+t] = byte(r)
-	}
-	for t := 0; t < 3; t++ {
-		set(t, rows, 64)
-	}
-	set(3, 16, 64)
-	set(4, 16, 64)
-	if tail > 0 {
-		set(5, rows, 4*tail)
-		set(6, tail, 64)
-		set(7, tail, 64)
 	}
 }
 
@@ -89,20 +83,26 @@ func enableAMX() error {
 func panelsAMX(m *Matrix, y []float32, h []uint16, rows, p0, p1 int) {
 	n, k := m.N, m.K
 	kp := amxRowLen(k)
-	pairs := (k + 1) / 2
-	nb, tail := pairs/16, pairs%16
+	nb := (k + 1) / 2 / 16
 	lda, plane, pbytes, ldy := 2*kp, 2*rows*kp, 2*m.panelLen(), 4*n
 	full := p1 // panels with all Panel rows inside N
 	if p1*Panel > n {
 		full = p1 - 1
 	}
+	// tail returns the K tail blocks from panel p on, or nil without a tail.
+	tail := func(p int) *uint16 {
+		if m.bf16Tail == nil {
+			return nil
+		}
+		return &m.bf16Tail[p*16*2*Panel]
+	}
 	var cfg [64]byte
-	chunk := max(2, chunkBytes/pbytes&^1)
+	chunk := max(3, chunkBytes/pbytes/3*3)
 	for c0 := p0; c0 < full; c0 += chunk {
 		c1 := min(c0+chunk, full)
 		for r0 := 0; r0 < rows; r0 += 16 {
-			amxConfig(&cfg, min(16, rows-r0), tail)
-			amxKern(&cfg, &m.bf16[c0*m.panelLen()], &h[r0*kp], &y[r0*n+c0*Panel], nb, tail, c1-c0, lda, plane, pbytes, ldy)
+			amxConfig(&cfg, min(16, rows-r0))
+			amxKern(&cfg, &m.bf16[c0*m.panelLen()], tail(c0), &h[r0*kp], &y[r0*n+c0*Panel], nb, c1-c0, lda, plane, pbytes, ldy)
 		}
 	}
 	if full == p1 {
@@ -114,8 +114,8 @@ func panelsAMX(m *Matrix, y []float32, h []uint16, rows, p0, p1 int) {
 	lanes := n - full*Panel
 	for r0 := 0; r0 < rows; r0 += 16 {
 		g := min(16, rows-r0)
-		amxConfig(&cfg, g, tail)
-		amxKern(&cfg, &m.bf16[full*m.panelLen()], &h[r0*kp], &tmp[0], nb, tail, 1, lda, plane, pbytes, 4*Panel)
+		amxConfig(&cfg, g)
+		amxKern(&cfg, &m.bf16[full*m.panelLen()], tail(full), &h[r0*kp], &tmp[0], nb, 1, lda, plane, pbytes, 4*Panel)
 		for r := 0; r < g; r++ {
 			copy(y[(r0+r)*n+full*Panel:(r0+r)*n+n], tmp[r*Panel:r*Panel+lanes])
 		}
@@ -132,17 +132,13 @@ func splitBF16Amx(dst []uint16, x []float32, rows, k int) {
 }
 
 // amxKern runs the generated kernel for amxPasses planes.
-func amxKern(cfg *[64]byte, w *uint16, a *uint16, y *float32, nb, tail, np, lda, plane, pbytes, ldy int) {
-	t := 0
-	if tail > 0 {
-		t = 1
-	}
+func amxKern(cfg *[64]byte, w, tw, a *uint16, y *float32, nb, np, lda, plane, pbytes, ldy int) {
 	switch amxPasses {
 	case 1:
-		amxBF16P1(&cfg[0], w, a, y, nb, t, np, lda, plane, pbytes, ldy)
+		amxBF16P1(&cfg[0], w, tw, a, y, nb, np, lda, plane, pbytes, ldy)
 	case 2:
-		amxBF16P2(&cfg[0], w, a, y, nb, t, np, lda, plane, pbytes, ldy)
+		amxBF16P2(&cfg[0], w, tw, a, y, nb, np, lda, plane, pbytes, ldy)
 	default:
-		amxBF16P3(&cfg[0], w, a, y, nb, t, np, lda, plane, pbytes, ldy)
+		amxBF16P3(&cfg[0], w, tw, a, y, nb, np, lda, plane, pbytes, ldy)
 	}
 }

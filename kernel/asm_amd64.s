@@ -32153,7 +32153,7 @@ quantAct256x256done:
 	VZEROUPPER
 	RET
 
-// func amxBF16P1(cfg *byte, w *uint16, a *uint16, y *float32, nb int, tail int, np int, lda int, plane int, pbytes int, ldy int)
+// func amxBF16P1(cfg *byte, w *uint16, tw *uint16, a *uint16, y *float32, nb int, np int, lda int, plane int, pbytes int, ldy int)
 TEXT ·amxBF16P1(SB), NOSPLIT, $0-88
 	MOVQ cfg+0(FP), DI
 
@@ -32164,8 +32164,8 @@ TEXT ·amxBF16P1(SB), NOSPLIT, $0-88
 	BYTE $0x49
 	BYTE $0x07
 	MOVQ w+8(FP), SI
-	MOVQ y+24(FP), CX
-	MOVQ nb+32(FP), R8
+	MOVQ y+32(FP), CX
+	MOVQ nb+40(FP), R8
 	MOVQ np+48(FP), R9
 	MOVQ lda+56(FP), R10
 	MOVQ plane+64(FP), R11
@@ -32173,8 +32173,8 @@ TEXT ·amxBF16P1(SB), NOSPLIT, $0-88
 	MOVQ ldy+80(FP), R14
 	MOVQ $0x00000040, BX
 
-amxBF16P1w2:
-	CMPQ R9, $0x00000002
+amxBF16P1w3:
+	CMPQ R9, $0x00000003
 	JL   amxBF16P1w1
 
 	// TILEZERO tmm0
@@ -32190,61 +32190,28 @@ amxBF16P1w2:
 	BYTE $0x7b
 	BYTE $0x49
 	BYTE $0xc8
+
+	// TILEZERO tmm2
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd0
 	MOVQ SI, AX
-	LEAQ (SI)(R12*1), DI
-	MOVQ a+16(FP), DX
+	MOVQ a+24(FP), DX
 	MOVQ R8, R13
 
-amxBF16P1w2blk:
+amxBF16P1w3blk:
 	TESTQ R13, R13
-	JZ    amxBF16P1w2tail
+	JZ    amxBF16P1w3tail
 
-	// TILELOADD tmm3, (AX)(BX*1)
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x1c
-	BYTE $0x18
-
-	// TILELOADD tmm4, (DI)(BX*1)
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x24
-	BYTE $0x1f
-
-	// TILELOADD tmm2, (DX)(R10*1)
+	// TILELOADD tmm3, (DX)(R10*1)
 	BYTE $0xc4
 	BYTE $0xa2
 	BYTE $0x7b
 	BYTE $0x4b
-	BYTE $0x14
+	BYTE $0x1c
 	BYTE $0x12
-
-	// TDPBF16PS tmm0, tmm2, tmm3
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x62
-	BYTE $0x5c
-	BYTE $0xc2
-
-	// TDPBF16PS tmm1, tmm2, tmm4
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x5a
-	BYTE $0x5c
-	BYTE $0xca
-	ADDQ $0x00000400, AX
-	ADDQ $0x00000400, DI
-	ADDQ $0x00000040, DX
-	DECQ R13
-	JMP  amxBF16P1w2blk
-
-amxBF16P1w2tail:
-	CMPQ tail+40(FP), $0x00
-	JE   amxBF16P1w2store
 
 	// TILELOADD tmm6, (AX)(BX*1)
 	BYTE $0xc4
@@ -32254,6 +32221,14 @@ amxBF16P1w2tail:
 	BYTE $0x34
 	BYTE $0x18
 
+	// TDPBF16PS tmm0, tmm3, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc3
+	LEAQ (AX)(R12*1), DI
+
 	// TILELOADD tmm7, (DI)(BX*1)
 	BYTE $0xc4
 	BYTE $0xe2
@@ -32262,29 +32237,97 @@ amxBF16P1w2tail:
 	BYTE $0x3c
 	BYTE $0x1f
 
-	// TILELOADD tmm5, (DX)(R10*1)
-	BYTE $0xc4
-	BYTE $0xa2
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x2c
-	BYTE $0x12
-
-	// TDPBF16PS tmm0, tmm5, tmm6
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x4a
-	BYTE $0x5c
-	BYTE $0xc5
-
-	// TDPBF16PS tmm1, tmm5, tmm7
+	// TDPBF16PS tmm1, tmm3, tmm7
 	BYTE $0xc4
 	BYTE $0xe2
 	BYTE $0x42
 	BYTE $0x5c
-	BYTE $0xcd
+	BYTE $0xcb
+	LEAQ (AX)(R12*2), DI
 
-amxBF16P1w2store:
+	// TILELOADD tmm6, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x1f
+
+	// TDPBF16PS tmm2, tmm3, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xd3
+	ADDQ $0x00000400, AX
+	ADDQ $0x00000040, DX
+	DECQ R13
+	JMP  amxBF16P1w3blk
+
+amxBF16P1w3tail:
+	MOVQ  tw+16(FP), AX
+	TESTQ AX, AX
+	JZ    amxBF16P1w3store
+	MOVQ  $0x00000400, R13
+
+	// TILELOADD tmm3, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x1c
+	BYTE $0x12
+
+	// TILELOADD tmm6, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x18
+
+	// TDPBF16PS tmm0, tmm3, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc3
+	LEAQ (AX)(R13*1), DI
+
+	// TILELOADD tmm7, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x3c
+	BYTE $0x1f
+
+	// TDPBF16PS tmm1, tmm3, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xcb
+	LEAQ (AX)(R13*2), DI
+
+	// TILELOADD tmm6, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x1f
+
+	// TDPBF16PS tmm2, tmm3, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xd3
+	ADDQ $0x00000c00, AX
+	MOVQ AX, tw+16(FP)
+
+amxBF16P1w3store:
 	// TILESTORED (CX)(R14*1), tmm0
 	BYTE $0xc4
 	BYTE $0xa2
@@ -32301,11 +32344,21 @@ amxBF16P1w2store:
 	BYTE $0x4b
 	BYTE $0x0c
 	BYTE $0x37
-	ADDQ $0x00000080, CX
+	LEAQ 128(CX), R15
+
+	// TILESTORED (R15)(R14*1), tmm2
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x14
+	BYTE $0x37
+	ADDQ $0x000000c0, CX
 	ADDQ R12, SI
 	ADDQ R12, SI
-	SUBQ $0x00000002, R9
-	JMP  amxBF16P1w2
+	ADDQ R12, SI
+	SUBQ $0x00000003, R9
+	JMP  amxBF16P1w3
 
 amxBF16P1w1:
 	CMPQ R9, $0x00000001
@@ -32318,43 +32371,20 @@ amxBF16P1w1:
 	BYTE $0x49
 	BYTE $0xc0
 	MOVQ SI, AX
-	MOVQ a+16(FP), DX
+	MOVQ a+24(FP), DX
 	MOVQ R8, R13
 
 amxBF16P1w1blk:
 	TESTQ R13, R13
 	JZ    amxBF16P1w1tail
 
-	// TILELOADD tmm3, (AX)(BX*1)
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x1c
-	BYTE $0x18
-
-	// TILELOADD tmm2, (DX)(R10*1)
+	// TILELOADD tmm3, (DX)(R10*1)
 	BYTE $0xc4
 	BYTE $0xa2
 	BYTE $0x7b
 	BYTE $0x4b
-	BYTE $0x14
+	BYTE $0x1c
 	BYTE $0x12
-
-	// TDPBF16PS tmm0, tmm2, tmm3
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x62
-	BYTE $0x5c
-	BYTE $0xc2
-	ADDQ $0x00000400, AX
-	ADDQ $0x00000040, DX
-	DECQ R13
-	JMP  amxBF16P1w1blk
-
-amxBF16P1w1tail:
-	CMPQ tail+40(FP), $0x00
-	JE   amxBF16P1w1store
 
 	// TILELOADD tmm6, (AX)(BX*1)
 	BYTE $0xc4
@@ -32364,20 +32394,47 @@ amxBF16P1w1tail:
 	BYTE $0x34
 	BYTE $0x18
 
-	// TILELOADD tmm5, (DX)(R10*1)
-	BYTE $0xc4
-	BYTE $0xa2
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x2c
-	BYTE $0x12
-
-	// TDPBF16PS tmm0, tmm5, tmm6
+	// TDPBF16PS tmm0, tmm3, tmm6
 	BYTE $0xc4
 	BYTE $0xe2
 	BYTE $0x4a
 	BYTE $0x5c
-	BYTE $0xc5
+	BYTE $0xc3
+	ADDQ $0x00000400, AX
+	ADDQ $0x00000040, DX
+	DECQ R13
+	JMP  amxBF16P1w1blk
+
+amxBF16P1w1tail:
+	MOVQ  tw+16(FP), AX
+	TESTQ AX, AX
+	JZ    amxBF16P1w1store
+	MOVQ  $0x00000400, R13
+
+	// TILELOADD tmm3, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x1c
+	BYTE $0x12
+
+	// TILELOADD tmm6, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x18
+
+	// TDPBF16PS tmm0, tmm3, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc3
+	ADDQ $0x00000400, AX
+	MOVQ AX, tw+16(FP)
 
 amxBF16P1w1store:
 	// TILESTORED (CX)(R14*1), tmm0
@@ -32401,7 +32458,7 @@ amxBF16P1done:
 	BYTE $0xc0
 	RET
 
-// func amxBF16P2(cfg *byte, w *uint16, a *uint16, y *float32, nb int, tail int, np int, lda int, plane int, pbytes int, ldy int)
+// func amxBF16P2(cfg *byte, w *uint16, tw *uint16, a *uint16, y *float32, nb int, np int, lda int, plane int, pbytes int, ldy int)
 TEXT ·amxBF16P2(SB), NOSPLIT, $0-88
 	MOVQ cfg+0(FP), DI
 
@@ -32412,8 +32469,8 @@ TEXT ·amxBF16P2(SB), NOSPLIT, $0-88
 	BYTE $0x49
 	BYTE $0x07
 	MOVQ w+8(FP), SI
-	MOVQ y+24(FP), CX
-	MOVQ nb+32(FP), R8
+	MOVQ y+32(FP), CX
+	MOVQ nb+40(FP), R8
 	MOVQ np+48(FP), R9
 	MOVQ lda+56(FP), R10
 	MOVQ plane+64(FP), R11
@@ -32421,8 +32478,8 @@ TEXT ·amxBF16P2(SB), NOSPLIT, $0-88
 	MOVQ ldy+80(FP), R14
 	MOVQ $0x00000040, BX
 
-amxBF16P2w2:
-	CMPQ R9, $0x00000002
+amxBF16P2w3:
+	CMPQ R9, $0x00000003
 	JL   amxBF16P2w1
 
 	// TILEZERO tmm0
@@ -32438,84 +32495,37 @@ amxBF16P2w2:
 	BYTE $0x7b
 	BYTE $0x49
 	BYTE $0xc8
+
+	// TILEZERO tmm2
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd0
 	MOVQ SI, AX
-	LEAQ (SI)(R12*1), DI
-	MOVQ a+16(FP), DX
+	MOVQ a+24(FP), DX
 	MOVQ R8, R13
 
-amxBF16P2w2blk:
+amxBF16P2w3blk:
 	TESTQ R13, R13
-	JZ    amxBF16P2w2tail
+	JZ    amxBF16P2w3tail
 
-	// TILELOADD tmm3, (AX)(BX*1)
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x1c
-	BYTE $0x18
-
-	// TILELOADD tmm4, (DI)(BX*1)
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x24
-	BYTE $0x1f
-
-	// TILELOADD tmm2, (DX)(R10*1)
+	// TILELOADD tmm3, (DX)(R10*1)
 	BYTE $0xc4
 	BYTE $0xa2
 	BYTE $0x7b
 	BYTE $0x4b
-	BYTE $0x14
+	BYTE $0x1c
 	BYTE $0x12
-
-	// TDPBF16PS tmm0, tmm2, tmm3
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x62
-	BYTE $0x5c
-	BYTE $0xc2
-
-	// TDPBF16PS tmm1, tmm2, tmm4
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x5a
-	BYTE $0x5c
-	BYTE $0xca
 	LEAQ (DX)(R11*1), R15
 
-	// TILELOADD tmm2, (R15)(R10*1)
+	// TILELOADD tmm4, (R15)(R10*1)
 	BYTE $0xc4
 	BYTE $0x82
 	BYTE $0x7b
 	BYTE $0x4b
-	BYTE $0x14
+	BYTE $0x24
 	BYTE $0x17
-
-	// TDPBF16PS tmm0, tmm2, tmm3
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x62
-	BYTE $0x5c
-	BYTE $0xc2
-
-	// TDPBF16PS tmm1, tmm2, tmm4
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x5a
-	BYTE $0x5c
-	BYTE $0xca
-	ADDQ $0x00000400, AX
-	ADDQ $0x00000400, DI
-	ADDQ $0x00000040, DX
-	DECQ R13
-	JMP  amxBF16P2w2blk
-
-amxBF16P2w2tail:
-	CMPQ tail+40(FP), $0x00
-	JE   amxBF16P2w2store
 
 	// TILELOADD tmm6, (AX)(BX*1)
 	BYTE $0xc4
@@ -32525,6 +32535,21 @@ amxBF16P2w2tail:
 	BYTE $0x34
 	BYTE $0x18
 
+	// TDPBF16PS tmm0, tmm3, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc3
+
+	// TDPBF16PS tmm0, tmm4, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc4
+	LEAQ (AX)(R12*1), DI
+
 	// TILELOADD tmm7, (DI)(BX*1)
 	BYTE $0xc4
 	BYTE $0xe2
@@ -32533,52 +32558,141 @@ amxBF16P2w2tail:
 	BYTE $0x3c
 	BYTE $0x1f
 
-	// TILELOADD tmm5, (DX)(R10*1)
+	// TDPBF16PS tmm1, tmm3, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xcb
+
+	// TDPBF16PS tmm1, tmm4, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xcc
+	LEAQ (AX)(R12*2), DI
+
+	// TILELOADD tmm6, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x1f
+
+	// TDPBF16PS tmm2, tmm3, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xd3
+
+	// TDPBF16PS tmm2, tmm4, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xd4
+	ADDQ $0x00000400, AX
+	ADDQ $0x00000040, DX
+	DECQ R13
+	JMP  amxBF16P2w3blk
+
+amxBF16P2w3tail:
+	MOVQ  tw+16(FP), AX
+	TESTQ AX, AX
+	JZ    amxBF16P2w3store
+	MOVQ  $0x00000400, R13
+
+	// TILELOADD tmm3, (DX)(R10*1)
 	BYTE $0xc4
 	BYTE $0xa2
 	BYTE $0x7b
 	BYTE $0x4b
-	BYTE $0x2c
+	BYTE $0x1c
 	BYTE $0x12
-
-	// TDPBF16PS tmm0, tmm5, tmm6
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x4a
-	BYTE $0x5c
-	BYTE $0xc5
-
-	// TDPBF16PS tmm1, tmm5, tmm7
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x42
-	BYTE $0x5c
-	BYTE $0xcd
 	LEAQ (DX)(R11*1), R15
 
-	// TILELOADD tmm5, (R15)(R10*1)
+	// TILELOADD tmm4, (R15)(R10*1)
 	BYTE $0xc4
 	BYTE $0x82
 	BYTE $0x7b
 	BYTE $0x4b
-	BYTE $0x2c
+	BYTE $0x24
 	BYTE $0x17
 
-	// TDPBF16PS tmm0, tmm5, tmm6
+	// TILELOADD tmm6, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x18
+
+	// TDPBF16PS tmm0, tmm3, tmm6
 	BYTE $0xc4
 	BYTE $0xe2
 	BYTE $0x4a
 	BYTE $0x5c
-	BYTE $0xc5
+	BYTE $0xc3
 
-	// TDPBF16PS tmm1, tmm5, tmm7
+	// TDPBF16PS tmm0, tmm4, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc4
+	LEAQ (AX)(R13*1), DI
+
+	// TILELOADD tmm7, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x3c
+	BYTE $0x1f
+
+	// TDPBF16PS tmm1, tmm3, tmm7
 	BYTE $0xc4
 	BYTE $0xe2
 	BYTE $0x42
 	BYTE $0x5c
-	BYTE $0xcd
+	BYTE $0xcb
 
-amxBF16P2w2store:
+	// TDPBF16PS tmm1, tmm4, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xcc
+	LEAQ (AX)(R13*2), DI
+
+	// TILELOADD tmm6, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x1f
+
+	// TDPBF16PS tmm2, tmm3, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xd3
+
+	// TDPBF16PS tmm2, tmm4, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xd4
+	ADDQ $0x00000c00, AX
+	MOVQ AX, tw+16(FP)
+
+amxBF16P2w3store:
 	// TILESTORED (CX)(R14*1), tmm0
 	BYTE $0xc4
 	BYTE $0xa2
@@ -32595,11 +32709,21 @@ amxBF16P2w2store:
 	BYTE $0x4b
 	BYTE $0x0c
 	BYTE $0x37
-	ADDQ $0x00000080, CX
+	LEAQ 128(CX), R15
+
+	// TILESTORED (R15)(R14*1), tmm2
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x14
+	BYTE $0x37
+	ADDQ $0x000000c0, CX
 	ADDQ R12, SI
 	ADDQ R12, SI
-	SUBQ $0x00000002, R9
-	JMP  amxBF16P2w2
+	ADDQ R12, SI
+	SUBQ $0x00000003, R9
+	JMP  amxBF16P2w3
 
 amxBF16P2w1:
 	CMPQ R9, $0x00000001
@@ -32612,59 +32736,29 @@ amxBF16P2w1:
 	BYTE $0x49
 	BYTE $0xc0
 	MOVQ SI, AX
-	MOVQ a+16(FP), DX
+	MOVQ a+24(FP), DX
 	MOVQ R8, R13
 
 amxBF16P2w1blk:
 	TESTQ R13, R13
 	JZ    amxBF16P2w1tail
 
-	// TILELOADD tmm3, (AX)(BX*1)
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x1c
-	BYTE $0x18
-
-	// TILELOADD tmm2, (DX)(R10*1)
+	// TILELOADD tmm3, (DX)(R10*1)
 	BYTE $0xc4
 	BYTE $0xa2
 	BYTE $0x7b
 	BYTE $0x4b
-	BYTE $0x14
+	BYTE $0x1c
 	BYTE $0x12
-
-	// TDPBF16PS tmm0, tmm2, tmm3
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x62
-	BYTE $0x5c
-	BYTE $0xc2
 	LEAQ (DX)(R11*1), R15
 
-	// TILELOADD tmm2, (R15)(R10*1)
+	// TILELOADD tmm4, (R15)(R10*1)
 	BYTE $0xc4
 	BYTE $0x82
 	BYTE $0x7b
 	BYTE $0x4b
-	BYTE $0x14
+	BYTE $0x24
 	BYTE $0x17
-
-	// TDPBF16PS tmm0, tmm2, tmm3
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x62
-	BYTE $0x5c
-	BYTE $0xc2
-	ADDQ $0x00000400, AX
-	ADDQ $0x00000040, DX
-	DECQ R13
-	JMP  amxBF16P2w1blk
-
-amxBF16P2w1tail:
-	CMPQ tail+40(FP), $0x00
-	JE   amxBF16P2w1store
 
 	// TILELOADD tmm6, (AX)(BX*1)
 	BYTE $0xc4
@@ -32674,36 +32768,70 @@ amxBF16P2w1tail:
 	BYTE $0x34
 	BYTE $0x18
 
-	// TILELOADD tmm5, (DX)(R10*1)
+	// TDPBF16PS tmm0, tmm3, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc3
+
+	// TDPBF16PS tmm0, tmm4, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc4
+	ADDQ $0x00000400, AX
+	ADDQ $0x00000040, DX
+	DECQ R13
+	JMP  amxBF16P2w1blk
+
+amxBF16P2w1tail:
+	MOVQ  tw+16(FP), AX
+	TESTQ AX, AX
+	JZ    amxBF16P2w1store
+	MOVQ  $0x00000400, R13
+
+	// TILELOADD tmm3, (DX)(R10*1)
 	BYTE $0xc4
 	BYTE $0xa2
 	BYTE $0x7b
 	BYTE $0x4b
-	BYTE $0x2c
+	BYTE $0x1c
 	BYTE $0x12
-
-	// TDPBF16PS tmm0, tmm5, tmm6
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x4a
-	BYTE $0x5c
-	BYTE $0xc5
 	LEAQ (DX)(R11*1), R15
 
-	// TILELOADD tmm5, (R15)(R10*1)
+	// TILELOADD tmm4, (R15)(R10*1)
 	BYTE $0xc4
 	BYTE $0x82
 	BYTE $0x7b
 	BYTE $0x4b
-	BYTE $0x2c
+	BYTE $0x24
 	BYTE $0x17
 
-	// TDPBF16PS tmm0, tmm5, tmm6
+	// TILELOADD tmm6, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x18
+
+	// TDPBF16PS tmm0, tmm3, tmm6
 	BYTE $0xc4
 	BYTE $0xe2
 	BYTE $0x4a
 	BYTE $0x5c
-	BYTE $0xc5
+	BYTE $0xc3
+
+	// TDPBF16PS tmm0, tmm4, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc4
+	ADDQ $0x00000400, AX
+	MOVQ AX, tw+16(FP)
 
 amxBF16P2w1store:
 	// TILESTORED (CX)(R14*1), tmm0
@@ -32727,7 +32855,7 @@ amxBF16P2done:
 	BYTE $0xc0
 	RET
 
-// func amxBF16P3(cfg *byte, w *uint16, a *uint16, y *float32, nb int, tail int, np int, lda int, plane int, pbytes int, ldy int)
+// func amxBF16P3(cfg *byte, w *uint16, tw *uint16, a *uint16, y *float32, nb int, np int, lda int, plane int, pbytes int, ldy int)
 TEXT ·amxBF16P3(SB), NOSPLIT, $0-88
 	MOVQ cfg+0(FP), DI
 
@@ -32738,8 +32866,8 @@ TEXT ·amxBF16P3(SB), NOSPLIT, $0-88
 	BYTE $0x49
 	BYTE $0x07
 	MOVQ w+8(FP), SI
-	MOVQ y+24(FP), CX
-	MOVQ nb+32(FP), R8
+	MOVQ y+32(FP), CX
+	MOVQ nb+40(FP), R8
 	MOVQ np+48(FP), R9
 	MOVQ lda+56(FP), R10
 	MOVQ plane+64(FP), R11
@@ -32747,8 +32875,8 @@ TEXT ·amxBF16P3(SB), NOSPLIT, $0-88
 	MOVQ ldy+80(FP), R14
 	MOVQ $0x00000040, BX
 
-amxBF16P3w2:
-	CMPQ R9, $0x00000002
+amxBF16P3w3:
+	CMPQ R9, $0x00000003
 	JL   amxBF16P3w1
 
 	// TILEZERO tmm0
@@ -32764,107 +32892,46 @@ amxBF16P3w2:
 	BYTE $0x7b
 	BYTE $0x49
 	BYTE $0xc8
+
+	// TILEZERO tmm2
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd0
 	MOVQ SI, AX
-	LEAQ (SI)(R12*1), DI
-	MOVQ a+16(FP), DX
+	MOVQ a+24(FP), DX
 	MOVQ R8, R13
 
-amxBF16P3w2blk:
+amxBF16P3w3blk:
 	TESTQ R13, R13
-	JZ    amxBF16P3w2tail
+	JZ    amxBF16P3w3tail
 
-	// TILELOADD tmm3, (AX)(BX*1)
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x1c
-	BYTE $0x18
-
-	// TILELOADD tmm4, (DI)(BX*1)
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x24
-	BYTE $0x1f
-
-	// TILELOADD tmm2, (DX)(R10*1)
+	// TILELOADD tmm3, (DX)(R10*1)
 	BYTE $0xc4
 	BYTE $0xa2
 	BYTE $0x7b
 	BYTE $0x4b
-	BYTE $0x14
+	BYTE $0x1c
 	BYTE $0x12
-
-	// TDPBF16PS tmm0, tmm2, tmm3
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x62
-	BYTE $0x5c
-	BYTE $0xc2
-
-	// TDPBF16PS tmm1, tmm2, tmm4
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x5a
-	BYTE $0x5c
-	BYTE $0xca
 	LEAQ (DX)(R11*1), R15
 
-	// TILELOADD tmm2, (R15)(R10*1)
+	// TILELOADD tmm4, (R15)(R10*1)
 	BYTE $0xc4
 	BYTE $0x82
 	BYTE $0x7b
 	BYTE $0x4b
-	BYTE $0x14
+	BYTE $0x24
 	BYTE $0x17
-
-	// TDPBF16PS tmm0, tmm2, tmm3
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x62
-	BYTE $0x5c
-	BYTE $0xc2
-
-	// TDPBF16PS tmm1, tmm2, tmm4
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x5a
-	BYTE $0x5c
-	BYTE $0xca
 	ADDQ R11, R15
 
-	// TILELOADD tmm2, (R15)(R10*1)
+	// TILELOADD tmm5, (R15)(R10*1)
 	BYTE $0xc4
 	BYTE $0x82
 	BYTE $0x7b
 	BYTE $0x4b
-	BYTE $0x14
+	BYTE $0x2c
 	BYTE $0x17
-
-	// TDPBF16PS tmm0, tmm2, tmm3
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x62
-	BYTE $0x5c
-	BYTE $0xc2
-
-	// TDPBF16PS tmm1, tmm2, tmm4
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x5a
-	BYTE $0x5c
-	BYTE $0xca
-	ADDQ $0x00000400, AX
-	ADDQ $0x00000400, DI
-	ADDQ $0x00000040, DX
-	DECQ R13
-	JMP  amxBF16P3w2blk
-
-amxBF16P3w2tail:
-	CMPQ tail+40(FP), $0x00
-	JE   amxBF16P3w2store
 
 	// TILELOADD tmm6, (AX)(BX*1)
 	BYTE $0xc4
@@ -32874,6 +32941,28 @@ amxBF16P3w2tail:
 	BYTE $0x34
 	BYTE $0x18
 
+	// TDPBF16PS tmm0, tmm3, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc3
+
+	// TDPBF16PS tmm0, tmm4, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc4
+
+	// TDPBF16PS tmm0, tmm5, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc5
+	LEAQ (AX)(R12*1), DI
+
 	// TILELOADD tmm7, (DI)(BX*1)
 	BYTE $0xc4
 	BYTE $0xe2
@@ -32882,50 +32971,83 @@ amxBF16P3w2tail:
 	BYTE $0x3c
 	BYTE $0x1f
 
-	// TILELOADD tmm5, (DX)(R10*1)
+	// TDPBF16PS tmm1, tmm3, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xcb
+
+	// TDPBF16PS tmm1, tmm4, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xcc
+
+	// TDPBF16PS tmm1, tmm5, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xcd
+	LEAQ (AX)(R12*2), DI
+
+	// TILELOADD tmm6, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x1f
+
+	// TDPBF16PS tmm2, tmm3, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xd3
+
+	// TDPBF16PS tmm2, tmm4, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xd4
+
+	// TDPBF16PS tmm2, tmm5, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xd5
+	ADDQ $0x00000400, AX
+	ADDQ $0x00000040, DX
+	DECQ R13
+	JMP  amxBF16P3w3blk
+
+amxBF16P3w3tail:
+	MOVQ  tw+16(FP), AX
+	TESTQ AX, AX
+	JZ    amxBF16P3w3store
+	MOVQ  $0x00000400, R13
+
+	// TILELOADD tmm3, (DX)(R10*1)
 	BYTE $0xc4
 	BYTE $0xa2
 	BYTE $0x7b
 	BYTE $0x4b
-	BYTE $0x2c
+	BYTE $0x1c
 	BYTE $0x12
-
-	// TDPBF16PS tmm0, tmm5, tmm6
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x4a
-	BYTE $0x5c
-	BYTE $0xc5
-
-	// TDPBF16PS tmm1, tmm5, tmm7
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x42
-	BYTE $0x5c
-	BYTE $0xcd
 	LEAQ (DX)(R11*1), R15
 
-	// TILELOADD tmm5, (R15)(R10*1)
+	// TILELOADD tmm4, (R15)(R10*1)
 	BYTE $0xc4
 	BYTE $0x82
 	BYTE $0x7b
 	BYTE $0x4b
-	BYTE $0x2c
+	BYTE $0x24
 	BYTE $0x17
-
-	// TDPBF16PS tmm0, tmm5, tmm6
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x4a
-	BYTE $0x5c
-	BYTE $0xc5
-
-	// TDPBF16PS tmm1, tmm5, tmm7
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x42
-	BYTE $0x5c
-	BYTE $0xcd
 	ADDQ R11, R15
 
 	// TILELOADD tmm5, (R15)(R10*1)
@@ -32936,12 +33058,57 @@ amxBF16P3w2tail:
 	BYTE $0x2c
 	BYTE $0x17
 
+	// TILELOADD tmm6, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x18
+
+	// TDPBF16PS tmm0, tmm3, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc3
+
+	// TDPBF16PS tmm0, tmm4, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc4
+
 	// TDPBF16PS tmm0, tmm5, tmm6
 	BYTE $0xc4
 	BYTE $0xe2
 	BYTE $0x4a
 	BYTE $0x5c
 	BYTE $0xc5
+	LEAQ (AX)(R13*1), DI
+
+	// TILELOADD tmm7, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x3c
+	BYTE $0x1f
+
+	// TDPBF16PS tmm1, tmm3, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xcb
+
+	// TDPBF16PS tmm1, tmm4, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xcc
 
 	// TDPBF16PS tmm1, tmm5, tmm7
 	BYTE $0xc4
@@ -32949,8 +33116,40 @@ amxBF16P3w2tail:
 	BYTE $0x42
 	BYTE $0x5c
 	BYTE $0xcd
+	LEAQ (AX)(R13*2), DI
 
-amxBF16P3w2store:
+	// TILELOADD tmm6, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x1f
+
+	// TDPBF16PS tmm2, tmm3, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xd3
+
+	// TDPBF16PS tmm2, tmm4, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xd4
+
+	// TDPBF16PS tmm2, tmm5, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xd5
+	ADDQ $0x00000c00, AX
+	MOVQ AX, tw+16(FP)
+
+amxBF16P3w3store:
 	// TILESTORED (CX)(R14*1), tmm0
 	BYTE $0xc4
 	BYTE $0xa2
@@ -32967,11 +33166,21 @@ amxBF16P3w2store:
 	BYTE $0x4b
 	BYTE $0x0c
 	BYTE $0x37
-	ADDQ $0x00000080, CX
+	LEAQ 128(CX), R15
+
+	// TILESTORED (R15)(R14*1), tmm2
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x14
+	BYTE $0x37
+	ADDQ $0x000000c0, CX
 	ADDQ R12, SI
 	ADDQ R12, SI
-	SUBQ $0x00000002, R9
-	JMP  amxBF16P3w2
+	ADDQ R12, SI
+	SUBQ $0x00000003, R9
+	JMP  amxBF16P3w3
 
 amxBF16P3w1:
 	CMPQ R9, $0x00000001
@@ -32984,75 +33193,38 @@ amxBF16P3w1:
 	BYTE $0x49
 	BYTE $0xc0
 	MOVQ SI, AX
-	MOVQ a+16(FP), DX
+	MOVQ a+24(FP), DX
 	MOVQ R8, R13
 
 amxBF16P3w1blk:
 	TESTQ R13, R13
 	JZ    amxBF16P3w1tail
 
-	// TILELOADD tmm3, (AX)(BX*1)
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x1c
-	BYTE $0x18
-
-	// TILELOADD tmm2, (DX)(R10*1)
+	// TILELOADD tmm3, (DX)(R10*1)
 	BYTE $0xc4
 	BYTE $0xa2
 	BYTE $0x7b
 	BYTE $0x4b
-	BYTE $0x14
+	BYTE $0x1c
 	BYTE $0x12
-
-	// TDPBF16PS tmm0, tmm2, tmm3
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x62
-	BYTE $0x5c
-	BYTE $0xc2
 	LEAQ (DX)(R11*1), R15
 
-	// TILELOADD tmm2, (R15)(R10*1)
+	// TILELOADD tmm4, (R15)(R10*1)
 	BYTE $0xc4
 	BYTE $0x82
 	BYTE $0x7b
 	BYTE $0x4b
-	BYTE $0x14
+	BYTE $0x24
 	BYTE $0x17
-
-	// TDPBF16PS tmm0, tmm2, tmm3
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x62
-	BYTE $0x5c
-	BYTE $0xc2
 	ADDQ R11, R15
 
-	// TILELOADD tmm2, (R15)(R10*1)
+	// TILELOADD tmm5, (R15)(R10*1)
 	BYTE $0xc4
 	BYTE $0x82
 	BYTE $0x7b
 	BYTE $0x4b
-	BYTE $0x14
+	BYTE $0x2c
 	BYTE $0x17
-
-	// TDPBF16PS tmm0, tmm2, tmm3
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x62
-	BYTE $0x5c
-	BYTE $0xc2
-	ADDQ $0x00000400, AX
-	ADDQ $0x00000040, DX
-	DECQ R13
-	JMP  amxBF16P3w1blk
-
-amxBF16P3w1tail:
-	CMPQ tail+40(FP), $0x00
-	JE   amxBF16P3w1store
 
 	// TILELOADD tmm6, (AX)(BX*1)
 	BYTE $0xc4
@@ -33062,36 +33234,53 @@ amxBF16P3w1tail:
 	BYTE $0x34
 	BYTE $0x18
 
-	// TILELOADD tmm5, (DX)(R10*1)
+	// TDPBF16PS tmm0, tmm3, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc3
+
+	// TDPBF16PS tmm0, tmm4, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc4
+
+	// TDPBF16PS tmm0, tmm5, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc5
+	ADDQ $0x00000400, AX
+	ADDQ $0x00000040, DX
+	DECQ R13
+	JMP  amxBF16P3w1blk
+
+amxBF16P3w1tail:
+	MOVQ  tw+16(FP), AX
+	TESTQ AX, AX
+	JZ    amxBF16P3w1store
+	MOVQ  $0x00000400, R13
+
+	// TILELOADD tmm3, (DX)(R10*1)
 	BYTE $0xc4
 	BYTE $0xa2
 	BYTE $0x7b
 	BYTE $0x4b
-	BYTE $0x2c
+	BYTE $0x1c
 	BYTE $0x12
-
-	// TDPBF16PS tmm0, tmm5, tmm6
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x4a
-	BYTE $0x5c
-	BYTE $0xc5
 	LEAQ (DX)(R11*1), R15
 
-	// TILELOADD tmm5, (R15)(R10*1)
+	// TILELOADD tmm4, (R15)(R10*1)
 	BYTE $0xc4
 	BYTE $0x82
 	BYTE $0x7b
 	BYTE $0x4b
-	BYTE $0x2c
+	BYTE $0x24
 	BYTE $0x17
-
-	// TDPBF16PS tmm0, tmm5, tmm6
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x4a
-	BYTE $0x5c
-	BYTE $0xc5
 	ADDQ R11, R15
 
 	// TILELOADD tmm5, (R15)(R10*1)
@@ -33102,12 +33291,36 @@ amxBF16P3w1tail:
 	BYTE $0x2c
 	BYTE $0x17
 
+	// TILELOADD tmm6, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x18
+
+	// TDPBF16PS tmm0, tmm3, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc3
+
+	// TDPBF16PS tmm0, tmm4, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc4
+
 	// TDPBF16PS tmm0, tmm5, tmm6
 	BYTE $0xc4
 	BYTE $0xe2
 	BYTE $0x4a
 	BYTE $0x5c
 	BYTE $0xc5
+	ADDQ $0x00000400, AX
+	MOVQ AX, tw+16(FP)
 
 amxBF16P3w1store:
 	// TILESTORED (CX)(R14*1), tmm0

@@ -80,7 +80,12 @@ type Matrix struct {
 	DType DType
 	f32   []float32 // panels (see Panel) when DType == F32
 	bf16  []uint16  // pair-interleaved panels (see Panel) when DType == BF16
-	q     []byte    // panel blocks (see qmatrix.go) when DType.Quantized()
+	// bf16Tail holds, when K's pairs are not whole 16-pair blocks (32 inputs), the last
+	// partial block of each bf16 panel again, zero-padded to 16 pairs: 512 values (1 KiB) per
+	// panel. The AMX kernels read weights by whole blocks (amx.go) and must not read past a
+	// panel, whose next bytes are another panel's weights (or past the end of bf16).
+	bf16Tail []uint16
+	q        []byte // panel blocks (see qmatrix.go) when DType.Quantized()
 }
 
 // NewF32 repacks row-major f32 weights w[N*K] into panels (see Panel). The input is not
@@ -112,6 +117,13 @@ func NewBF16(w []uint16, n, k int) *Matrix {
 	for j := 0; j < n; j++ {
 		for i, v := range w[j*k : (j+1)*k] {
 			m.bf16[m.index(j, i)] = v
+		}
+	}
+	if pairs := (k + 1) / 2; pairs%16 != 0 {
+		full := pairs / 16 * 16 * 2 * Panel // values of a panel's whole blocks
+		m.bf16Tail = make([]uint16, m.panels()*16*2*Panel)
+		for p := 0; p < m.panels(); p++ {
+			copy(m.bf16Tail[p*16*2*Panel:], m.bf16[p*m.panelLen()+full:(p+1)*m.panelLen()])
 		}
 	}
 	return m

@@ -14,23 +14,21 @@ import (
 // physical registers only (the allocator has nothing to place). Tiles, fixed by the tile
 // configuration package kernel builds (amxConfig in amx.go):
 //
-//	tmm0, tmm1  C: rows x 16 f32, the sums of two panels
-//	tmm2        A: rows x 32 bf16, one K-block of one plane of the split activations
-//	tmm3, tmm4  B: 16 pairs x 16 columns x 2 bf16, one K-block of each panel (1 KiB, contiguous)
-//	tmm5        A of the K tail: rows x 2*tail bf16
-//	tmm6, tmm7  B of the K tail: tail pairs
+//	tmm0-tmm2  C: rows x 16 f32, the sums of three panels
+//	tmm3-tmm5  A: rows x 32 bf16, one K-block of each plane of the split activations
+//	tmm6-tmm7  B: 16 pairs x 16 columns x 2 bf16, one K-block of a panel (1 KiB, contiguous),
+//	           two so that a panel's load need not wait for the previous panel's products
 //
-// Each call loads the configuration at entry and releases the tiles before it returns, so no
-// tile state outlives a call: the goroutine may run on another thread at the next one.
+// Three panels per pass share each A load (a 16-row A tile is as large as a B tile) and keep
+// three independent accumulation chains in flight. Each call loads the configuration at entry
+// and releases the tiles before it returns, so no tile state outlives a call: the goroutine
+// may run on another thread at the next one.
 
 // Tile numbers.
 const (
-	tC0, tC1 = 0, 1
-	tA       = 2
-	tB0, tB1 = 3, 4
-	tAt      = 5
-	tBt0     = 6
-	tBt1     = 7
+	tC = 0 // tC+i: panel i of a pass
+	tA = 3 // tA+p: plane p
+	tB = 6 // tB+i%2: panel i's weights
 )
 
 // amxOp emits one instruction's bytes, the first carrying the name for the listing's reader.
@@ -106,25 +104,31 @@ func tdpbf16ps(c, a, b int) {
 	amxOp(fmt.Sprintf("TDPBF16PS tmm%d, tmm%d, tmm%d", c, a, b), append(vex3(0, 0, 0, b, 0x02), 0x5c, byte(0xc0|c<<3|a))...)
 }
 
-// amxBF16 emits amxBF16P<passes>(cfg, w, a, y, nb, tail, np, lda, plane, pbytes, ldy): for np
+// amxBF16 emits amxBF16P<passes>(cfg, w, tw, a, y, nb, np, lda, plane, pbytes, ldy): for np
 // whole bf16 panels from w (pbytes apart) and the rows of the loaded configuration, y[r][p*16+l]
 // (rows ldy bytes apart) = sum over K of W[p][l][i] * a[r][i], where the activations a come as
 // passes bf16 planes (plane bytes apart, rows lda bytes apart, zero past K) whose sum is the f32
-// activation (see splitBF16 in package kernel). Each K-block of 32 inputs (16 pairs, 1 KiB of a
-// panel) adds the products of the planes in plane order; nb such blocks, then, with tail != 0,
-// one block of the tail pairs through the tail tiles. A panel's arithmetic is the same whether it
-// goes in a pair (two C tiles sharing each A load) or alone.
+// activation (see splitBF16Go in package kernel). Each K-block of 32 inputs (16 pairs, 1 KiB of
+// a panel) adds the products of the planes in plane order: nb blocks from the panels, then,
+// when tw is not nil, the K tail, one block per panel at tw (1 KiB apart, zero-padded to 16
+// pairs: see Matrix.bf16Tail). A panel's arithmetic is the same whether it goes in a group of
+// three or alone.
 func amxBF16(passes int) {
 	name := fmt.Sprintf("amxBF16P%d", passes)
-	TEXT(name, NOSPLIT, "func(cfg *byte, w *uint16, a *uint16, y *float32, nb, tail, np, lda, plane, pbytes, ldy int)")
+	TEXT(name, NOSPLIT, "func(cfg *byte, w, tw, a *uint16, y *float32, nb, np, lda, plane, pbytes, ldy int)")
 	Pragma("noescape")
 	Doc(fmt.Sprintf("%s computes np whole bf16 panels with AMX from %d bf16 planes of activations.", name, passes))
 	var (
 		cfg, wp, ap, yp       = reg.RDI, reg.RSI, reg.RDX, reg.RCX
 		nb, np, lda, plane    = reg.R8, reg.R9, reg.R10, reg.R11
 		pbytes, blk, ldy, tmp = reg.R12, reg.R13, reg.R14, reg.R15
-		b0, b1, s64           = reg.RAX, reg.RDI, reg.RBX
+		bp, bi, s64           = reg.RAX, reg.RDI, reg.RBX
 	)
+	twb, err := Param("tw").Resolve()
+	if err != nil {
+		panic(err)
+	}
+	tw := twb.Addr // every register is taken: the tail pointer lives in the frame
 	Load(Param("cfg"), cfg)
 	ldtilecfg(cfg)
 	Load(Param("w"), wp)
@@ -136,71 +140,70 @@ func amxBF16(passes int) {
 	Load(Param("pbytes"), pbytes)
 	Load(Param("ldy"), ldy)
 	MOVQ(U32(64), s64)
-	tb, err := Param("tail").Resolve()
-	if err != nil {
-		panic(err)
-	}
-	tail := tb.Addr // every register is taken: the flag is read from the frame
 
-	// block emits the products of one K-block: B tiles bs (one per panel) loaded from b0, b1,
-	// then each plane's A tile at, its sums into the C tiles.
-	block := func(at int, bs []int) {
-		tileloadd(bs[0], b0, s64)
-		if len(bs) > 1 {
-			tileloadd(bs[1], b1, s64)
-		}
+	// block emits the products of one K-block of width panels: the planes' A tiles from ap,
+	// then per panel its B tile from bp + i*stride and the planes' products in plane order.
+	block := func(width int, stride reg.Register) {
 		for p := 0; p < passes; p++ {
 			src := ap
-			if p > 0 {
-				if p == 1 {
-					LEAQ(Mem{Base: ap, Index: plane, Scale: 1}, tmp)
-				} else {
-					ADDQ(plane, tmp)
-				}
+			switch p {
+			case 1:
+				LEAQ(Mem{Base: ap, Index: plane, Scale: 1}, tmp)
+				src = tmp
+			case 2:
+				ADDQ(plane, tmp)
 				src = tmp
 			}
-			tileloadd(at, src, lda)
-			for i, bt := range bs {
-				tdpbf16ps(tC0+i, at, bt)
+			tileloadd(tA+p, src, lda)
+		}
+		for i := 0; i < width; i++ {
+			src := bp
+			if i > 0 {
+				LEAQ(Mem{Base: bp, Index: stride, Scale: uint8(i)}, bi)
+				src = bi
+			}
+			tileloadd(tB+i%2, src, s64)
+			for p := 0; p < passes; p++ {
+				tdpbf16ps(tC+i, tA+p, tB+i%2)
 			}
 		}
 	}
-	// panelsLoop emits the loop over groups of width panels (1 or 2).
-	panelsLoop := func(width int, next string) {
+	// group emits the loop over groups of width panels.
+	group := func(width int, next string) {
 		pre := fmt.Sprintf("%sw%d", name, width)
 		Label(pre)
 		CMPQ(np, U32(width))
 		JL(LabelRef(next))
 		for i := 0; i < width; i++ {
-			tilezero(tC0 + i)
+			tilezero(tC + i)
 		}
-		MOVQ(wp, b0)
-		if width > 1 {
-			LEAQ(Mem{Base: wp, Index: pbytes, Scale: 1}, b1)
-		}
+		MOVQ(wp, bp)
 		Load(Param("a"), ap)
 		MOVQ(nb, blk)
 		Label(pre + "blk")
 		TESTQ(blk, blk)
 		JZ(LabelRef(pre + "tail"))
-		bs := []int{tB0, tB1}[:width]
-		block(tA, bs)
-		ADDQ(U32(1024), b0)
-		if width > 1 {
-			ADDQ(U32(1024), b1)
-		}
+		block(width, pbytes)
+		ADDQ(U32(1024), bp)
 		ADDQ(U32(64), ap)
 		DECQ(blk)
 		JMP(LabelRef(pre + "blk"))
 		Label(pre + "tail")
-		CMPQ(tail, U8(0))
-		JE(LabelRef(pre + "store"))
-		block(tAt, []int{tBt0, tBt1}[:width])
+		MOVQ(tw, bp)
+		TESTQ(bp, bp)
+		JZ(LabelRef(pre + "store"))
+		MOVQ(U32(1024), blk) // the tail blocks' panel stride
+		block(width, blk)
+		ADDQ(U32(uint32(1024*width)), bp)
+		MOVQ(bp, tw)
 		Label(pre + "store")
-		tilestored(tC0, yp, ldy)
-		if width > 1 {
-			LEAQ(Mem{Base: yp, Disp: 64}, tmp)
-			tilestored(tC1, tmp, ldy)
+		for i := 0; i < width; i++ {
+			dst := yp
+			if i > 0 {
+				LEAQ(Mem{Base: yp, Disp: 64 * i}, tmp)
+				dst = tmp
+			}
+			tilestored(tC+i, dst, ldy)
 		}
 		ADDQ(U32(uint32(64*width)), yp)
 		for i := 0; i < width; i++ {
@@ -209,8 +212,8 @@ func amxBF16(passes int) {
 		SUBQ(U32(uint32(width)), np)
 		JMP(LabelRef(pre))
 	}
-	panelsLoop(2, name+"w1")
-	panelsLoop(1, name+"done")
+	group(3, name+"w1")
+	group(1, name+"done")
 	Label(name + "done")
 	tilerelease()
 	RET()
