@@ -43,17 +43,16 @@ import (
 // returns: Go may move the goroutine to another thread between two calls, and assembly is never
 // preempted asynchronously, so tile state never lives across a point where that can happen.
 
-// amxConfig writes the tile configuration of the generated kernels (_gen/amx.go) for rows
-// rows: tiles 0-2 C (rows x 16 f32), 3-5 A (rows x 32 bf16), 6-7 B (16 pairs x 16 x 2 bf16).
-func amxConfig(cfg *[64]byte, rows int) {
+// amxConfig writes the tile configuration of the generated kernels (_gen/amx.go): tile t has
+// rows[t] rows of 64 bytes (rows 0: unused). The B tiles are 16 pairs x 16 x 2 bf16; C and A
+// tiles have a row per plane of each activation row.
+func amxConfig(cfg *[64]byte, rows [8]int) {
 	*cfg = [64]byte{0: 1} // palette 1, start row 0
-	for t := 0; t < 8; t++ {
-		r := rows
-		if t >= 6 {
-			r = 16
+	for t, r := range rows {
+		if r > 0 {
+			binary.LittleEndian.PutUint16(cfg[16+2*t:], 64)
+			cfg[48+t] = byte(r)
 		}
-		binary.LittleEndian.PutUint16(cfg[16+2*t:], 64)
-		cfg[48+t] = byte(r)
 	}
 }
 
@@ -77,32 +76,29 @@ func enableAMX() error {
 	return requestAMX()
 }
 
+// amxGroup is the most rows whose planes stack in one tile of 16 rows.
+const amxGroup = 16 / amxPlanes
+
 // panelsAMX computes panels [p0, p1) of all rows of a bf16 matrix from the split activations h
-// (splitBF16Go's layout for rows x m.K), in row groups of up to 16. For rows > 16, the panels go
-// by L2-sized chunks so that the later groups find the weights the first one read in cache.
+// (splitBF16Go's layout for rows x m.K): by pairs of row groups of up to amxGroup rows, each
+// group's planes stacked in one tile (amxBF16P3x2, or amxBF16P3 for a last lone group), the
+// same arithmetic per row in either. The panels go by L2-sized chunks so that a second pair of
+// groups finds the weights the first one read in cache.
 func panelsAMX(m *Matrix, y []float32, h []uint16, rows, p0, p1 int) {
-	n, k := m.N, m.K
-	kp := amxRowLen(k)
-	nb := (k + 1) / 2 / 16
-	lda, plane, pbytes, ldy := 2*kp, 2*rows*kp, 2*m.panelLen(), 4*n
+	n := m.N
 	full := p1 // panels with all Panel rows inside N
 	if p1*Panel > n {
 		full = p1 - 1
 	}
-	// tail returns the K tail blocks from panel p on, or nil without a tail.
-	tail := func(p int) *uint16 {
-		if m.bf16Tail == nil {
-			return nil
-		}
-		return &m.bf16Tail[p*16*2*Panel]
+	step := 2 * amxGroup
+	if amxPasses == 1 {
+		step = 16
 	}
-	var cfg [64]byte
-	chunk := max(3, chunkBytes/pbytes/3*3)
+	chunk := max(4, chunkBytes/(2*m.panelLen())/4*4)
 	for c0 := p0; c0 < full; c0 += chunk {
 		c1 := min(c0+chunk, full)
-		for r0 := 0; r0 < rows; r0 += 16 {
-			amxConfig(&cfg, min(16, rows-r0))
-			amxKern(&cfg, &m.bf16[c0*m.panelLen()], tail(c0), &h[r0*kp], &y[r0*n+c0*Panel], nb, c1-c0, lda, plane, pbytes, ldy)
+		for r0 := 0; r0 < rows; r0 += step {
+			amxRows(m, y[r0*n+c0*Panel:], n, h, r0, min(step, rows-r0), c0, c1)
 		}
 	}
 	if full == p1 {
@@ -112,33 +108,52 @@ func panelsAMX(m *Matrix, y []float32, h []uint16, rows, p0, p1 int) {
 	// block and dropped. The arithmetic of the real lanes is that of any other panel.
 	var tmp [16 * Panel]float32
 	lanes := n - full*Panel
-	for r0 := 0; r0 < rows; r0 += 16 {
-		g := min(16, rows-r0)
-		amxConfig(&cfg, g)
-		amxKern(&cfg, &m.bf16[full*m.panelLen()], tail(full), &h[r0*kp], &tmp[0], nb, 1, lda, plane, pbytes, 4*Panel)
+	for r0 := 0; r0 < rows; r0 += step {
+		g := min(step, rows-r0)
+		amxRows(m, tmp[:], Panel, h, r0, g, full, full+1)
 		for r := 0; r < g; r++ {
 			copy(y[(r0+r)*n+full*Panel:(r0+r)*n+n], tmp[r*Panel:r*Panel+lanes])
 		}
 	}
 }
 
-// splitBF16Amx is splitBF16Go with the generated AVX-512 row splitter (bitwise the same).
-func splitBF16Amx(dst []uint16, x []float32, rows, k int) {
+// amxRows computes whole panels [c0, c1) of rows r0 .. r0+g-1 (g <= 2*amxGroup, or 16 with
+// one plane) into y, row r0's first output of panel c0 at y[0] and rows ldy floats apart.
+func amxRows(m *Matrix, y []float32, ldy int, h []uint16, r0, g, c0, c1 int) {
+	k := m.K
 	kp := amxRowLen(k)
-	_, _ = dst[3*rows*kp-1], x[rows*k-1]
-	for r := 0; r < rows; r++ {
-		splitBF16Rowx512(&dst[r*kp], &x[r*k], k, kp, 2*rows*kp)
+	nb := (k + 1) / 2 / 16
+	pbytes := 2 * m.panelLen()
+	var tw *uint16 // the K tail blocks from panel c0 on
+	if m.bf16Tail != nil {
+		tw = &m.bf16Tail[c0*16*2*Panel]
+	}
+	_ = y[(g-1)*ldy+(c1-c0)*Panel-1]
+	w, a := &m.bf16[c0*m.panelLen()], &h[r0*amxPlanes*kp]
+	var cfg [64]byte
+	var c [4 * 16 * Panel]float32 // the kernels' tiles of plane sums (4 panels of amxBF16P3)
+	switch g1 := min(g, amxGroup); {
+	case amxPasses == 1: // benchmarks: each row's first plane, 16 rows to a tile
+		amxConfig(&cfg, [8]int{g, g, g, g, g, 16, 16, 16})
+		amxBF16P1(&cfg[0], w, tw, a, &y[0], &c[0], nb, c1-c0, g, 2*amxPlanes*kp, pbytes, 4*ldy)
+	case g == g1:
+		t := amxPlanes * g
+		amxConfig(&cfg, [8]int{t, t, t, t, t, 16, 16, 16})
+		amxBF16P3(&cfg[0], w, tw, a, &y[0], &c[0], nb, c1-c0, g, 2*kp, pbytes, 4*ldy)
+	default:
+		t1, t2 := amxPlanes*g1, amxPlanes*(g-g1)
+		amxConfig(&cfg, [8]int{t1, t1, t2, t2, t1, t2, 16, 16})
+		amxBF16P3x2(&cfg[0], w, tw, a, &y[0], &c[0], nb, c1-c0, g1, 2*kp, pbytes, 4*ldy,
+			g-g1, 2*amxPlanes*g1*kp, 4*g1*ldy)
 	}
 }
 
-// amxKern runs the generated kernel for amxPasses planes.
-func amxKern(cfg *[64]byte, w, tw, a *uint16, y *float32, nb, np, lda, plane, pbytes, ldy int) {
-	switch amxPasses {
-	case 1:
-		amxBF16P1(&cfg[0], w, tw, a, y, nb, np, lda, plane, pbytes, ldy)
-	case 2:
-		amxBF16P2(&cfg[0], w, tw, a, y, nb, np, lda, plane, pbytes, ldy)
-	default:
-		amxBF16P3(&cfg[0], w, tw, a, y, nb, np, lda, plane, pbytes, ldy)
+// splitBF16Amx is splitBF16Go with the generated AVX-512 row splitter (bitwise the same).
+func splitBF16Amx(dst []uint16, x []float32, rows, k int) {
+	kp := amxRowLen(k)
+	_, _ = dst[amxPlanes*rows*kp-1], x[rows*k-1]
+	for r := 0; r < rows; r++ {
+		splitBF16Rowx512(&dst[amxPlanes*r*kp], &x[r*k], k, kp, 2*kp)
 	}
 }
+

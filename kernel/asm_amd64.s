@@ -32153,8 +32153,8 @@ quantAct256x256done:
 	VZEROUPPER
 	RET
 
-// func amxBF16P1(cfg *byte, w *uint16, tw *uint16, a *uint16, y *float32, nb int, np int, lda int, plane int, pbytes int, ldy int)
-TEXT ·amxBF16P1(SB), NOSPLIT, $0-88
+// func amxBF16P1(cfg *byte, w *uint16, tw *uint16, a *uint16, y *float32, c *float32, nb int, np int, rows int, lda int, pbytes int, ldy int)
+TEXT ·amxBF16P1(SB), NOSPLIT, $0-96
 	MOVQ cfg+0(FP), DI
 
 	// LDTILECFG (DI)
@@ -32165,16 +32165,16 @@ TEXT ·amxBF16P1(SB), NOSPLIT, $0-88
 	BYTE $0x07
 	MOVQ w+8(FP), SI
 	MOVQ y+32(FP), CX
-	MOVQ nb+40(FP), R8
-	MOVQ np+48(FP), R9
-	MOVQ lda+56(FP), R10
-	MOVQ plane+64(FP), R11
-	MOVQ pbytes+72(FP), R12
-	MOVQ ldy+80(FP), R14
+	MOVQ c+40(FP), R11
+	MOVQ nb+48(FP), R8
+	MOVQ np+56(FP), R9
+	MOVQ lda+72(FP), R10
+	MOVQ pbytes+80(FP), R12
+	MOVQ ldy+88(FP), R14
 	MOVQ $0x00000040, BX
 
-amxBF16P1w3:
-	CMPQ R9, $0x00000003
+amxBF16P1w4:
+	CMPQ R9, $0x00000004
 	JL   amxBF16P1w1
 
 	// TILEZERO tmm0
@@ -32197,53 +32197,44 @@ amxBF16P1w3:
 	BYTE $0x7b
 	BYTE $0x49
 	BYTE $0xd0
+
+	// TILEZERO tmm3
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd8
 	MOVQ SI, AX
 	MOVQ a+24(FP), DX
 	MOVQ R8, R13
 
-amxBF16P1w3blk:
+amxBF16P1w4blk:
 	TESTQ R13, R13
-	JZ    amxBF16P1w3tail
+	JZ    amxBF16P1w4tail
 
-	// TILELOADD tmm3, (DX)(R10*1)
+	// TILELOADD tmm4, (DX)(R10*1)
 	BYTE $0xc4
 	BYTE $0xa2
 	BYTE $0x7b
 	BYTE $0x4b
-	BYTE $0x1c
+	BYTE $0x24
 	BYTE $0x12
 
-	// TILELOADD tmm6, (AX)(BX*1)
+	// TILELOADD tmm5, (AX)(BX*1)
 	BYTE $0xc4
 	BYTE $0xe2
 	BYTE $0x7b
 	BYTE $0x4b
-	BYTE $0x34
+	BYTE $0x2c
 	BYTE $0x18
 
-	// TDPBF16PS tmm0, tmm3, tmm6
+	// TDPBF16PS tmm0, tmm4, tmm5
 	BYTE $0xc4
 	BYTE $0xe2
-	BYTE $0x4a
+	BYTE $0x52
 	BYTE $0x5c
-	BYTE $0xc3
+	BYTE $0xc4
 	LEAQ (AX)(R12*1), DI
-
-	// TILELOADD tmm7, (DI)(BX*1)
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x3c
-	BYTE $0x1f
-
-	// TDPBF16PS tmm1, tmm3, tmm7
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x42
-	BYTE $0x5c
-	BYTE $0xcb
-	LEAQ (AX)(R12*2), DI
 
 	// TILELOADD tmm6, (DI)(BX*1)
 	BYTE $0xc4
@@ -32253,62 +32244,79 @@ amxBF16P1w3blk:
 	BYTE $0x34
 	BYTE $0x1f
 
-	// TDPBF16PS tmm2, tmm3, tmm6
+	// TDPBF16PS tmm1, tmm4, tmm6
 	BYTE $0xc4
 	BYTE $0xe2
 	BYTE $0x4a
 	BYTE $0x5c
-	BYTE $0xd3
+	BYTE $0xcc
+	LEAQ (AX)(R12*2), DI
+
+	// TILELOADD tmm7, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x3c
+	BYTE $0x1f
+
+	// TDPBF16PS tmm2, tmm4, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xd4
+	LEAQ (AX)(R12*2), DI
+	ADDQ R12, DI
+
+	// TILELOADD tmm5, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x1f
+
+	// TDPBF16PS tmm3, tmm4, tmm5
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x52
+	BYTE $0x5c
+	BYTE $0xdc
 	ADDQ $0x00000400, AX
 	ADDQ $0x00000040, DX
 	DECQ R13
-	JMP  amxBF16P1w3blk
+	JMP  amxBF16P1w4blk
 
-amxBF16P1w3tail:
+amxBF16P1w4tail:
 	MOVQ  tw+16(FP), AX
 	TESTQ AX, AX
-	JZ    amxBF16P1w3store
+	JZ    amxBF16P1w4store
 	MOVQ  $0x00000400, R13
 
-	// TILELOADD tmm3, (DX)(R10*1)
+	// TILELOADD tmm4, (DX)(R10*1)
 	BYTE $0xc4
 	BYTE $0xa2
 	BYTE $0x7b
 	BYTE $0x4b
-	BYTE $0x1c
+	BYTE $0x24
 	BYTE $0x12
 
-	// TILELOADD tmm6, (AX)(BX*1)
+	// TILELOADD tmm5, (AX)(BX*1)
 	BYTE $0xc4
 	BYTE $0xe2
 	BYTE $0x7b
 	BYTE $0x4b
-	BYTE $0x34
+	BYTE $0x2c
 	BYTE $0x18
 
-	// TDPBF16PS tmm0, tmm3, tmm6
+	// TDPBF16PS tmm0, tmm4, tmm5
 	BYTE $0xc4
 	BYTE $0xe2
-	BYTE $0x4a
+	BYTE $0x52
 	BYTE $0x5c
-	BYTE $0xc3
+	BYTE $0xc4
 	LEAQ (AX)(R13*1), DI
-
-	// TILELOADD tmm7, (DI)(BX*1)
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x3c
-	BYTE $0x1f
-
-	// TDPBF16PS tmm1, tmm3, tmm7
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x42
-	BYTE $0x5c
-	BYTE $0xcb
-	LEAQ (AX)(R13*2), DI
 
 	// TILELOADD tmm6, (DI)(BX*1)
 	BYTE $0xc4
@@ -32318,16 +32326,49 @@ amxBF16P1w3tail:
 	BYTE $0x34
 	BYTE $0x1f
 
-	// TDPBF16PS tmm2, tmm3, tmm6
+	// TDPBF16PS tmm1, tmm4, tmm6
 	BYTE $0xc4
 	BYTE $0xe2
 	BYTE $0x4a
 	BYTE $0x5c
-	BYTE $0xd3
-	ADDQ $0x00000c00, AX
+	BYTE $0xcc
+	LEAQ (AX)(R13*2), DI
+
+	// TILELOADD tmm7, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x3c
+	BYTE $0x1f
+
+	// TDPBF16PS tmm2, tmm4, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xd4
+	LEAQ (AX)(R13*2), DI
+	ADDQ R13, DI
+
+	// TILELOADD tmm5, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x1f
+
+	// TDPBF16PS tmm3, tmm4, tmm5
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x52
+	BYTE $0x5c
+	BYTE $0xdc
+	ADDQ $0x00001000, AX
 	MOVQ AX, tw+16(FP)
 
-amxBF16P1w3store:
+amxBF16P1w4store:
 	// TILESTORED (CX)(R14*1), tmm0
 	BYTE $0xc4
 	BYTE $0xa2
@@ -32353,12 +32394,22 @@ amxBF16P1w3store:
 	BYTE $0x4b
 	BYTE $0x14
 	BYTE $0x37
-	ADDQ $0x000000c0, CX
+	LEAQ 192(CX), R15
+
+	// TILESTORED (R15)(R14*1), tmm3
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x1c
+	BYTE $0x37
+	ADDQ $0x00000100, CX
 	ADDQ R12, SI
 	ADDQ R12, SI
 	ADDQ R12, SI
-	SUBQ $0x00000003, R9
-	JMP  amxBF16P1w3
+	ADDQ R12, SI
+	SUBQ $0x00000004, R9
+	JMP  amxBF16P1w4
 
 amxBF16P1w1:
 	CMPQ R9, $0x00000001
@@ -32378,28 +32429,28 @@ amxBF16P1w1blk:
 	TESTQ R13, R13
 	JZ    amxBF16P1w1tail
 
-	// TILELOADD tmm3, (DX)(R10*1)
+	// TILELOADD tmm4, (DX)(R10*1)
 	BYTE $0xc4
 	BYTE $0xa2
 	BYTE $0x7b
 	BYTE $0x4b
-	BYTE $0x1c
+	BYTE $0x24
 	BYTE $0x12
 
-	// TILELOADD tmm6, (AX)(BX*1)
+	// TILELOADD tmm5, (AX)(BX*1)
 	BYTE $0xc4
 	BYTE $0xe2
 	BYTE $0x7b
 	BYTE $0x4b
-	BYTE $0x34
+	BYTE $0x2c
 	BYTE $0x18
 
-	// TDPBF16PS tmm0, tmm3, tmm6
+	// TDPBF16PS tmm0, tmm4, tmm5
 	BYTE $0xc4
 	BYTE $0xe2
-	BYTE $0x4a
+	BYTE $0x52
 	BYTE $0x5c
-	BYTE $0xc3
+	BYTE $0xc4
 	ADDQ $0x00000400, AX
 	ADDQ $0x00000040, DX
 	DECQ R13
@@ -32411,28 +32462,28 @@ amxBF16P1w1tail:
 	JZ    amxBF16P1w1store
 	MOVQ  $0x00000400, R13
 
-	// TILELOADD tmm3, (DX)(R10*1)
+	// TILELOADD tmm4, (DX)(R10*1)
 	BYTE $0xc4
 	BYTE $0xa2
 	BYTE $0x7b
 	BYTE $0x4b
-	BYTE $0x1c
+	BYTE $0x24
 	BYTE $0x12
 
-	// TILELOADD tmm6, (AX)(BX*1)
+	// TILELOADD tmm5, (AX)(BX*1)
 	BYTE $0xc4
 	BYTE $0xe2
 	BYTE $0x7b
 	BYTE $0x4b
-	BYTE $0x34
+	BYTE $0x2c
 	BYTE $0x18
 
-	// TDPBF16PS tmm0, tmm3, tmm6
+	// TDPBF16PS tmm0, tmm4, tmm5
 	BYTE $0xc4
 	BYTE $0xe2
-	BYTE $0x4a
+	BYTE $0x52
 	BYTE $0x5c
-	BYTE $0xc3
+	BYTE $0xc4
 	ADDQ $0x00000400, AX
 	MOVQ AX, tw+16(FP)
 
@@ -32458,8 +32509,9 @@ amxBF16P1done:
 	BYTE $0xc0
 	RET
 
-// func amxBF16P2(cfg *byte, w *uint16, tw *uint16, a *uint16, y *float32, nb int, np int, lda int, plane int, pbytes int, ldy int)
-TEXT ·amxBF16P2(SB), NOSPLIT, $0-88
+// func amxBF16P3(cfg *byte, w *uint16, tw *uint16, a *uint16, y *float32, c *float32, nb int, np int, rows int, lda int, pbytes int, ldy int)
+// Requires: AVX, AVX512F
+TEXT ·amxBF16P3(SB), NOSPLIT, $0-96
 	MOVQ cfg+0(FP), DI
 
 	// LDTILECFG (DI)
@@ -32470,413 +32522,16 @@ TEXT ·amxBF16P2(SB), NOSPLIT, $0-88
 	BYTE $0x07
 	MOVQ w+8(FP), SI
 	MOVQ y+32(FP), CX
-	MOVQ nb+40(FP), R8
-	MOVQ np+48(FP), R9
-	MOVQ lda+56(FP), R10
-	MOVQ plane+64(FP), R11
-	MOVQ pbytes+72(FP), R12
-	MOVQ ldy+80(FP), R14
+	MOVQ c+40(FP), R11
+	MOVQ nb+48(FP), R8
+	MOVQ np+56(FP), R9
+	MOVQ lda+72(FP), R10
+	MOVQ pbytes+80(FP), R12
+	MOVQ ldy+88(FP), R14
 	MOVQ $0x00000040, BX
 
-amxBF16P2w3:
-	CMPQ R9, $0x00000003
-	JL   amxBF16P2w1
-
-	// TILEZERO tmm0
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x7b
-	BYTE $0x49
-	BYTE $0xc0
-
-	// TILEZERO tmm1
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x7b
-	BYTE $0x49
-	BYTE $0xc8
-
-	// TILEZERO tmm2
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x7b
-	BYTE $0x49
-	BYTE $0xd0
-	MOVQ SI, AX
-	MOVQ a+24(FP), DX
-	MOVQ R8, R13
-
-amxBF16P2w3blk:
-	TESTQ R13, R13
-	JZ    amxBF16P2w3tail
-
-	// TILELOADD tmm3, (DX)(R10*1)
-	BYTE $0xc4
-	BYTE $0xa2
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x1c
-	BYTE $0x12
-	LEAQ (DX)(R11*1), R15
-
-	// TILELOADD tmm4, (R15)(R10*1)
-	BYTE $0xc4
-	BYTE $0x82
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x24
-	BYTE $0x17
-
-	// TILELOADD tmm6, (AX)(BX*1)
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x34
-	BYTE $0x18
-
-	// TDPBF16PS tmm0, tmm3, tmm6
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x4a
-	BYTE $0x5c
-	BYTE $0xc3
-
-	// TDPBF16PS tmm0, tmm4, tmm6
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x4a
-	BYTE $0x5c
-	BYTE $0xc4
-	LEAQ (AX)(R12*1), DI
-
-	// TILELOADD tmm7, (DI)(BX*1)
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x3c
-	BYTE $0x1f
-
-	// TDPBF16PS tmm1, tmm3, tmm7
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x42
-	BYTE $0x5c
-	BYTE $0xcb
-
-	// TDPBF16PS tmm1, tmm4, tmm7
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x42
-	BYTE $0x5c
-	BYTE $0xcc
-	LEAQ (AX)(R12*2), DI
-
-	// TILELOADD tmm6, (DI)(BX*1)
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x34
-	BYTE $0x1f
-
-	// TDPBF16PS tmm2, tmm3, tmm6
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x4a
-	BYTE $0x5c
-	BYTE $0xd3
-
-	// TDPBF16PS tmm2, tmm4, tmm6
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x4a
-	BYTE $0x5c
-	BYTE $0xd4
-	ADDQ $0x00000400, AX
-	ADDQ $0x00000040, DX
-	DECQ R13
-	JMP  amxBF16P2w3blk
-
-amxBF16P2w3tail:
-	MOVQ  tw+16(FP), AX
-	TESTQ AX, AX
-	JZ    amxBF16P2w3store
-	MOVQ  $0x00000400, R13
-
-	// TILELOADD tmm3, (DX)(R10*1)
-	BYTE $0xc4
-	BYTE $0xa2
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x1c
-	BYTE $0x12
-	LEAQ (DX)(R11*1), R15
-
-	// TILELOADD tmm4, (R15)(R10*1)
-	BYTE $0xc4
-	BYTE $0x82
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x24
-	BYTE $0x17
-
-	// TILELOADD tmm6, (AX)(BX*1)
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x34
-	BYTE $0x18
-
-	// TDPBF16PS tmm0, tmm3, tmm6
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x4a
-	BYTE $0x5c
-	BYTE $0xc3
-
-	// TDPBF16PS tmm0, tmm4, tmm6
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x4a
-	BYTE $0x5c
-	BYTE $0xc4
-	LEAQ (AX)(R13*1), DI
-
-	// TILELOADD tmm7, (DI)(BX*1)
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x3c
-	BYTE $0x1f
-
-	// TDPBF16PS tmm1, tmm3, tmm7
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x42
-	BYTE $0x5c
-	BYTE $0xcb
-
-	// TDPBF16PS tmm1, tmm4, tmm7
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x42
-	BYTE $0x5c
-	BYTE $0xcc
-	LEAQ (AX)(R13*2), DI
-
-	// TILELOADD tmm6, (DI)(BX*1)
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x34
-	BYTE $0x1f
-
-	// TDPBF16PS tmm2, tmm3, tmm6
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x4a
-	BYTE $0x5c
-	BYTE $0xd3
-
-	// TDPBF16PS tmm2, tmm4, tmm6
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x4a
-	BYTE $0x5c
-	BYTE $0xd4
-	ADDQ $0x00000c00, AX
-	MOVQ AX, tw+16(FP)
-
-amxBF16P2w3store:
-	// TILESTORED (CX)(R14*1), tmm0
-	BYTE $0xc4
-	BYTE $0xa2
-	BYTE $0x7a
-	BYTE $0x4b
-	BYTE $0x04
-	BYTE $0x31
-	LEAQ 64(CX), R15
-
-	// TILESTORED (R15)(R14*1), tmm1
-	BYTE $0xc4
-	BYTE $0x82
-	BYTE $0x7a
-	BYTE $0x4b
-	BYTE $0x0c
-	BYTE $0x37
-	LEAQ 128(CX), R15
-
-	// TILESTORED (R15)(R14*1), tmm2
-	BYTE $0xc4
-	BYTE $0x82
-	BYTE $0x7a
-	BYTE $0x4b
-	BYTE $0x14
-	BYTE $0x37
-	ADDQ $0x000000c0, CX
-	ADDQ R12, SI
-	ADDQ R12, SI
-	ADDQ R12, SI
-	SUBQ $0x00000003, R9
-	JMP  amxBF16P2w3
-
-amxBF16P2w1:
-	CMPQ R9, $0x00000001
-	JL   amxBF16P2done
-
-	// TILEZERO tmm0
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x7b
-	BYTE $0x49
-	BYTE $0xc0
-	MOVQ SI, AX
-	MOVQ a+24(FP), DX
-	MOVQ R8, R13
-
-amxBF16P2w1blk:
-	TESTQ R13, R13
-	JZ    amxBF16P2w1tail
-
-	// TILELOADD tmm3, (DX)(R10*1)
-	BYTE $0xc4
-	BYTE $0xa2
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x1c
-	BYTE $0x12
-	LEAQ (DX)(R11*1), R15
-
-	// TILELOADD tmm4, (R15)(R10*1)
-	BYTE $0xc4
-	BYTE $0x82
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x24
-	BYTE $0x17
-
-	// TILELOADD tmm6, (AX)(BX*1)
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x34
-	BYTE $0x18
-
-	// TDPBF16PS tmm0, tmm3, tmm6
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x4a
-	BYTE $0x5c
-	BYTE $0xc3
-
-	// TDPBF16PS tmm0, tmm4, tmm6
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x4a
-	BYTE $0x5c
-	BYTE $0xc4
-	ADDQ $0x00000400, AX
-	ADDQ $0x00000040, DX
-	DECQ R13
-	JMP  amxBF16P2w1blk
-
-amxBF16P2w1tail:
-	MOVQ  tw+16(FP), AX
-	TESTQ AX, AX
-	JZ    amxBF16P2w1store
-	MOVQ  $0x00000400, R13
-
-	// TILELOADD tmm3, (DX)(R10*1)
-	BYTE $0xc4
-	BYTE $0xa2
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x1c
-	BYTE $0x12
-	LEAQ (DX)(R11*1), R15
-
-	// TILELOADD tmm4, (R15)(R10*1)
-	BYTE $0xc4
-	BYTE $0x82
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x24
-	BYTE $0x17
-
-	// TILELOADD tmm6, (AX)(BX*1)
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x34
-	BYTE $0x18
-
-	// TDPBF16PS tmm0, tmm3, tmm6
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x4a
-	BYTE $0x5c
-	BYTE $0xc3
-
-	// TDPBF16PS tmm0, tmm4, tmm6
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x4a
-	BYTE $0x5c
-	BYTE $0xc4
-	ADDQ $0x00000400, AX
-	MOVQ AX, tw+16(FP)
-
-amxBF16P2w1store:
-	// TILESTORED (CX)(R14*1), tmm0
-	BYTE $0xc4
-	BYTE $0xa2
-	BYTE $0x7a
-	BYTE $0x4b
-	BYTE $0x04
-	BYTE $0x31
-	ADDQ $0x00000040, CX
-	ADDQ R12, SI
-	SUBQ $0x00000001, R9
-	JMP  amxBF16P2w1
-
-amxBF16P2done:
-	// TILERELEASE
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x78
-	BYTE $0x49
-	BYTE $0xc0
-	RET
-
-// func amxBF16P3(cfg *byte, w *uint16, tw *uint16, a *uint16, y *float32, nb int, np int, lda int, plane int, pbytes int, ldy int)
-TEXT ·amxBF16P3(SB), NOSPLIT, $0-88
-	MOVQ cfg+0(FP), DI
-
-	// LDTILECFG (DI)
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x78
-	BYTE $0x49
-	BYTE $0x07
-	MOVQ w+8(FP), SI
-	MOVQ y+32(FP), CX
-	MOVQ nb+40(FP), R8
-	MOVQ np+48(FP), R9
-	MOVQ lda+56(FP), R10
-	MOVQ plane+64(FP), R11
-	MOVQ pbytes+72(FP), R12
-	MOVQ ldy+80(FP), R14
-	MOVQ $0x00000040, BX
-
-amxBF16P3w3:
-	CMPQ R9, $0x00000003
+amxBF16P3w4:
+	CMPQ R9, $0x00000004
 	JL   amxBF16P3w1
 
 	// TILEZERO tmm0
@@ -32899,99 +32554,44 @@ amxBF16P3w3:
 	BYTE $0x7b
 	BYTE $0x49
 	BYTE $0xd0
+
+	// TILEZERO tmm3
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd8
 	MOVQ SI, AX
 	MOVQ a+24(FP), DX
 	MOVQ R8, R13
 
-amxBF16P3w3blk:
+amxBF16P3w4blk:
 	TESTQ R13, R13
-	JZ    amxBF16P3w3tail
+	JZ    amxBF16P3w4tail
 
-	// TILELOADD tmm3, (DX)(R10*1)
+	// TILELOADD tmm4, (DX)(R10*1)
 	BYTE $0xc4
 	BYTE $0xa2
 	BYTE $0x7b
 	BYTE $0x4b
-	BYTE $0x1c
-	BYTE $0x12
-	LEAQ (DX)(R11*1), R15
-
-	// TILELOADD tmm4, (R15)(R10*1)
-	BYTE $0xc4
-	BYTE $0x82
-	BYTE $0x7b
-	BYTE $0x4b
 	BYTE $0x24
-	BYTE $0x17
-	ADDQ R11, R15
+	BYTE $0x12
 
-	// TILELOADD tmm5, (R15)(R10*1)
+	// TILELOADD tmm5, (AX)(BX*1)
 	BYTE $0xc4
-	BYTE $0x82
+	BYTE $0xe2
 	BYTE $0x7b
 	BYTE $0x4b
 	BYTE $0x2c
-	BYTE $0x17
-
-	// TILELOADD tmm6, (AX)(BX*1)
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x34
 	BYTE $0x18
 
-	// TDPBF16PS tmm0, tmm3, tmm6
+	// TDPBF16PS tmm0, tmm4, tmm5
 	BYTE $0xc4
 	BYTE $0xe2
-	BYTE $0x4a
-	BYTE $0x5c
-	BYTE $0xc3
-
-	// TDPBF16PS tmm0, tmm4, tmm6
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x4a
+	BYTE $0x52
 	BYTE $0x5c
 	BYTE $0xc4
-
-	// TDPBF16PS tmm0, tmm5, tmm6
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x4a
-	BYTE $0x5c
-	BYTE $0xc5
 	LEAQ (AX)(R12*1), DI
-
-	// TILELOADD tmm7, (DI)(BX*1)
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x3c
-	BYTE $0x1f
-
-	// TDPBF16PS tmm1, tmm3, tmm7
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x42
-	BYTE $0x5c
-	BYTE $0xcb
-
-	// TDPBF16PS tmm1, tmm4, tmm7
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x42
-	BYTE $0x5c
-	BYTE $0xcc
-
-	// TDPBF16PS tmm1, tmm5, tmm7
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x42
-	BYTE $0x5c
-	BYTE $0xcd
-	LEAQ (AX)(R12*2), DI
 
 	// TILELOADD tmm6, (DI)(BX*1)
 	BYTE $0xc4
@@ -33001,122 +32601,79 @@ amxBF16P3w3blk:
 	BYTE $0x34
 	BYTE $0x1f
 
-	// TDPBF16PS tmm2, tmm3, tmm6
+	// TDPBF16PS tmm1, tmm4, tmm6
 	BYTE $0xc4
 	BYTE $0xe2
 	BYTE $0x4a
 	BYTE $0x5c
-	BYTE $0xd3
+	BYTE $0xcc
+	LEAQ (AX)(R12*2), DI
 
-	// TDPBF16PS tmm2, tmm4, tmm6
+	// TILELOADD tmm7, (DI)(BX*1)
 	BYTE $0xc4
 	BYTE $0xe2
-	BYTE $0x4a
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x3c
+	BYTE $0x1f
+
+	// TDPBF16PS tmm2, tmm4, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
 	BYTE $0x5c
 	BYTE $0xd4
+	LEAQ (AX)(R12*2), DI
+	ADDQ R12, DI
 
-	// TDPBF16PS tmm2, tmm5, tmm6
+	// TILELOADD tmm5, (DI)(BX*1)
 	BYTE $0xc4
 	BYTE $0xe2
-	BYTE $0x4a
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x1f
+
+	// TDPBF16PS tmm3, tmm4, tmm5
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x52
 	BYTE $0x5c
-	BYTE $0xd5
+	BYTE $0xdc
 	ADDQ $0x00000400, AX
 	ADDQ $0x00000040, DX
 	DECQ R13
-	JMP  amxBF16P3w3blk
+	JMP  amxBF16P3w4blk
 
-amxBF16P3w3tail:
+amxBF16P3w4tail:
 	MOVQ  tw+16(FP), AX
 	TESTQ AX, AX
-	JZ    amxBF16P3w3store
+	JZ    amxBF16P3w4store
 	MOVQ  $0x00000400, R13
 
-	// TILELOADD tmm3, (DX)(R10*1)
+	// TILELOADD tmm4, (DX)(R10*1)
 	BYTE $0xc4
 	BYTE $0xa2
 	BYTE $0x7b
 	BYTE $0x4b
-	BYTE $0x1c
-	BYTE $0x12
-	LEAQ (DX)(R11*1), R15
-
-	// TILELOADD tmm4, (R15)(R10*1)
-	BYTE $0xc4
-	BYTE $0x82
-	BYTE $0x7b
-	BYTE $0x4b
 	BYTE $0x24
-	BYTE $0x17
-	ADDQ R11, R15
+	BYTE $0x12
 
-	// TILELOADD tmm5, (R15)(R10*1)
+	// TILELOADD tmm5, (AX)(BX*1)
 	BYTE $0xc4
-	BYTE $0x82
+	BYTE $0xe2
 	BYTE $0x7b
 	BYTE $0x4b
 	BYTE $0x2c
-	BYTE $0x17
-
-	// TILELOADD tmm6, (AX)(BX*1)
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x34
 	BYTE $0x18
 
-	// TDPBF16PS tmm0, tmm3, tmm6
+	// TDPBF16PS tmm0, tmm4, tmm5
 	BYTE $0xc4
 	BYTE $0xe2
-	BYTE $0x4a
-	BYTE $0x5c
-	BYTE $0xc3
-
-	// TDPBF16PS tmm0, tmm4, tmm6
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x4a
+	BYTE $0x52
 	BYTE $0x5c
 	BYTE $0xc4
-
-	// TDPBF16PS tmm0, tmm5, tmm6
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x4a
-	BYTE $0x5c
-	BYTE $0xc5
 	LEAQ (AX)(R13*1), DI
-
-	// TILELOADD tmm7, (DI)(BX*1)
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x3c
-	BYTE $0x1f
-
-	// TDPBF16PS tmm1, tmm3, tmm7
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x42
-	BYTE $0x5c
-	BYTE $0xcb
-
-	// TDPBF16PS tmm1, tmm4, tmm7
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x42
-	BYTE $0x5c
-	BYTE $0xcc
-
-	// TDPBF16PS tmm1, tmm5, tmm7
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x42
-	BYTE $0x5c
-	BYTE $0xcd
-	LEAQ (AX)(R13*2), DI
 
 	// TILELOADD tmm6, (DI)(BX*1)
 	BYTE $0xc4
@@ -33126,61 +32683,115 @@ amxBF16P3w3tail:
 	BYTE $0x34
 	BYTE $0x1f
 
-	// TDPBF16PS tmm2, tmm3, tmm6
+	// TDPBF16PS tmm1, tmm4, tmm6
 	BYTE $0xc4
 	BYTE $0xe2
 	BYTE $0x4a
 	BYTE $0x5c
-	BYTE $0xd3
+	BYTE $0xcc
+	LEAQ (AX)(R13*2), DI
 
-	// TDPBF16PS tmm2, tmm4, tmm6
+	// TILELOADD tmm7, (DI)(BX*1)
 	BYTE $0xc4
 	BYTE $0xe2
-	BYTE $0x4a
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x3c
+	BYTE $0x1f
+
+	// TDPBF16PS tmm2, tmm4, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
 	BYTE $0x5c
 	BYTE $0xd4
+	LEAQ (AX)(R13*2), DI
+	ADDQ R13, DI
 
-	// TDPBF16PS tmm2, tmm5, tmm6
+	// TILELOADD tmm5, (DI)(BX*1)
 	BYTE $0xc4
 	BYTE $0xe2
-	BYTE $0x4a
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x1f
+
+	// TDPBF16PS tmm3, tmm4, tmm5
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x52
 	BYTE $0x5c
-	BYTE $0xd5
-	ADDQ $0x00000c00, AX
+	BYTE $0xdc
+	ADDQ $0x00001000, AX
 	MOVQ AX, tw+16(FP)
 
-amxBF16P3w3store:
-	// TILESTORED (CX)(R14*1), tmm0
+amxBF16P3w4store:
+	// TILESTORED (R11)(BX*1), tmm0
 	BYTE $0xc4
-	BYTE $0xa2
+	BYTE $0xc2
 	BYTE $0x7a
 	BYTE $0x4b
 	BYTE $0x04
-	BYTE $0x31
-	LEAQ 64(CX), R15
+	BYTE $0x1b
+	LEAQ 1024(R11), R15
 
-	// TILESTORED (R15)(R14*1), tmm1
+	// TILESTORED (R15)(BX*1), tmm1
 	BYTE $0xc4
-	BYTE $0x82
+	BYTE $0xc2
 	BYTE $0x7a
 	BYTE $0x4b
 	BYTE $0x0c
-	BYTE $0x37
-	LEAQ 128(CX), R15
+	BYTE $0x1f
+	LEAQ 2048(R11), R15
 
-	// TILESTORED (R15)(R14*1), tmm2
+	// TILESTORED (R15)(BX*1), tmm2
 	BYTE $0xc4
-	BYTE $0x82
+	BYTE $0xc2
 	BYTE $0x7a
 	BYTE $0x4b
 	BYTE $0x14
-	BYTE $0x37
-	ADDQ $0x000000c0, CX
-	ADDQ R12, SI
-	ADDQ R12, SI
-	ADDQ R12, SI
-	SUBQ $0x00000003, R9
-	JMP  amxBF16P3w3
+	BYTE $0x1f
+	LEAQ 3072(R11), R15
+
+	// TILESTORED (R15)(BX*1), tmm3
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x1c
+	BYTE $0x1f
+	MOVQ rows+64(FP), R13
+	MOVQ R11, R15
+	MOVQ CX, AX
+
+amxBF16P3w4sum:
+	VMOVUPS (R15), Z0
+	VADDPS  64(R15), Z0, Z0
+	VADDPS  128(R15), Z0, Z0
+	VMOVUPS Z0, (AX)
+	VMOVUPS 1024(R15), Z1
+	VADDPS  1088(R15), Z1, Z1
+	VADDPS  1152(R15), Z1, Z1
+	VMOVUPS Z1, 64(AX)
+	VMOVUPS 2048(R15), Z0
+	VADDPS  2112(R15), Z0, Z0
+	VADDPS  2176(R15), Z0, Z0
+	VMOVUPS Z0, 128(AX)
+	VMOVUPS 3072(R15), Z1
+	VADDPS  3136(R15), Z1, Z1
+	VADDPS  3200(R15), Z1, Z1
+	VMOVUPS Z1, 192(AX)
+	ADDQ    $0x000000c0, R15
+	ADDQ    R14, AX
+	DECQ    R13
+	JNZ     amxBF16P3w4sum
+	ADDQ    $0x00000100, CX
+	ADDQ    R12, SI
+	ADDQ    R12, SI
+	ADDQ    R12, SI
+	ADDQ    R12, SI
+	SUBQ    $0x00000004, R9
+	JMP     amxBF16P3w4
 
 amxBF16P3w1:
 	CMPQ R9, $0x00000001
@@ -33200,60 +32811,28 @@ amxBF16P3w1blk:
 	TESTQ R13, R13
 	JZ    amxBF16P3w1tail
 
-	// TILELOADD tmm3, (DX)(R10*1)
+	// TILELOADD tmm4, (DX)(R10*1)
 	BYTE $0xc4
 	BYTE $0xa2
 	BYTE $0x7b
 	BYTE $0x4b
-	BYTE $0x1c
-	BYTE $0x12
-	LEAQ (DX)(R11*1), R15
-
-	// TILELOADD tmm4, (R15)(R10*1)
-	BYTE $0xc4
-	BYTE $0x82
-	BYTE $0x7b
-	BYTE $0x4b
 	BYTE $0x24
-	BYTE $0x17
-	ADDQ R11, R15
+	BYTE $0x12
 
-	// TILELOADD tmm5, (R15)(R10*1)
+	// TILELOADD tmm5, (AX)(BX*1)
 	BYTE $0xc4
-	BYTE $0x82
+	BYTE $0xe2
 	BYTE $0x7b
 	BYTE $0x4b
 	BYTE $0x2c
-	BYTE $0x17
-
-	// TILELOADD tmm6, (AX)(BX*1)
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x34
 	BYTE $0x18
 
-	// TDPBF16PS tmm0, tmm3, tmm6
+	// TDPBF16PS tmm0, tmm4, tmm5
 	BYTE $0xc4
 	BYTE $0xe2
-	BYTE $0x4a
-	BYTE $0x5c
-	BYTE $0xc3
-
-	// TDPBF16PS tmm0, tmm4, tmm6
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x4a
+	BYTE $0x52
 	BYTE $0x5c
 	BYTE $0xc4
-
-	// TDPBF16PS tmm0, tmm5, tmm6
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x4a
-	BYTE $0x5c
-	BYTE $0xc5
 	ADDQ $0x00000400, AX
 	ADDQ $0x00000040, DX
 	DECQ R13
@@ -33265,23 +32844,137 @@ amxBF16P3w1tail:
 	JZ    amxBF16P3w1store
 	MOVQ  $0x00000400, R13
 
-	// TILELOADD tmm3, (DX)(R10*1)
+	// TILELOADD tmm4, (DX)(R10*1)
 	BYTE $0xc4
 	BYTE $0xa2
 	BYTE $0x7b
 	BYTE $0x4b
-	BYTE $0x1c
+	BYTE $0x24
 	BYTE $0x12
-	LEAQ (DX)(R11*1), R15
 
-	// TILELOADD tmm4, (R15)(R10*1)
+	// TILELOADD tmm5, (AX)(BX*1)
 	BYTE $0xc4
-	BYTE $0x82
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x18
+
+	// TDPBF16PS tmm0, tmm4, tmm5
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x52
+	BYTE $0x5c
+	BYTE $0xc4
+	ADDQ $0x00000400, AX
+	MOVQ AX, tw+16(FP)
+
+amxBF16P3w1store:
+	// TILESTORED (R11)(BX*1), tmm0
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x04
+	BYTE $0x1b
+	MOVQ rows+64(FP), R13
+	MOVQ R11, R15
+	MOVQ CX, AX
+
+amxBF16P3w1sum:
+	VMOVUPS (R15), Z0
+	VADDPS  64(R15), Z0, Z0
+	VADDPS  128(R15), Z0, Z0
+	VMOVUPS Z0, (AX)
+	ADDQ    $0x000000c0, R15
+	ADDQ    R14, AX
+	DECQ    R13
+	JNZ     amxBF16P3w1sum
+	ADDQ    $0x00000040, CX
+	ADDQ    R12, SI
+	SUBQ    $0x00000001, R9
+	JMP     amxBF16P3w1
+
+amxBF16P3done:
+	VZEROUPPER
+
+	// TILERELEASE
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0xc0
+	RET
+
+// func amxBF16P3x2(cfg *byte, w *uint16, tw *uint16, a *uint16, y *float32, c *float32, nb int, np int, rows int, lda int, pbytes int, ldy int, rows2 int, a2 int, y2 int)
+// Requires: AVX, AVX512F
+TEXT ·amxBF16P3x2(SB), NOSPLIT, $0-120
+	MOVQ cfg+0(FP), DI
+
+	// LDTILECFG (DI)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0x07
+	MOVQ w+8(FP), SI
+	MOVQ y+32(FP), CX
+	MOVQ c+40(FP), R11
+	MOVQ nb+48(FP), R8
+	MOVQ np+56(FP), R9
+	MOVQ lda+72(FP), R10
+	MOVQ pbytes+80(FP), R12
+	MOVQ ldy+88(FP), R14
+	MOVQ $0x00000040, BX
+
+amxBF16P3x2w2:
+	CMPQ R9, $0x00000002
+	JL   amxBF16P3x2w1
+
+	// TILEZERO tmm0
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc0
+
+	// TILEZERO tmm2
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd0
+
+	// TILEZERO tmm1
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc8
+
+	// TILEZERO tmm3
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd8
+	MOVQ SI, AX
+	MOVQ a+24(FP), DX
+	MOVQ R8, R13
+
+amxBF16P3x2w2blk:
+	TESTQ R13, R13
+	JZ    amxBF16P3x2w2tail
+
+	// TILELOADD tmm4, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
 	BYTE $0x7b
 	BYTE $0x4b
 	BYTE $0x24
-	BYTE $0x17
-	ADDQ R11, R15
+	BYTE $0x12
+	MOVQ a2+104(FP), R15
+	ADDQ DX, R15
 
 	// TILELOADD tmm5, (R15)(R10*1)
 	BYTE $0xc4
@@ -33299,12 +32992,78 @@ amxBF16P3w1tail:
 	BYTE $0x34
 	BYTE $0x18
 
-	// TDPBF16PS tmm0, tmm3, tmm6
+	// TDPBF16PS tmm0, tmm4, tmm6
 	BYTE $0xc4
 	BYTE $0xe2
 	BYTE $0x4a
 	BYTE $0x5c
-	BYTE $0xc3
+	BYTE $0xc4
+
+	// TDPBF16PS tmm2, tmm5, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xd5
+	LEAQ (AX)(R12*1), DI
+
+	// TILELOADD tmm7, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x3c
+	BYTE $0x1f
+
+	// TDPBF16PS tmm1, tmm4, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xcc
+
+	// TDPBF16PS tmm3, tmm5, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xdd
+	ADDQ $0x00000400, AX
+	ADDQ $0x00000040, DX
+	DECQ R13
+	JMP  amxBF16P3x2w2blk
+
+amxBF16P3x2w2tail:
+	MOVQ  tw+16(FP), AX
+	TESTQ AX, AX
+	JZ    amxBF16P3x2w2store
+	MOVQ  $0x00000400, R13
+
+	// TILELOADD tmm4, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x12
+	MOVQ a2+104(FP), R15
+	ADDQ DX, R15
+
+	// TILELOADD tmm5, (R15)(R10*1)
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x17
+
+	// TILELOADD tmm6, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x18
 
 	// TDPBF16PS tmm0, tmm4, tmm6
 	BYTE $0xc4
@@ -33313,29 +33072,281 @@ amxBF16P3w1tail:
 	BYTE $0x5c
 	BYTE $0xc4
 
-	// TDPBF16PS tmm0, tmm5, tmm6
+	// TDPBF16PS tmm2, tmm5, tmm6
 	BYTE $0xc4
 	BYTE $0xe2
 	BYTE $0x4a
 	BYTE $0x5c
-	BYTE $0xc5
-	ADDQ $0x00000400, AX
+	BYTE $0xd5
+	LEAQ (AX)(R13*1), DI
+
+	// TILELOADD tmm7, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x3c
+	BYTE $0x1f
+
+	// TDPBF16PS tmm1, tmm4, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xcc
+
+	// TDPBF16PS tmm3, tmm5, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xdd
+	ADDQ $0x00000800, AX
 	MOVQ AX, tw+16(FP)
 
-amxBF16P3w1store:
-	// TILESTORED (CX)(R14*1), tmm0
+amxBF16P3x2w2store:
+	// TILESTORED (R11)(BX*1), tmm0
 	BYTE $0xc4
-	BYTE $0xa2
+	BYTE $0xc2
 	BYTE $0x7a
 	BYTE $0x4b
 	BYTE $0x04
-	BYTE $0x31
-	ADDQ $0x00000040, CX
-	ADDQ R12, SI
-	SUBQ $0x00000001, R9
-	JMP  amxBF16P3w1
+	BYTE $0x1b
+	LEAQ 1024(R11), R15
 
-amxBF16P3done:
+	// TILESTORED (R15)(BX*1), tmm1
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x0c
+	BYTE $0x1f
+	MOVQ CX, AX
+	MOVQ rows+64(FP), R13
+	MOVQ R11, R15
+
+amxBF16P3x2w2sum0:
+	VMOVUPS (R15), Z0
+	VADDPS  64(R15), Z0, Z0
+	VADDPS  128(R15), Z0, Z0
+	VMOVUPS Z0, (AX)
+	VMOVUPS 1024(R15), Z1
+	VADDPS  1088(R15), Z1, Z1
+	VADDPS  1152(R15), Z1, Z1
+	VMOVUPS Z1, 64(AX)
+	ADDQ    $0x000000c0, R15
+	ADDQ    R14, AX
+	DECQ    R13
+	JNZ     amxBF16P3x2w2sum0
+
+	// TILESTORED (R11)(BX*1), tmm2
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x14
+	BYTE $0x1b
+	LEAQ 1024(R11), R15
+
+	// TILESTORED (R15)(BX*1), tmm3
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x1c
+	BYTE $0x1f
+	MOVQ CX, AX
+	ADDQ y2+112(FP), AX
+	MOVQ rows2+96(FP), R13
+	MOVQ R11, R15
+
+amxBF16P3x2w2sum1:
+	VMOVUPS (R15), Z0
+	VADDPS  64(R15), Z0, Z0
+	VADDPS  128(R15), Z0, Z0
+	VMOVUPS Z0, (AX)
+	VMOVUPS 1024(R15), Z1
+	VADDPS  1088(R15), Z1, Z1
+	VADDPS  1152(R15), Z1, Z1
+	VMOVUPS Z1, 64(AX)
+	ADDQ    $0x000000c0, R15
+	ADDQ    R14, AX
+	DECQ    R13
+	JNZ     amxBF16P3x2w2sum1
+	ADDQ    $0x00000080, CX
+	ADDQ    R12, SI
+	ADDQ    R12, SI
+	SUBQ    $0x00000002, R9
+	JMP     amxBF16P3x2w2
+
+amxBF16P3x2w1:
+	CMPQ R9, $0x00000001
+	JL   amxBF16P3x2done
+
+	// TILEZERO tmm0
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc0
+
+	// TILEZERO tmm2
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd0
+	MOVQ SI, AX
+	MOVQ a+24(FP), DX
+	MOVQ R8, R13
+
+amxBF16P3x2w1blk:
+	TESTQ R13, R13
+	JZ    amxBF16P3x2w1tail
+
+	// TILELOADD tmm4, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x12
+	MOVQ a2+104(FP), R15
+	ADDQ DX, R15
+
+	// TILELOADD tmm5, (R15)(R10*1)
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x17
+
+	// TILELOADD tmm6, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x18
+
+	// TDPBF16PS tmm0, tmm4, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc4
+
+	// TDPBF16PS tmm2, tmm5, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xd5
+	ADDQ $0x00000400, AX
+	ADDQ $0x00000040, DX
+	DECQ R13
+	JMP  amxBF16P3x2w1blk
+
+amxBF16P3x2w1tail:
+	MOVQ  tw+16(FP), AX
+	TESTQ AX, AX
+	JZ    amxBF16P3x2w1store
+	MOVQ  $0x00000400, R13
+
+	// TILELOADD tmm4, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x12
+	MOVQ a2+104(FP), R15
+	ADDQ DX, R15
+
+	// TILELOADD tmm5, (R15)(R10*1)
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x17
+
+	// TILELOADD tmm6, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x18
+
+	// TDPBF16PS tmm0, tmm4, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc4
+
+	// TDPBF16PS tmm2, tmm5, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xd5
+	ADDQ $0x00000400, AX
+	MOVQ AX, tw+16(FP)
+
+amxBF16P3x2w1store:
+	// TILESTORED (R11)(BX*1), tmm0
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x04
+	BYTE $0x1b
+	MOVQ CX, AX
+	MOVQ rows+64(FP), R13
+	MOVQ R11, R15
+
+amxBF16P3x2w1sum0:
+	VMOVUPS (R15), Z0
+	VADDPS  64(R15), Z0, Z0
+	VADDPS  128(R15), Z0, Z0
+	VMOVUPS Z0, (AX)
+	ADDQ    $0x000000c0, R15
+	ADDQ    R14, AX
+	DECQ    R13
+	JNZ     amxBF16P3x2w1sum0
+
+	// TILESTORED (R11)(BX*1), tmm2
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x14
+	BYTE $0x1b
+	MOVQ CX, AX
+	ADDQ y2+112(FP), AX
+	MOVQ rows2+96(FP), R13
+	MOVQ R11, R15
+
+amxBF16P3x2w1sum1:
+	VMOVUPS (R15), Z0
+	VADDPS  64(R15), Z0, Z0
+	VADDPS  128(R15), Z0, Z0
+	VMOVUPS Z0, (AX)
+	ADDQ    $0x000000c0, R15
+	ADDQ    R14, AX
+	DECQ    R13
+	JNZ     amxBF16P3x2w1sum1
+	ADDQ    $0x00000040, CX
+	ADDQ    R12, SI
+	SUBQ    $0x00000001, R9
+	JMP     amxBF16P3x2w1
+
+amxBF16P3x2done:
+	VZEROUPPER
+
 	// TILERELEASE
 	BYTE $0xc4
 	BYTE $0xe2

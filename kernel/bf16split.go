@@ -5,7 +5,7 @@ import "math"
 // Split bf16 activations, the input of the AMX path (amx.go); plain Go so that every build can
 // test it.
 //
-// AMX multiplies bf16 by bf16, so an f32 activation x enters as amxPasses bf16 planes whose sum
+// AMX multiplies bf16 by bf16, so an f32 activation x enters as amxPlanes bf16 planes whose sum
 // is x: plane 0 is x rounded to bf16 (to nearest even), each next plane the rounded remainder.
 // A bf16 holds 8 significant bits and every remainder is exact in f32, so three planes carry
 // all 24 bits of x: hi + mid + lo == x exactly for any normal x whose low plane is not a
@@ -16,38 +16,36 @@ import "math"
 // planes would leave a representation error of about 2^-17 |x|, above that bound for short
 // sums (K of a few dozen), and one plane (x as bf16) about 2^-9 |x|.
 //
-// A row's planes depend on that row only, so the batch-width invariant carries over. Rows are
-// padded with zeros to amxRowLen(k) elements, whole 32-input K-blocks, so a tile of activations
-// never reads another row's values.
+// A row's planes depend on that row only, so the batch-width invariant carries over. The planes
+// of a row are consecutive rows of the kernels' A tiles (amx.go): [rows][amxPlanes][kp] with
+// kp = amxRowLen(k), zero-padded to whole 32-input K-blocks, so a tile of activations never
+// reads another row's values.
 
 // amxPlanes is the number of bf16 planes of an activation (see above).
 const amxPlanes = 3
 
-// amxPasses is the number of planes the AMX kernels multiply, amxPlanes but for benchmarks that
-// measure what fewer would cost (1: x as bf16; 2: the hi + lo split). Fewer are not exact
-// enough for the tests' bounds.
+// amxPasses is the number of planes the AMX kernels multiply: amxPlanes, or 1 in benchmarks
+// that measure what the split costs (x as bf16: not exact enough for the tests' bounds).
 var amxPasses = amxPlanes
 
 // amxRowLen is the elements of one activation row of one plane: k rounded up to whole
 // 32-input K-blocks.
 func amxRowLen(k int) int { return (k + 31) &^ 31 }
 
-// splitBF16Go writes x (rows x k) as amxPlanes planes into dst: plane p, row r, input i at
-// (p*rows + r)*amxRowLen(k) + i, zero from k to the row's end.
+// splitBF16Go writes x (rows x k) as amxPlanes planes into dst: row r, plane p, input i at
+// (r*amxPlanes + p)*amxRowLen(k) + i, zero from k to the row's end.
 func splitBF16Go(dst []uint16, x []float32, rows, k int) {
 	kp := amxRowLen(k)
-	planes := amxPlanes
-	dst = dst[:planes*rows*kp]
+	dst = dst[:amxPlanes*rows*kp]
 	for r := 0; r < rows; r++ {
+		d := dst[amxPlanes*r*kp : amxPlanes*(r+1)*kp]
 		for i, v := range x[r*k : (r+1)*k] {
-			for p := 0; p < planes; p++ {
-				b, rest := splitOne(v)
-				dst[(p*rows+r)*kp+i] = b
-				v = rest
+			for p := 0; p < amxPlanes; p++ {
+				d[p*kp+i], v = splitOne(v)
 			}
 		}
-		for p := 0; p < planes; p++ {
-			clear(dst[(p*rows+r)*kp+k : (p*rows+r+1)*kp])
+		for p := 0; p < amxPlanes; p++ {
+			clear(d[p*kp+k : (p+1)*kp])
 		}
 	}
 }

@@ -11,24 +11,30 @@ import (
 
 // AMX kernels. The Go assembler knows no AMX instruction, so they are emitted as bytes (see
 // amxOp); their operands are therefore fixed registers, and the whole kernel is written with
-// physical registers only (the allocator has nothing to place). Tiles, fixed by the tile
-// configuration package kernel builds (amxConfig in amx.go):
+// physical registers only (the allocator has nothing to place).
 //
-//	tmm0-tmm2  C: rows x 16 f32, the sums of three panels
-//	tmm3-tmm5  A: rows x 32 bf16, one K-block of each plane of the split activations
-//	tmm6-tmm7  B: 16 pairs x 16 columns x 2 bf16, one K-block of a panel (1 KiB, contiguous),
-//	           two so that a panel's load need not wait for the previous panel's products
+// The planes of the split activations are rows of their own: row r's plane p is tile row
+// planes*r + p, so one A tile of 3*rows rows (at most 5 rows, 15 tile rows) carries all planes
+// and one TDPBF16PS per K-block and panel computes them, each tile row summing its plane's
+// products over K by itself; the kernel then adds a row's planes, (p0 + p1) + p2, with AVX-512.
+// A row's arithmetic is thus the same in any tile position and any row group, and a single row
+// costs one product of 3 tile rows per block, not three dependent ones. Tiles, fixed by the
+// tile configuration package kernel builds (amxConfig in amx.go):
 //
-// Three panels per pass share each A load (a 16-row A tile is as large as a B tile) and keep
-// three independent accumulation chains in flight. Each call loads the configuration at entry
-// and releases the tiles before it returns, so no tile state outlives a call: the goroutine
-// may run on another thread at the next one.
+//	tmm0-tmm3  C: tile rows x 16 f32, the sums of four panels
+//	tmm4       A: tile rows x 32 bf16, one K-block of the activations' planes
+//	tmm5-tmm7  B: 16 pairs x 16 columns x 2 bf16, one K-block of a panel (1 KiB, contiguous),
+//	           three in turn so that a panel's load need not wait for an earlier one's product
+//
+// Four panels per pass share each A load and keep four accumulation chains in flight. Each
+// call loads the configuration at entry and releases the tiles before it returns, so no tile
+// state outlives a call: the goroutine may run on another thread at the next one.
 
 // Tile numbers.
 const (
 	tC = 0 // tC+i: panel i of a pass
-	tA = 3 // tA+p: plane p
-	tB = 6 // tB+i%2: panel i's weights
+	tA = 4
+	tB = 5 // tB+i%3: panel i's weights
 )
 
 // amxOp emits one instruction's bytes, the first carrying the name for the listing's reader.
@@ -104,68 +110,64 @@ func tdpbf16ps(c, a, b int) {
 	amxOp(fmt.Sprintf("TDPBF16PS tmm%d, tmm%d, tmm%d", c, a, b), append(vex3(0, 0, 0, b, 0x02), 0x5c, byte(0xc0|c<<3|a))...)
 }
 
-// amxBF16 emits amxBF16P<passes>(cfg, w, tw, a, y, nb, np, lda, plane, pbytes, ldy): for np
-// whole bf16 panels from w (pbytes apart) and the rows of the loaded configuration, y[r][p*16+l]
-// (rows ldy bytes apart) = sum over K of W[p][l][i] * a[r][i], where the activations a come as
-// passes bf16 planes (plane bytes apart, rows lda bytes apart, zero past K) whose sum is the f32
-// activation (see splitBF16Go in package kernel). Each K-block of 32 inputs (16 pairs, 1 KiB of
-// a panel) adds the products of the planes in plane order: nb blocks from the panels, then,
-// when tw is not nil, the K tail, one block per panel at tw (1 KiB apart, zero-padded to 16
-// pairs: see Matrix.bf16Tail). A panel's arithmetic is the same whether it goes in a group of
-// three or alone.
-func amxBF16(passes int) {
-	name := fmt.Sprintf("amxBF16P%d", passes)
-	TEXT(name, NOSPLIT, "func(cfg *byte, w, tw, a *uint16, y *float32, nb, np, lda, plane, pbytes, ldy int)")
+// amxBF16 emits amxBF16P<planes>(cfg, w, tw, a, y, c, nb, np, rows, lda, pbytes, ldy): for np
+// whole bf16 panels from w (pbytes apart) and rows activation rows, y[r][p*16+l] (rows ldy
+// bytes apart) = sum over K of W[p][l][i] * x[r][i], where row r's activations x come as planes
+// bf16 rows a[planes*r + q] (lda bytes apart, zero past K) whose sum is the f32 activation (see
+// splitBF16Go in package kernel); the loaded configuration has planes*rows tile rows. Each tile
+// row adds its K-blocks of 32 inputs (16 pairs, 1 KiB of a panel) in order: nb blocks from the
+// panels, then, when tw is not nil, the K tail, one block per panel at tw (1 KiB apart,
+// zero-padded to 16 pairs: see Matrix.bf16Tail). With 3 planes the tiles go through the
+// scratch c (4 KiB) and y[r] = (plane 0 + plane 1) + plane 2. A panel's arithmetic is the same
+// whether it goes in a group of four or alone.
+func amxBF16(planes int) {
+	name := fmt.Sprintf("amxBF16P%d", planes)
+	TEXT(name, NOSPLIT, "func(cfg *byte, w, tw, a *uint16, y, c *float32, nb, np, rows, lda, pbytes, ldy int)")
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s computes np whole bf16 panels with AMX from %d bf16 planes of activations.", name, passes))
+	Doc(fmt.Sprintf("%s computes np whole bf16 panels with AMX from %d bf16 planes of activations.", name, planes))
 	var (
 		cfg, wp, ap, yp       = reg.RDI, reg.RSI, reg.RDX, reg.RCX
-		nb, np, lda, plane    = reg.R8, reg.R9, reg.R10, reg.R11
+		nb, np, lda, cs       = reg.R8, reg.R9, reg.R10, reg.R11
 		pbytes, blk, ldy, tmp = reg.R12, reg.R13, reg.R14, reg.R15
 		bp, bi, s64           = reg.RAX, reg.RDI, reg.RBX
+		resolve               = func(n string) Mem {
+			b, err := Param(n).Resolve()
+			if err != nil {
+				panic(err)
+			}
+			return b.Addr
+		}
 	)
-	twb, err := Param("tw").Resolve()
-	if err != nil {
-		panic(err)
-	}
-	tw := twb.Addr // every register is taken: the tail pointer lives in the frame
+	tw, rows := resolve("tw"), resolve("rows") // every register is taken: these live in the frame
 	Load(Param("cfg"), cfg)
 	ldtilecfg(cfg)
 	Load(Param("w"), wp)
 	Load(Param("y"), yp)
+	Load(Param("c"), cs)
 	Load(Param("nb"), nb)
 	Load(Param("np"), np)
 	Load(Param("lda"), lda)
-	Load(Param("plane"), plane)
 	Load(Param("pbytes"), pbytes)
 	Load(Param("ldy"), ldy)
 	MOVQ(U32(64), s64)
 
-	// block emits the products of one K-block of width panels: the planes' A tiles from ap,
-	// then per panel its B tile from bp + i*stride and the planes' products in plane order.
+	// block emits the products of one K-block of width panels: the A tile from ap, then per
+	// panel its B tile from bp + i*stride and the product.
 	block := func(width int, stride reg.Register) {
-		for p := 0; p < passes; p++ {
-			src := ap
-			switch p {
-			case 1:
-				LEAQ(Mem{Base: ap, Index: plane, Scale: 1}, tmp)
-				src = tmp
-			case 2:
-				ADDQ(plane, tmp)
-				src = tmp
-			}
-			tileloadd(tA+p, src, lda)
-		}
+		tileloadd(tA, ap, lda)
 		for i := 0; i < width; i++ {
 			src := bp
 			if i > 0 {
-				LEAQ(Mem{Base: bp, Index: stride, Scale: uint8(i)}, bi)
+				if i == 3 {
+					LEAQ(Mem{Base: bp, Index: stride, Scale: 2}, bi)
+					ADDQ(stride, bi)
+				} else {
+					LEAQ(Mem{Base: bp, Index: stride, Scale: uint8(i)}, bi)
+				}
 				src = bi
 			}
-			tileloadd(tB+i%2, src, s64)
-			for p := 0; p < passes; p++ {
-				tdpbf16ps(tC+i, tA+p, tB+i%2)
-			}
+			tileloadd(tB+i%3, src, s64)
+			tdpbf16ps(tC+i, tA, tB+i%3)
 		}
 	}
 	// group emits the loop over groups of width panels.
@@ -197,13 +199,44 @@ func amxBF16(passes int) {
 		ADDQ(U32(uint32(1024*width)), bp)
 		MOVQ(bp, tw)
 		Label(pre + "store")
-		for i := 0; i < width; i++ {
-			dst := yp
-			if i > 0 {
-				LEAQ(Mem{Base: yp, Disp: 64 * i}, tmp)
-				dst = tmp
+		if planes == 1 {
+			for i := 0; i < width; i++ {
+				dst := yp
+				if i > 0 {
+					LEAQ(Mem{Base: yp, Disp: 64 * i}, tmp)
+					dst = tmp
+				}
+				tilestored(tC+i, dst, ldy)
 			}
-			tilestored(tC+i, dst, ldy)
+		} else {
+			for i := 0; i < width; i++ {
+				dst := cs
+				if i > 0 {
+					LEAQ(Mem{Base: cs, Disp: 1024 * i}, tmp)
+					dst = tmp
+				}
+				tilestored(tC+i, dst, s64)
+			}
+			// y[r] = (c[3r] + c[3r+1]) + c[3r+2] per panel.
+			MOVQ(rows, blk)
+			MOVQ(cs, tmp)
+			MOVQ(yp, bp)
+			Label(pre + "sum")
+			for i := 0; i < width; i++ {
+				z := reg.Z0
+				if i%2 == 1 {
+					z = reg.Z1
+				}
+				VMOVUPS(Mem{Base: tmp, Disp: 1024 * i}, z)
+				for q := 1; q < planes; q++ {
+					VADDPS(Mem{Base: tmp, Disp: 1024*i + 64*q}, z, z)
+				}
+				VMOVUPS(z, Mem{Base: bp, Disp: 64 * i})
+			}
+			ADDQ(U32(uint32(64*planes)), tmp)
+			ADDQ(ldy, bp)
+			DECQ(blk)
+			JNZ(LabelRef(pre + "sum"))
 		}
 		ADDQ(U32(uint32(64*width)), yp)
 		for i := 0; i < width; i++ {
@@ -212,9 +245,12 @@ func amxBF16(passes int) {
 		SUBQ(U32(uint32(width)), np)
 		JMP(LabelRef(pre))
 	}
-	group(3, name+"w1")
+	group(4, name+"w1")
 	group(1, name+"done")
 	Label(name + "done")
+	if planes > 1 {
+		VZEROUPPER()
+	}
 	tilerelease()
 	RET()
 }
@@ -320,5 +356,137 @@ func splitBF16Row() {
 	JNZ(LabelRef("splitzeroloop"))
 	Label("splitdone")
 	VZEROUPPER()
+	RET()
+}
+
+// amxBF16Pair emits amxBF16P3x2(cfg, w, tw, a, y, c, nb, np, rows, lda, pbytes, ldy, rows2,
+// a2, y2): amxBF16P3 for two row groups at once (rows and rows2, at most 5 each, their planes
+// stacked as there), so that each weight tile feeds both and a product of 6 to 10 rows passes
+// over the weights once. Group 2's activations start a2 bytes after a, its outputs y2 bytes
+// after y. Tiles: 0-1 C of group 1 and 2-3 of group 2 (two panels each), 4 and 5 their A, 6-7
+// B. Each tile row's arithmetic is amxBF16P3's, so a row's bits do not depend on its group.
+func amxBF16Pair() {
+	const name = "amxBF16P3x2"
+	TEXT(name, NOSPLIT, "func(cfg *byte, w, tw, a *uint16, y, c *float32, nb, np, rows, lda, pbytes, ldy, rows2, a2, y2 int)")
+	Pragma("noescape")
+	Doc(name + " computes np whole bf16 panels with AMX for two stacked row groups.")
+	var (
+		cfg, wp, ap, yp       = reg.RDI, reg.RSI, reg.RDX, reg.RCX
+		nb, np, lda, cs       = reg.R8, reg.R9, reg.R10, reg.R11
+		pbytes, blk, ldy, tmp = reg.R12, reg.R13, reg.R14, reg.R15
+		bp, bi, s64           = reg.RAX, reg.RDI, reg.RBX
+		resolve               = func(n string) Mem {
+			b, err := Param(n).Resolve()
+			if err != nil {
+				panic(err)
+			}
+			return b.Addr
+		}
+	)
+	tw, rows, rows2, a2, y2 := resolve("tw"), resolve("rows"), resolve("rows2"), resolve("a2"), resolve("y2")
+	Load(Param("cfg"), cfg)
+	ldtilecfg(cfg)
+	Load(Param("w"), wp)
+	Load(Param("y"), yp)
+	Load(Param("c"), cs)
+	Load(Param("nb"), nb)
+	Load(Param("np"), np)
+	Load(Param("lda"), lda)
+	Load(Param("pbytes"), pbytes)
+	Load(Param("ldy"), ldy)
+	MOVQ(U32(64), s64)
+	const tA1, tA2, tB = 4, 5, 6
+	block := func(width int, stride reg.Register) {
+		tileloadd(tA1, ap, lda)
+		MOVQ(a2, tmp)
+		ADDQ(ap, tmp)
+		tileloadd(tA2, tmp, lda)
+		for i := 0; i < width; i++ {
+			src := bp
+			if i > 0 {
+				LEAQ(Mem{Base: bp, Index: stride, Scale: 1}, bi)
+				src = bi
+			}
+			tileloadd(tB+i, src, s64)
+			tdpbf16ps(i, tA1, tB+i)
+			tdpbf16ps(2+i, tA2, tB+i)
+		}
+	}
+	// sum emits y[r] = (c[3r] + c[3r+1]) + c[3r+2] for the rows n of one group, its width
+	// panels' tiles stored at c, 1 KiB apart, its outputs from bp.
+	sum := func(pre string, width int, n Mem) {
+		MOVQ(n, blk)
+		MOVQ(cs, tmp)
+		Label(pre)
+		for i := 0; i < width; i++ {
+			z := []reg.VecPhysical{reg.Z0, reg.Z1}[i]
+			VMOVUPS(Mem{Base: tmp, Disp: 1024 * i}, z)
+			VADDPS(Mem{Base: tmp, Disp: 1024*i + 64}, z, z)
+			VADDPS(Mem{Base: tmp, Disp: 1024*i + 128}, z, z)
+			VMOVUPS(z, Mem{Base: bp, Disp: 64 * i})
+		}
+		ADDQ(U32(192), tmp)
+		ADDQ(ldy, bp)
+		DECQ(blk)
+		JNZ(LabelRef(pre))
+	}
+	group := func(width int, next string) {
+		pre := fmt.Sprintf("%sw%d", name, width)
+		Label(pre)
+		CMPQ(np, U32(width))
+		JL(LabelRef(next))
+		for i := 0; i < width; i++ {
+			tilezero(i)
+			tilezero(2 + i)
+		}
+		MOVQ(wp, bp)
+		Load(Param("a"), ap)
+		MOVQ(nb, blk)
+		Label(pre + "blk")
+		TESTQ(blk, blk)
+		JZ(LabelRef(pre + "tail"))
+		block(width, pbytes)
+		ADDQ(U32(1024), bp)
+		ADDQ(U32(64), ap)
+		DECQ(blk)
+		JMP(LabelRef(pre + "blk"))
+		Label(pre + "tail")
+		MOVQ(tw, bp)
+		TESTQ(bp, bp)
+		JZ(LabelRef(pre + "store"))
+		MOVQ(U32(1024), blk) // the tail blocks' panel stride
+		block(width, blk)
+		ADDQ(U32(uint32(1024*width)), bp)
+		MOVQ(bp, tw)
+		Label(pre + "store")
+		for g := 0; g < 2; g++ {
+			for i := 0; i < width; i++ {
+				dst := cs
+				if i > 0 {
+					LEAQ(Mem{Base: cs, Disp: 1024 * i}, tmp)
+					dst = tmp
+				}
+				tilestored(2*g+i, dst, s64)
+			}
+			MOVQ(yp, bp)
+			n := rows
+			if g == 1 {
+				ADDQ(y2, bp)
+				n = rows2
+			}
+			sum(fmt.Sprintf("%ssum%d", pre, g), width, n)
+		}
+		ADDQ(U32(uint32(64*width)), yp)
+		for i := 0; i < width; i++ {
+			ADDQ(pbytes, wp)
+		}
+		SUBQ(U32(uint32(width)), np)
+		JMP(LabelRef(pre))
+	}
+	group(2, name+"w1")
+	group(1, name+"done")
+	Label(name + "done")
+	VZEROUPPER()
+	tilerelease()
 	RET()
 }

@@ -94,9 +94,9 @@ func main() {
 	quantKernels256()
 	quantActs()
 	quantActsY()
-	for passes := 1; passes <= 3; passes++ {
-		amxBF16(passes)
-	}
+	amxBF16(1)
+	amxBF16(3)
+	amxBF16Pair()
 	splitBF16Row()
 	Generate()
 }
