@@ -8,25 +8,43 @@ import (
 	"fmt"
 )
 
-// The "amx" path: the avx512 path with bf16 products on Intel AMX tiles (TDPBF16PS), for
-// which a 16-row product costs about what a 1-row one does, both bound by streaming the
-// weights (the AVX-512 kernels are compute-bound beyond a few rows). F32 and quantized
-// matrices and the attention helpers keep the avx512 kernels.
+// The "amx" path: the avx512 path with bf16 products on Intel AMX tiles (TDPBF16PS), so that
+// a product of many rows (speculative verification) costs much less than on the AVX-512
+// kernels, which are compute-bound beyond a few rows. F32 and quantized matrices and the
+// attention helpers keep the avx512 kernels.
 //
 // The bf16 panel layout (see Panel) is already the B-tile layout: for K-block b (32 inputs, 16
 // pairs) of a panel, 16 pairs x 16 columns x 2 bf16 are 1 KiB contiguous at panel + b*1024, so
-// no weight is repacked. Activations, split into bf16 planes whose sum is the f32 value
-// (bf16split.go), are the A tiles (rows x 32 bf16), and a C tile holds rows x 16 f32 sums of
-// one panel. The kernels (_gen/amx.go) take three panels per pass, sharing each A tile load,
-// then single panels. They read weights by whole 16-pair blocks; a K tail of fewer pairs is
-// read from a zero-padded copy of each panel's last block (Matrix.bf16Tail), so no load reads
-// past a panel (an odd K's last pair is the layout's zero pad times a zero activation).
+// no weight is repacked. The kernels read weights by whole 16-pair blocks; a K tail of fewer
+// pairs is read from a zero-padded copy of each panel's last block (Matrix.bf16Tail), so no
+// load reads past a panel (an odd K's last pair is the layout's zero pad times a zero
+// activation).
 //
-// Exactness: the amx path uses AMX for every row count, 1 included (a single row is
-// bandwidth-bound anyway), and every output element adds, per K-block in K order, the block's
-// products with plane 0, then 1, then 2: an order that depends on K only, never on the rows
-// (row groups of 16, each with its own tile configuration, rows never mixing within a tile)
-// or on the panels a call covers. A row's result is therefore bitwise independent of the batch
+// Precision: AMX multiplies bf16 by bf16 into f32, so each activation is split into three
+// bf16 planes that sum to it exactly (bf16split.go; once per call, before the thread split, by
+// a generated AVX-512 splitter). Products of bf16 weights with bf16 planes are exact in f32;
+// only the f32 sums round, and the error stays inside the float32 bound every path is tested
+// against (times 1+2^-7). Two planes (hi + lo) would leave about 2^-17 |x| per activation,
+// outside that bound for short sums; one plane about 2^-9.
+//
+// Layout of the products: a row's three planes are three rows of the A tile (row r, plane p
+// at tile row 3r+p), so a tile holds the planes of up to 5 rows and each tile row sums its
+// plane's products over K on its own; after the last K-block the kernel adds a row's planes,
+// (p0 + p1) + p2, with AVX-512. A single row is then one product of 3 tile rows per K-block and
+// panel, no slower than the AVX-512 kernel on streamed weights; stacking the planes into one
+// accumulator row instead (C += hi*B, C += mid*B, C += lo*B) made it three dependent products
+// and a 1-row product about 1.3x the avx512 one (rough measurements, shared machine). The
+// kernels (_gen/amx.go) take two row groups of up to 5 rows per pass over the weights, so up
+// to 10 rows stream each weight once, and 2 or 4 panels per pass share each A tile load.
+// Sixteen rows are 48 tile rows per block and panel; on the machine this was written on that
+// made a 16-row product about 2x a 1-row one (0.6-0.7x the avx512 16-row one), bound by the
+// tile products rather than memory.
+//
+// Exactness: the amx path uses AMX for every row count, 1 included, and every output element
+// adds its plane's K-blocks in K order, then its planes in a fixed order: an order that
+// depends on K only, never on the rows (a tile row's sums do not depend on the tile's other
+// rows, its position or the tile's height, which the tests check bitwise for 1 to 32 rows) or
+// on the panels a call covers. A row's result is therefore bitwise independent of the batch
 // width and of the thread split. AMX treats denormal inputs as zero and flushes denormal
 // results (DAZ/FTZ, whatever MXCSR says): activations and weights of real models are far
 // above 2^-126, and the tests' random data too; only the low plane of an activation below
@@ -156,4 +174,3 @@ func splitBF16Amx(dst []uint16, x []float32, rows, k int) {
 		splitBF16Rowx512(&dst[amxPlanes*r*kp], &x[r*k], k, kp, 2*kp)
 	}
 }
-
