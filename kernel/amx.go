@@ -94,12 +94,9 @@ func enableAMX() error {
 	return requestAMX()
 }
 
-// amxGroup is the most rows whose planes stack in one tile of 16 rows.
-const amxGroup = 16 / amxPlanes
-
 // panelsAMX computes panels [p0, p1) of all rows of a bf16 matrix from the split activations h
-// (splitBF16Go's layout for rows x m.K): by pairs of row groups of up to amxGroup rows, each
-// group's planes stacked in one tile (amxBF16P3x2, or amxBF16P3 for a last lone group), the
+// (splitBF16Go's layout for rows x m.K): by pairs of row groups of up to 16/amxPlanes rows,
+// each group's planes stacked in one tile (amxBF16P3x2, or amxBF16P3 for a last lone group), the
 // same arithmetic per row in either. The panels go by L2-sized chunks so that a second pair of
 // groups finds the weights the first one read in cache.
 func panelsAMX(m *Matrix, y []float32, h []uint16, rows, p0, p1 int) {
@@ -108,7 +105,7 @@ func panelsAMX(m *Matrix, y []float32, h []uint16, rows, p0, p1 int) {
 	if p1*Panel > n {
 		full = p1 - 1
 	}
-	step := 2 * amxGroup
+	step := 2 * (16 / amxPlanes)
 	if amxPasses == 1 {
 		step = 16
 	}
@@ -135,8 +132,8 @@ func panelsAMX(m *Matrix, y []float32, h []uint16, rows, p0, p1 int) {
 	}
 }
 
-// amxRows computes whole panels [c0, c1) of rows r0 .. r0+g-1 (g <= 2*amxGroup, or 16 with
-// one plane) into y, row r0's first output of panel c0 at y[0] and rows ldy floats apart.
+// amxRows computes whole panels [c0, c1) of rows r0 .. r0+g-1 (g <= 2*(16/amxPlanes), or 16
+// with one plane) into y, row r0's first output of panel c0 at y[0] and rows ldy floats apart.
 func amxRows(m *Matrix, y []float32, ldy int, h []uint16, r0, g, c0, c1 int) {
 	k := m.K
 	kp := amxRowLen(k)
@@ -150,27 +147,41 @@ func amxRows(m *Matrix, y []float32, ldy int, h []uint16, r0, g, c0, c1 int) {
 	w, a := &m.bf16[c0*m.panelLen()], &h[r0*amxPlanes*kp]
 	var cfg [64]byte
 	var c [4 * 16 * Panel]float32 // the kernels' tiles of plane sums (4 panels of amxBF16P3)
-	switch g1 := min(g, amxGroup); {
+	planes := amxPlanes
+	switch g1 := min(g, 16/planes); {
 	case amxPasses == 1: // benchmarks: each row's first plane, 16 rows to a tile
 		amxConfig(&cfg, [8]int{g, g, g, g, g, 16, 16, 16})
-		amxBF16P1(&cfg[0], w, tw, a, &y[0], &c[0], nb, c1-c0, g, 2*amxPlanes*kp, pbytes, 4*ldy)
+		amxBF16P1(&cfg[0], w, tw, a, &y[0], &c[0], nb, c1-c0, g, 2*planes*kp, pbytes, 4*ldy)
 	case g == g1:
-		t := amxPlanes * g
+		t := planes * g
 		amxConfig(&cfg, [8]int{t, t, t, t, t, 16, 16, 16})
+		if planes == 2 {
+			amxBF16P2(&cfg[0], w, tw, a, &y[0], &c[0], nb, c1-c0, g, 2*kp, pbytes, 4*ldy)
+			break
+		}
 		amxBF16P3(&cfg[0], w, tw, a, &y[0], &c[0], nb, c1-c0, g, 2*kp, pbytes, 4*ldy)
 	default:
-		t1, t2 := amxPlanes*g1, amxPlanes*(g-g1)
+		t1, t2 := planes*g1, planes*(g-g1)
 		amxConfig(&cfg, [8]int{t1, t1, t2, t2, t1, t2, 16, 16})
+		if planes == 2 {
+			amxBF16P2x2(&cfg[0], w, tw, a, &y[0], &c[0], nb, c1-c0, g1, 2*kp, pbytes, 4*ldy,
+				g-g1, 2*planes*g1*kp, 4*g1*ldy)
+			break
+		}
 		amxBF16P3x2(&cfg[0], w, tw, a, &y[0], &c[0], nb, c1-c0, g1, 2*kp, pbytes, 4*ldy,
-			g-g1, 2*amxPlanes*g1*kp, 4*g1*ldy)
+			g-g1, 2*planes*g1*kp, 4*g1*ldy)
 	}
 }
 
-// splitBF16Amx is splitBF16Go with the generated AVX-512 row splitter (bitwise the same).
+// splitBF16Amx is splitBF16Go with the generated AVX-512 row splitters (bitwise the same).
 func splitBF16Amx(dst []uint16, x []float32, rows, k int) {
 	kp := amxRowLen(k)
 	_, _ = dst[amxPlanes*rows*kp-1], x[rows*k-1]
 	for r := 0; r < rows; r++ {
-		splitBF16Rowx512(&dst[amxPlanes*r*kp], &x[r*k], k, kp, 2*kp)
+		if amxPlanes == 2 {
+			splitBF16Row2x512(&dst[2*r*kp], &x[r*k], k, kp, 2*kp)
+			continue
+		}
+		splitBF16Row3x512(&dst[3*r*kp], &x[r*k], k, kp, 2*kp)
 	}
 }

@@ -88,6 +88,11 @@ func TestAMXOnePlaneIsInexact(t *testing.T) {
 // disagreement with the float64 reference (TestAMXMatchesReference's bound) or with the
 // 32-row bits.
 func amxCheck(t *testing.T, n, k int) string {
+	return amxCheckTol(t, n, k, float64(k+2)*(1+0x1p-7)*0x1p-24)
+}
+
+// amxCheckTol is amxCheck with the bound rel*sum|w*x|.
+func amxCheckTol(t *testing.T, n, k int, rel float64) string {
 	t.Helper()
 	const maxRows = 32
 	m, w := testMatrix(BF16, n, k, uint64(n*1000+k))
@@ -102,7 +107,7 @@ func amxCheck(t *testing.T, n, k int) string {
 				want += p
 				bound += math.Abs(p)
 			}
-			tol := float64(k+2) * (1 + 0x1p-7) * 0x1p-24 * bound
+			tol := rel * bound
 			if got := float64(all[r*n+j]); math.Abs(got-want) > tol {
 				return fmt.Sprintf("%dx%d y[%d][%d]=%g want %g (tol %g)", n, k, r, j, got, want, tol)
 			}
@@ -122,6 +127,26 @@ func amxCheck(t *testing.T, n, k int) string {
 		}
 	}
 	return ""
+}
+
+// TestAMXTwoPlanes checks the benchmarks' two-plane variant (hi + lo, amxPlanes = 2) as
+// TestAMXMatchesReference does the amx path, with its looser bound: a plane pair leaves at most
+// 2^-17 |x| of each activation out (lo is the remainder rounded to bf16), so |error| <=
+// (2^-17 + (K+2)*(1+2^-7)*2^-24)*sum|w*x|.
+func TestAMXTwoPlanes(t *testing.T) {
+	withAMX(t, func() {
+		prev := amxPlanes
+		defer func() { amxPlanes = prev }()
+		amxPlanes = 2
+		ns, ks := amxShapes()
+		for _, n := range ns {
+			for _, k := range ks {
+				if bad := amxCheckTol(t, n, k, 0x1p-17+float64(k+2)*(1+0x1p-7)*0x1p-24); bad != "" {
+					t.Fatal(bad)
+				}
+			}
+		}
+	})
 }
 
 // TestAMXPanelRanges: computing a product by any split of its panels into calls gives the bits
@@ -177,7 +202,8 @@ func TestAMXNonFinite(t *testing.T) {
 	})
 }
 
-// TestSplitBF16Asm: the generated splitter writes splitBF16Go's planes bitwise, for every
+// TestSplitBF16Asm: the generated splitters (3 planes, and 2 for benchmarks) write
+// splitBF16Go's planes bitwise, for every
 // tail of a row (masked loads, zero blocks) and for special values, denormals included.
 func TestSplitBF16Asm(t *testing.T) {
 	if !slices.Contains(Paths(), "amx") {
@@ -186,6 +212,15 @@ func TestSplitBF16Asm(t *testing.T) {
 	specials := []float32{0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()),
 		math.Float32frombits(0x7f800001), math.Float32frombits(0xffbfffff), math.MaxFloat32, -math.MaxFloat32,
 		math.Float32frombits(0x7f7f8000), 0x1p-130, -0x1p-149, 0x1p-120, 0x1.fffffep-127, 1, 0x1.0081p0}
+	prev := amxPlanes
+	defer func() { amxPlanes = prev }()
+	for _, planes := range []int{3, 2} {
+		amxPlanes = planes
+		testSplitBF16Asm(t, specials)
+	}
+}
+
+func testSplitBF16Asm(t *testing.T, specials []float32) {
 	for _, rows := range []int{1, 3, 17} {
 		for k := 1; k <= 70; k++ {
 			x := randVec(rows*k, uint64(k))
@@ -195,7 +230,7 @@ func TestSplitBF16Asm(t *testing.T) {
 					x[i] = specials[(i/7)%len(specials)]
 				}
 			}
-			n := 3 * rows * amxRowLen(k)
+			n := amxPlanes * rows * amxRowLen(k)
 			want, got := make([]uint16, n), make([]uint16, n)
 			for i := range got {
 				got[i] = 0xffff
@@ -205,7 +240,7 @@ func TestSplitBF16Asm(t *testing.T) {
 			if i := slices.Compare(got, want); i != 0 {
 				for j := range got {
 					if got[j] != want[j] {
-						t.Fatalf("rows=%d k=%d: element %d: asm %#04x, Go %#04x", rows, k, j, got[j], want[j])
+						t.Fatalf("planes=%d rows=%d k=%d: element %d: asm %#04x, Go %#04x", amxPlanes, rows, k, j, got[j], want[j])
 					}
 				}
 			}

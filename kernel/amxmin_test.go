@@ -12,7 +12,7 @@ import (
 
 // TestAMXTimes is a measuring tool, not a check: with DFLASH_AMX_TIMES=1 (threads: 1 unless
 // DFLASH_AMX_THREADS=2) it times bf16 products of Qwen3-0.6B's shapes on avx512, amx and amx
-// with one plane (the cost of the split), alternating the variants and keeping each one's
+// with two planes (hi + lo) and one (x as bf16: the cost of the split), alternating the variants and keeping each one's
 // fastest of 15 rounds of 10 products, which a shared machine's load disturbs least. Weights
 // span 128 MiB.
 func TestAMXTimes(t *testing.T) {
@@ -28,11 +28,13 @@ func TestAMXTimes(t *testing.T) {
 	}
 	prevThreads, prevPath, prevPasses := SetMaxThreads(threads), Path(), amxPasses
 	defer func() { SetMaxThreads(prevThreads); SetPath(prevPath); amxPasses = prevPasses }()
+	prevPlanes := amxPlanes
+	defer func() { amxPlanes = prevPlanes }()
 	vs := []struct {
-		name   string
-		path   string
-		passes int
-	}{{"avx512", "avx512", amxPlanes}, {"amx", "amx", amxPlanes}, {"amx-1plane", "amx", 1}}
+		name           string
+		path           string
+		planes, passes int
+	}{{"avx512", "avx512", 3, 3}, {"amx", "amx", 3, 3}, {"amx-2planes", "amx", 2, 2}, {"amx-1plane", "amx", 3, 1}}
 	for _, s := range []struct{ n, k int }{{4096, 1024}, {3072, 1024}, {1024, 3072}} {
 		ms := benchMatrix(BF16, s.n, s.k, 128<<20)
 		for _, rows := range []int{1, 4, 8, 16} {
@@ -43,7 +45,7 @@ func TestAMXTimes(t *testing.T) {
 					if err := SetPath(v.path); err != nil {
 						t.Fatal(err)
 					}
-					amxPasses = v.passes
+					amxPlanes, amxPasses = v.planes, v.passes
 					t0 := time.Now()
 					for j := 0; j < 10; j++ {
 						ms[j%len(ms)].MatMul(y, x, rows)

@@ -21,12 +21,13 @@ import "math"
 // kp = amxRowLen(k), zero-padded to whole 32-input K-blocks, so a tile of activations never
 // reads another row's values.
 
-// amxPlanes is the number of bf16 planes of an activation (see above).
-const amxPlanes = 3
+// amxPlanes is the number of bf16 planes of an activation (see above): 3 on the amx path, 2
+// (hi + lo) only in benchmarks that price the third.
+var amxPlanes = 3
 
-// amxPasses is the number of planes the AMX kernels multiply: amxPlanes, or 1 in benchmarks
-// that measure what the split costs (x as bf16: not exact enough for the tests' bounds).
-var amxPasses = amxPlanes
+// amxPasses is the number of planes the AMX kernels multiply: amxPlanes, or 1 (each row's
+// first plane, x as bf16) in benchmarks that price the split.
+var amxPasses = 3
 
 // amxRowLen is the elements of one activation row of one plane: k rounded up to whole
 // 32-input K-blocks.

@@ -255,16 +255,17 @@ func amxBF16(planes int) {
 	RET()
 }
 
-// splitBF16Row emits splitBF16Rowx512(dst *uint16, x *float32, n, kp, plane int): the three
-// bf16 planes of one activation row of n floats, bitwise as splitBF16Go writes them, into dst,
-// dst+plane bytes and dst+2*plane bytes, kp bf16 each (kp a multiple of 16, > n-16), zero from n
+// splitBF16Row emits splitBF16Row<planes>x512(dst *uint16, x *float32, n, kp, plane int): the
+// 2 or 3 bf16 planes of one activation row of n floats, bitwise as splitBF16Go writes them,
+// into dst, dst+plane bytes (and dst+2*plane bytes), kp bf16 each (kp a multiple of 16, > n-16), zero from n
 // on. Per 16 lanes: round to nearest even by integer addition (bits + 0x7fff + bit 16), keep
 // the truncation where that reaches the exponent's all ones from a finite value, keep Inf and
 // NaN whole (NaN quiet) with a zero remainder, and subtract to get the next plane's value.
-func splitBF16Row() {
-	TEXT("splitBF16Rowx512", NOSPLIT, "func(dst *uint16, x *float32, n, kp, plane int)")
+func splitBF16Row(planes int) {
+	name := fmt.Sprintf("splitBF16Row%dx512", planes)
+	TEXT(name, NOSPLIT, "func(dst *uint16, x *float32, n, kp, plane int)")
 	Pragma("noescape")
-	Doc("splitBF16Rowx512 writes the three bf16 planes of one row of n activations, kp per plane.")
+	Doc(fmt.Sprintf("%s writes the %d bf16 planes of one row of n activations, kp per plane.", name, planes))
 	dst := Load(Param("dst"), GP64())
 	x := Load(Param("x"), GP64())
 	rem := Load(Param("n"), GP64())
@@ -289,7 +290,7 @@ func splitBF16Row() {
 		VPCMPEQD(cExp, t, kNF)
 		KNOTW(kNF, kF)
 		VPTESTMD(cMant, v, kNF, kNaN)
-		for p := 0; p < 3; p++ {
+		for p := 0; p < planes; p++ {
 			VPSRLD(U8(16), v, t)
 			VPANDD(c1, t, t)
 			VPADDD(c7fff, t, t)
@@ -312,7 +313,7 @@ func splitBF16Row() {
 			case 2:
 				VPMOVDW(t, Mem{Base: dst, Index: plane2, Scale: 1})
 			}
-			if p < 2 {
+			if p < planes-1 {
 				if p == 0 {
 					VSUBPS_Z(hi, v, kF, v)
 				} else {
@@ -322,19 +323,19 @@ func splitBF16Row() {
 		}
 	}
 	v := ZMM()
-	Label("splitfull")
+	Label(name + "full")
 	CMPQ(rem, U8(16))
-	JL(LabelRef("splitpart"))
+	JL(LabelRef(name + "part"))
 	VMOVUPS(Mem{Base: x}, v)
 	body(v)
 	ADDQ(U8(64), x)
 	ADDQ(U8(32), dst)
 	SUBQ(U8(16), rem)
 	DECQ(cnt)
-	JMP(LabelRef("splitfull"))
-	Label("splitpart")
+	JMP(LabelRef(name + "full"))
+	Label(name + "part")
 	TESTQ(rem, rem)
-	JZ(LabelRef("splitzero"))
+	JZ(LabelRef(name + "zero"))
 	k, tb := K(), GP64()
 	LEAQ(expMask512, tb)
 	KMOVW(Mem{Base: tb, Index: rem, Scale: 2}, k)
@@ -342,31 +343,35 @@ func splitBF16Row() {
 	body(v)
 	ADDQ(U8(32), dst)
 	DECQ(cnt)
-	Label("splitzero")
+	Label(name + "zero")
 	TESTQ(cnt, cnt)
-	JZ(LabelRef("splitdone"))
+	JZ(LabelRef(name + "done"))
 	z := YMM()
 	VPXORD(z, z, z)
-	Label("splitzeroloop")
+	Label(name + "zeroloop")
 	VMOVDQU(z, Mem{Base: dst})
 	VMOVDQU(z, Mem{Base: dst, Index: plane, Scale: 1})
-	VMOVDQU(z, Mem{Base: dst, Index: plane2, Scale: 1})
+	if planes > 2 {
+		VMOVDQU(z, Mem{Base: dst, Index: plane2, Scale: 1})
+	}
 	ADDQ(U8(32), dst)
 	DECQ(cnt)
-	JNZ(LabelRef("splitzeroloop"))
-	Label("splitdone")
+	JNZ(LabelRef(name + "zeroloop"))
+	Label(name + "done")
 	VZEROUPPER()
 	RET()
 }
 
-// amxBF16Pair emits amxBF16P3x2(cfg, w, tw, a, y, c, nb, np, rows, lda, pbytes, ldy, rows2,
-// a2, y2): amxBF16P3 for two row groups at once (rows and rows2, at most 5 each, their planes
-// stacked as there), so that each weight tile feeds both and a product of 6 to 10 rows passes
-// over the weights once. Group 2's activations start a2 bytes after a, its outputs y2 bytes
+// amxBF16Pair emits amxBF16P<planes>x2(cfg, w, tw, a, y, c, nb, np, rows, lda, pbytes, ldy,
+// rows2, a2, y2): amxBF16P<planes> for two row groups at once (rows and rows2, at most
+// 16/planes each, their planes
+// stacked as there), so that each weight tile feeds both and a product of up to 2*16/planes
+// rows passes over the weights once. Group 2's activations start a2 bytes after a, its outputs y2 bytes
 // after y. Tiles: 0-1 C of group 1 and 2-3 of group 2 (two panels each), 4 and 5 their A, 6-7
-// B. Each tile row's arithmetic is amxBF16P3's, so a row's bits do not depend on its group.
-func amxBF16Pair() {
-	const name = "amxBF16P3x2"
+// B. Each tile row's arithmetic is amxBF16P<planes>'s, so a row's bits do not depend on its
+// group.
+func amxBF16Pair(planes int) {
+	name := fmt.Sprintf("amxBF16P%dx2", planes)
 	TEXT(name, NOSPLIT, "func(cfg *byte, w, tw, a *uint16, y, c *float32, nb, np, rows, lda, pbytes, ldy, rows2, a2, y2 int)")
 	Pragma("noescape")
 	Doc(name + " computes np whole bf16 panels with AMX for two stacked row groups.")
@@ -421,11 +426,12 @@ func amxBF16Pair() {
 		for i := 0; i < width; i++ {
 			z := []reg.VecPhysical{reg.Z0, reg.Z1}[i]
 			VMOVUPS(Mem{Base: tmp, Disp: 1024 * i}, z)
-			VADDPS(Mem{Base: tmp, Disp: 1024*i + 64}, z, z)
-			VADDPS(Mem{Base: tmp, Disp: 1024*i + 128}, z, z)
+			for q := 1; q < planes; q++ {
+				VADDPS(Mem{Base: tmp, Disp: 1024*i + 64*q}, z, z)
+			}
 			VMOVUPS(z, Mem{Base: bp, Disp: 64 * i})
 		}
-		ADDQ(U32(192), tmp)
+		ADDQ(U32(uint32(64*planes)), tmp)
 		ADDQ(ldy, bp)
 		DECQ(blk)
 		JNZ(LabelRef(pre))
