@@ -118,7 +118,7 @@ func panelsAMX(m *Matrix, y []float32, h []uint16, rows, p0, p1 int) {
 	for c0 := p0; c0 < full; c0 += chunk {
 		c1 := min(c0+chunk, full)
 		for r0 := 0; r0 < rows; r0 += step {
-			amxRows(m, y[r0*n+c0*Panel:], n, h, r0, min(step, rows-r0), c0, c1)
+			amxRows(m, y[r0*n+c0*Panel:], n, h, rows, r0, min(step, rows-r0), c0, c1)
 		}
 	}
 	if full == p1 {
@@ -130,7 +130,7 @@ func panelsAMX(m *Matrix, y []float32, h []uint16, rows, p0, p1 int) {
 	lanes := n - full*Panel
 	for r0 := 0; r0 < rows; r0 += step {
 		g := min(step, rows-r0)
-		amxRows(m, tmp[:], Panel, h, r0, g, full, full+1)
+		amxRows(m, tmp[:], Panel, h, rows, r0, g, full, full+1)
 		for r := 0; r < g; r++ {
 			copy(y[(r0+r)*n+full*Panel:(r0+r)*n+n], tmp[r*Panel:r*Panel+lanes])
 		}
@@ -139,9 +139,9 @@ func panelsAMX(m *Matrix, y []float32, h []uint16, rows, p0, p1 int) {
 
 // amxRows computes whole panels [c0, c1) of rows r0 .. r0+g-1 (g <= 2*(16/amxPlanes), or 16
 // with one plane) into y, row r0's first output of panel c0 at y[0] and rows ldy floats apart.
-func amxRows(m *Matrix, y []float32, ldy int, h []uint16, r0, g, c0, c1 int) {
+// h holds the split activations of rows rows.
+func amxRows(m *Matrix, y []float32, ldy int, h []uint16, rows, r0, g, c0, c1 int) {
 	k := m.K
-	kp := amxRowLen(k)
 	nb := (k + 1) / 2 / 16
 	pbytes := 2 * m.panelLen()
 	var tw *uint16 // the K tail blocks from panel c0 on
@@ -149,32 +149,33 @@ func amxRows(m *Matrix, y []float32, ldy int, h []uint16, r0, g, c0, c1 int) {
 		tw = &m.bf16Tail[c0*16*2*Panel]
 	}
 	_ = y[(g-1)*ldy+(c1-c0)*Panel-1]
-	w, a := &m.bf16[c0*m.panelLen()], &h[r0*amxPlanes*kp]
+	planes := amxPlanes
+	w, a := &m.bf16[c0*m.panelLen()], &h[amxIndex(rows, r0, 0, 0)]
+	bs := 64 * planes * rows // bytes from one K-block of activations to the next
 	var cfg [64]byte
 	var c [4 * 16 * Panel]float32 // the kernels' tiles of plane sums (4 panels of amxBF16P3)
-	planes := amxPlanes
 	switch g1 := min(g, 16/planes); {
 	case amxPasses == 1: // benchmarks: each row's first plane, 16 rows to a tile
 		amxConfig(&cfg, [8]int{g, g, g, g, g, 16, 16, 16})
-		amxBF16P1(&cfg[0], w, tw, a, &y[0], &c[0], nb, c1-c0, g, 2*planes*kp, pbytes, 4*ldy)
+		amxBF16P1(&cfg[0], w, tw, a, &y[0], &c[0], nb, c1-c0, g, 64*planes, bs, pbytes, 4*ldy)
 	case g == g1:
 		t := planes * g
 		amxConfig(&cfg, [8]int{t, t, t, t, t, 16, 16, 16})
 		if planes == 2 {
-			amxBF16P2(&cfg[0], w, tw, a, &y[0], &c[0], nb, c1-c0, g, 2*kp, pbytes, 4*ldy)
+			amxBF16P2(&cfg[0], w, tw, a, &y[0], &c[0], nb, c1-c0, g, 64, bs, pbytes, 4*ldy)
 			break
 		}
-		amxBF16P3(&cfg[0], w, tw, a, &y[0], &c[0], nb, c1-c0, g, 2*kp, pbytes, 4*ldy)
+		amxBF16P3(&cfg[0], w, tw, a, &y[0], &c[0], nb, c1-c0, g, 64, bs, pbytes, 4*ldy)
 	default:
 		t1, t2 := planes*g1, planes*(g-g1)
 		amxConfig(&cfg, [8]int{t1, t1, t2, t2, t1, t2, 16, 16})
 		if planes == 2 {
-			amxBF16P2x2(&cfg[0], w, tw, a, &y[0], &c[0], nb, c1-c0, g1, 2*kp, pbytes, 4*ldy,
-				g-g1, 2*planes*g1*kp, 4*g1*ldy)
+			amxBF16P2x2(&cfg[0], w, tw, a, &y[0], &c[0], nb, c1-c0, g1, 64, bs, pbytes, 4*ldy,
+				g-g1, 64*planes*g1, 4*g1*ldy)
 			break
 		}
-		amxBF16P3x2(&cfg[0], w, tw, a, &y[0], &c[0], nb, c1-c0, g1, 2*kp, pbytes, 4*ldy,
-			g-g1, 2*planes*g1*kp, 4*g1*ldy)
+		amxBF16P3x2(&cfg[0], w, tw, a, &y[0], &c[0], nb, c1-c0, g1, 64, bs, pbytes, 4*ldy,
+			g-g1, 64*planes*g1, 4*g1*ldy)
 	}
 }
 
@@ -182,11 +183,12 @@ func amxRows(m *Matrix, y []float32, ldy int, h []uint16, r0, g, c0, c1 int) {
 func splitBF16Amx(dst []uint16, x []float32, rows, k int) {
 	kp := amxRowLen(k)
 	_, _ = dst[amxPlanes*rows*kp-1], x[rows*k-1]
+	bs := 64 * amxPlanes * rows
 	for r := 0; r < rows; r++ {
 		if amxPlanes == 2 {
-			splitBF16Row2x512(&dst[2*r*kp], &x[r*k], k, kp, 2*kp)
+			splitBF16Row2x512(&dst[amxIndex(rows, r, 0, 0)], &x[r*k], k, kp, bs)
 			continue
 		}
-		splitBF16Row3x512(&dst[3*r*kp], &x[r*k], k, kp, 2*kp)
+		splitBF16Row3x512(&dst[amxIndex(rows, r, 0, 0)], &x[r*k], k, kp, bs)
 	}
 }

@@ -32153,8 +32153,8 @@ quantAct256x256done:
 	VZEROUPPER
 	RET
 
-// func amxBF16P1(cfg *byte, w *uint16, tw *uint16, a *uint16, y *float32, c *float32, nb int, np int, rows int, lda int, pbytes int, ldy int)
-TEXT ·amxBF16P1(SB), NOSPLIT, $0-96
+// func amxBF16P1(cfg *byte, w *uint16, tw *uint16, a *uint16, y *float32, c *float32, nb int, np int, rows int, lda int, bs int, pbytes int, ldy int)
+TEXT ·amxBF16P1(SB), NOSPLIT, $0-104
 	MOVQ cfg+0(FP), DI
 
 	// LDTILECFG (DI)
@@ -32165,12 +32165,11 @@ TEXT ·amxBF16P1(SB), NOSPLIT, $0-96
 	BYTE $0x07
 	MOVQ w+8(FP), SI
 	MOVQ y+32(FP), CX
-	MOVQ c+40(FP), R11
 	MOVQ nb+48(FP), R8
 	MOVQ np+56(FP), R9
 	MOVQ lda+72(FP), R10
-	MOVQ pbytes+80(FP), R12
-	MOVQ ldy+88(FP), R14
+	MOVQ pbytes+88(FP), R12
+	MOVQ ldy+96(FP), R14
 	MOVQ $0x00000040, BX
 
 amxBF16P1w4:
@@ -32206,6 +32205,7 @@ amxBF16P1w4:
 	BYTE $0xd8
 	MOVQ SI, AX
 	MOVQ a+24(FP), DX
+	MOVQ bs+80(FP), R11
 	MOVQ R8, R13
 
 amxBF16P1w4blk:
@@ -32284,7 +32284,7 @@ amxBF16P1w4blk:
 	BYTE $0x5c
 	BYTE $0xdc
 	ADDQ $0x00000400, AX
-	ADDQ $0x00000040, DX
+	ADDQ R11, DX
 	DECQ R13
 	JMP  amxBF16P1w4blk
 
@@ -32369,6 +32369,8 @@ amxBF16P1w4tail:
 	MOVQ AX, tw+16(FP)
 
 amxBF16P1w4store:
+	MOVQ c+40(FP), R11
+
 	// TILESTORED (CX)(R14*1), tmm0
 	BYTE $0xc4
 	BYTE $0xa2
@@ -32423,6 +32425,7 @@ amxBF16P1w1:
 	BYTE $0xc0
 	MOVQ SI, AX
 	MOVQ a+24(FP), DX
+	MOVQ bs+80(FP), R11
 	MOVQ R8, R13
 
 amxBF16P1w1blk:
@@ -32452,7 +32455,7 @@ amxBF16P1w1blk:
 	BYTE $0x5c
 	BYTE $0xc4
 	ADDQ $0x00000400, AX
-	ADDQ $0x00000040, DX
+	ADDQ R11, DX
 	DECQ R13
 	JMP  amxBF16P1w1blk
 
@@ -32488,6 +32491,8 @@ amxBF16P1w1tail:
 	MOVQ AX, tw+16(FP)
 
 amxBF16P1w1store:
+	MOVQ c+40(FP), R11
+
 	// TILESTORED (CX)(R14*1), tmm0
 	BYTE $0xc4
 	BYTE $0xa2
@@ -32509,9 +32514,9 @@ amxBF16P1done:
 	BYTE $0xc0
 	RET
 
-// func amxBF16P2(cfg *byte, w *uint16, tw *uint16, a *uint16, y *float32, c *float32, nb int, np int, rows int, lda int, pbytes int, ldy int)
+// func amxBF16P2(cfg *byte, w *uint16, tw *uint16, a *uint16, y *float32, c *float32, nb int, np int, rows int, lda int, bs int, pbytes int, ldy int)
 // Requires: AVX, AVX512F
-TEXT ·amxBF16P2(SB), NOSPLIT, $0-96
+TEXT ·amxBF16P2(SB), NOSPLIT, $0-104
 	MOVQ cfg+0(FP), DI
 
 	// LDTILECFG (DI)
@@ -32522,12 +32527,11 @@ TEXT ·amxBF16P2(SB), NOSPLIT, $0-96
 	BYTE $0x07
 	MOVQ w+8(FP), SI
 	MOVQ y+32(FP), CX
-	MOVQ c+40(FP), R11
 	MOVQ nb+48(FP), R8
 	MOVQ np+56(FP), R9
 	MOVQ lda+72(FP), R10
-	MOVQ pbytes+80(FP), R12
-	MOVQ ldy+88(FP), R14
+	MOVQ pbytes+88(FP), R12
+	MOVQ ldy+96(FP), R14
 	MOVQ $0x00000040, BX
 
 amxBF16P2w4:
@@ -32563,6 +32567,7 @@ amxBF16P2w4:
 	BYTE $0xd8
 	MOVQ SI, AX
 	MOVQ a+24(FP), DX
+	MOVQ bs+80(FP), R11
 	MOVQ R8, R13
 
 amxBF16P2w4blk:
@@ -32641,7 +32646,7 @@ amxBF16P2w4blk:
 	BYTE $0x5c
 	BYTE $0xdc
 	ADDQ $0x00000400, AX
-	ADDQ $0x00000040, DX
+	ADDQ R11, DX
 	DECQ R13
 	JMP  amxBF16P2w4blk
 
@@ -32726,6 +32731,8 @@ amxBF16P2w4tail:
 	MOVQ AX, tw+16(FP)
 
 amxBF16P2w4store:
+	MOVQ c+40(FP), R11
+
 	// TILESTORED (R11)(BX*1), tmm0
 	BYTE $0xc4
 	BYTE $0xc2
@@ -32801,6 +32808,7 @@ amxBF16P2w1:
 	BYTE $0xc0
 	MOVQ SI, AX
 	MOVQ a+24(FP), DX
+	MOVQ bs+80(FP), R11
 	MOVQ R8, R13
 
 amxBF16P2w1blk:
@@ -32830,7 +32838,7 @@ amxBF16P2w1blk:
 	BYTE $0x5c
 	BYTE $0xc4
 	ADDQ $0x00000400, AX
-	ADDQ $0x00000040, DX
+	ADDQ R11, DX
 	DECQ R13
 	JMP  amxBF16P2w1blk
 
@@ -32866,6 +32874,8 @@ amxBF16P2w1tail:
 	MOVQ AX, tw+16(FP)
 
 amxBF16P2w1store:
+	MOVQ c+40(FP), R11
+
 	// TILESTORED (R11)(BX*1), tmm0
 	BYTE $0xc4
 	BYTE $0xc2
@@ -32901,9 +32911,9 @@ amxBF16P2done:
 	BYTE $0xc0
 	RET
 
-// func amxBF16P3(cfg *byte, w *uint16, tw *uint16, a *uint16, y *float32, c *float32, nb int, np int, rows int, lda int, pbytes int, ldy int)
+// func amxBF16P3(cfg *byte, w *uint16, tw *uint16, a *uint16, y *float32, c *float32, nb int, np int, rows int, lda int, bs int, pbytes int, ldy int)
 // Requires: AVX, AVX512F
-TEXT ·amxBF16P3(SB), NOSPLIT, $0-96
+TEXT ·amxBF16P3(SB), NOSPLIT, $0-104
 	MOVQ cfg+0(FP), DI
 
 	// LDTILECFG (DI)
@@ -32914,12 +32924,11 @@ TEXT ·amxBF16P3(SB), NOSPLIT, $0-96
 	BYTE $0x07
 	MOVQ w+8(FP), SI
 	MOVQ y+32(FP), CX
-	MOVQ c+40(FP), R11
 	MOVQ nb+48(FP), R8
 	MOVQ np+56(FP), R9
 	MOVQ lda+72(FP), R10
-	MOVQ pbytes+80(FP), R12
-	MOVQ ldy+88(FP), R14
+	MOVQ pbytes+88(FP), R12
+	MOVQ ldy+96(FP), R14
 	MOVQ $0x00000040, BX
 
 amxBF16P3w4:
@@ -32955,6 +32964,7 @@ amxBF16P3w4:
 	BYTE $0xd8
 	MOVQ SI, AX
 	MOVQ a+24(FP), DX
+	MOVQ bs+80(FP), R11
 	MOVQ R8, R13
 
 amxBF16P3w4blk:
@@ -33033,7 +33043,7 @@ amxBF16P3w4blk:
 	BYTE $0x5c
 	BYTE $0xdc
 	ADDQ $0x00000400, AX
-	ADDQ $0x00000040, DX
+	ADDQ R11, DX
 	DECQ R13
 	JMP  amxBF16P3w4blk
 
@@ -33118,6 +33128,8 @@ amxBF16P3w4tail:
 	MOVQ AX, tw+16(FP)
 
 amxBF16P3w4store:
+	MOVQ c+40(FP), R11
+
 	// TILESTORED (R11)(BX*1), tmm0
 	BYTE $0xc4
 	BYTE $0xc2
@@ -33197,6 +33209,7 @@ amxBF16P3w1:
 	BYTE $0xc0
 	MOVQ SI, AX
 	MOVQ a+24(FP), DX
+	MOVQ bs+80(FP), R11
 	MOVQ R8, R13
 
 amxBF16P3w1blk:
@@ -33226,7 +33239,7 @@ amxBF16P3w1blk:
 	BYTE $0x5c
 	BYTE $0xc4
 	ADDQ $0x00000400, AX
-	ADDQ $0x00000040, DX
+	ADDQ R11, DX
 	DECQ R13
 	JMP  amxBF16P3w1blk
 
@@ -33262,6 +33275,8 @@ amxBF16P3w1tail:
 	MOVQ AX, tw+16(FP)
 
 amxBF16P3w1store:
+	MOVQ c+40(FP), R11
+
 	// TILESTORED (R11)(BX*1), tmm0
 	BYTE $0xc4
 	BYTE $0xc2
@@ -33298,9 +33313,9 @@ amxBF16P3done:
 	BYTE $0xc0
 	RET
 
-// func amxBF16P2x2(cfg *byte, w *uint16, tw *uint16, a *uint16, y *float32, c *float32, nb int, np int, rows int, lda int, pbytes int, ldy int, rows2 int, a2 int, y2 int)
+// func amxBF16P2x2(cfg *byte, w *uint16, tw *uint16, a *uint16, y *float32, c *float32, nb int, np int, rows int, lda int, bs int, pbytes int, ldy int, rows2 int, a2 int, y2 int)
 // Requires: AVX, AVX512F
-TEXT ·amxBF16P2x2(SB), NOSPLIT, $0-120
+TEXT ·amxBF16P2x2(SB), NOSPLIT, $0-128
 	MOVQ cfg+0(FP), DI
 
 	// LDTILECFG (DI)
@@ -33311,12 +33326,11 @@ TEXT ·amxBF16P2x2(SB), NOSPLIT, $0-120
 	BYTE $0x07
 	MOVQ w+8(FP), SI
 	MOVQ y+32(FP), CX
-	MOVQ c+40(FP), R11
 	MOVQ nb+48(FP), R8
 	MOVQ np+56(FP), R9
 	MOVQ lda+72(FP), R10
-	MOVQ pbytes+80(FP), R12
-	MOVQ ldy+88(FP), R14
+	MOVQ pbytes+88(FP), R12
+	MOVQ ldy+96(FP), R14
 	MOVQ $0x00000040, BX
 
 amxBF16P2x2w2:
@@ -33352,6 +33366,7 @@ amxBF16P2x2w2:
 	BYTE $0xd8
 	MOVQ SI, AX
 	MOVQ a+24(FP), DX
+	MOVQ bs+80(FP), R11
 	MOVQ R8, R13
 
 amxBF16P2x2w2blk:
@@ -33365,7 +33380,7 @@ amxBF16P2x2w2blk:
 	BYTE $0x4b
 	BYTE $0x24
 	BYTE $0x12
-	MOVQ a2+104(FP), R15
+	MOVQ a2+112(FP), R15
 	ADDQ DX, R15
 
 	// TILELOADD tmm5, (R15)(R10*1)
@@ -33421,7 +33436,7 @@ amxBF16P2x2w2blk:
 	BYTE $0x5c
 	BYTE $0xdd
 	ADDQ $0x00000400, AX
-	ADDQ $0x00000040, DX
+	ADDQ R11, DX
 	DECQ R13
 	JMP  amxBF16P2x2w2blk
 
@@ -33438,7 +33453,7 @@ amxBF16P2x2w2tail:
 	BYTE $0x4b
 	BYTE $0x24
 	BYTE $0x12
-	MOVQ a2+104(FP), R15
+	MOVQ a2+112(FP), R15
 	ADDQ DX, R15
 
 	// TILELOADD tmm5, (R15)(R10*1)
@@ -33497,6 +33512,8 @@ amxBF16P2x2w2tail:
 	MOVQ AX, tw+16(FP)
 
 amxBF16P2x2w2store:
+	MOVQ c+40(FP), R11
+
 	// TILESTORED (R11)(BX*1), tmm0
 	BYTE $0xc4
 	BYTE $0xc2
@@ -33546,8 +33563,8 @@ amxBF16P2x2w2sum0:
 	BYTE $0x1c
 	BYTE $0x1f
 	MOVQ CX, AX
-	ADDQ y2+112(FP), AX
-	MOVQ rows2+96(FP), R13
+	ADDQ y2+120(FP), AX
+	MOVQ rows2+104(FP), R13
 	MOVQ R11, R15
 
 amxBF16P2x2w2sum1:
@@ -33586,6 +33603,7 @@ amxBF16P2x2w1:
 	BYTE $0xd0
 	MOVQ SI, AX
 	MOVQ a+24(FP), DX
+	MOVQ bs+80(FP), R11
 	MOVQ R8, R13
 
 amxBF16P2x2w1blk:
@@ -33599,7 +33617,7 @@ amxBF16P2x2w1blk:
 	BYTE $0x4b
 	BYTE $0x24
 	BYTE $0x12
-	MOVQ a2+104(FP), R15
+	MOVQ a2+112(FP), R15
 	ADDQ DX, R15
 
 	// TILELOADD tmm5, (R15)(R10*1)
@@ -33632,7 +33650,7 @@ amxBF16P2x2w1blk:
 	BYTE $0x5c
 	BYTE $0xd5
 	ADDQ $0x00000400, AX
-	ADDQ $0x00000040, DX
+	ADDQ R11, DX
 	DECQ R13
 	JMP  amxBF16P2x2w1blk
 
@@ -33649,7 +33667,7 @@ amxBF16P2x2w1tail:
 	BYTE $0x4b
 	BYTE $0x24
 	BYTE $0x12
-	MOVQ a2+104(FP), R15
+	MOVQ a2+112(FP), R15
 	ADDQ DX, R15
 
 	// TILELOADD tmm5, (R15)(R10*1)
@@ -33685,6 +33703,8 @@ amxBF16P2x2w1tail:
 	MOVQ AX, tw+16(FP)
 
 amxBF16P2x2w1store:
+	MOVQ c+40(FP), R11
+
 	// TILESTORED (R11)(BX*1), tmm0
 	BYTE $0xc4
 	BYTE $0xc2
@@ -33713,8 +33733,8 @@ amxBF16P2x2w1sum0:
 	BYTE $0x14
 	BYTE $0x1b
 	MOVQ CX, AX
-	ADDQ y2+112(FP), AX
-	MOVQ rows2+96(FP), R13
+	ADDQ y2+120(FP), AX
+	MOVQ rows2+104(FP), R13
 	MOVQ R11, R15
 
 amxBF16P2x2w1sum1:
@@ -33741,9 +33761,9 @@ amxBF16P2x2done:
 	BYTE $0xc0
 	RET
 
-// func amxBF16P3x2(cfg *byte, w *uint16, tw *uint16, a *uint16, y *float32, c *float32, nb int, np int, rows int, lda int, pbytes int, ldy int, rows2 int, a2 int, y2 int)
+// func amxBF16P3x2(cfg *byte, w *uint16, tw *uint16, a *uint16, y *float32, c *float32, nb int, np int, rows int, lda int, bs int, pbytes int, ldy int, rows2 int, a2 int, y2 int)
 // Requires: AVX, AVX512F
-TEXT ·amxBF16P3x2(SB), NOSPLIT, $0-120
+TEXT ·amxBF16P3x2(SB), NOSPLIT, $0-128
 	MOVQ cfg+0(FP), DI
 
 	// LDTILECFG (DI)
@@ -33754,12 +33774,11 @@ TEXT ·amxBF16P3x2(SB), NOSPLIT, $0-120
 	BYTE $0x07
 	MOVQ w+8(FP), SI
 	MOVQ y+32(FP), CX
-	MOVQ c+40(FP), R11
 	MOVQ nb+48(FP), R8
 	MOVQ np+56(FP), R9
 	MOVQ lda+72(FP), R10
-	MOVQ pbytes+80(FP), R12
-	MOVQ ldy+88(FP), R14
+	MOVQ pbytes+88(FP), R12
+	MOVQ ldy+96(FP), R14
 	MOVQ $0x00000040, BX
 
 amxBF16P3x2w2:
@@ -33795,6 +33814,7 @@ amxBF16P3x2w2:
 	BYTE $0xd8
 	MOVQ SI, AX
 	MOVQ a+24(FP), DX
+	MOVQ bs+80(FP), R11
 	MOVQ R8, R13
 
 amxBF16P3x2w2blk:
@@ -33808,7 +33828,7 @@ amxBF16P3x2w2blk:
 	BYTE $0x4b
 	BYTE $0x24
 	BYTE $0x12
-	MOVQ a2+104(FP), R15
+	MOVQ a2+112(FP), R15
 	ADDQ DX, R15
 
 	// TILELOADD tmm5, (R15)(R10*1)
@@ -33864,7 +33884,7 @@ amxBF16P3x2w2blk:
 	BYTE $0x5c
 	BYTE $0xdd
 	ADDQ $0x00000400, AX
-	ADDQ $0x00000040, DX
+	ADDQ R11, DX
 	DECQ R13
 	JMP  amxBF16P3x2w2blk
 
@@ -33881,7 +33901,7 @@ amxBF16P3x2w2tail:
 	BYTE $0x4b
 	BYTE $0x24
 	BYTE $0x12
-	MOVQ a2+104(FP), R15
+	MOVQ a2+112(FP), R15
 	ADDQ DX, R15
 
 	// TILELOADD tmm5, (R15)(R10*1)
@@ -33940,6 +33960,8 @@ amxBF16P3x2w2tail:
 	MOVQ AX, tw+16(FP)
 
 amxBF16P3x2w2store:
+	MOVQ c+40(FP), R11
+
 	// TILESTORED (R11)(BX*1), tmm0
 	BYTE $0xc4
 	BYTE $0xc2
@@ -33991,8 +34013,8 @@ amxBF16P3x2w2sum0:
 	BYTE $0x1c
 	BYTE $0x1f
 	MOVQ CX, AX
-	ADDQ y2+112(FP), AX
-	MOVQ rows2+96(FP), R13
+	ADDQ y2+120(FP), AX
+	MOVQ rows2+104(FP), R13
 	MOVQ R11, R15
 
 amxBF16P3x2w2sum1:
@@ -34033,6 +34055,7 @@ amxBF16P3x2w1:
 	BYTE $0xd0
 	MOVQ SI, AX
 	MOVQ a+24(FP), DX
+	MOVQ bs+80(FP), R11
 	MOVQ R8, R13
 
 amxBF16P3x2w1blk:
@@ -34046,7 +34069,7 @@ amxBF16P3x2w1blk:
 	BYTE $0x4b
 	BYTE $0x24
 	BYTE $0x12
-	MOVQ a2+104(FP), R15
+	MOVQ a2+112(FP), R15
 	ADDQ DX, R15
 
 	// TILELOADD tmm5, (R15)(R10*1)
@@ -34079,7 +34102,7 @@ amxBF16P3x2w1blk:
 	BYTE $0x5c
 	BYTE $0xd5
 	ADDQ $0x00000400, AX
-	ADDQ $0x00000040, DX
+	ADDQ R11, DX
 	DECQ R13
 	JMP  amxBF16P3x2w1blk
 
@@ -34096,7 +34119,7 @@ amxBF16P3x2w1tail:
 	BYTE $0x4b
 	BYTE $0x24
 	BYTE $0x12
-	MOVQ a2+104(FP), R15
+	MOVQ a2+112(FP), R15
 	ADDQ DX, R15
 
 	// TILELOADD tmm5, (R15)(R10*1)
@@ -34132,6 +34155,8 @@ amxBF16P3x2w1tail:
 	MOVQ AX, tw+16(FP)
 
 amxBF16P3x2w1store:
+	MOVQ c+40(FP), R11
+
 	// TILESTORED (R11)(BX*1), tmm0
 	BYTE $0xc4
 	BYTE $0xc2
@@ -34161,8 +34186,8 @@ amxBF16P3x2w1sum0:
 	BYTE $0x14
 	BYTE $0x1b
 	MOVQ CX, AX
-	ADDQ y2+112(FP), AX
-	MOVQ rows2+96(FP), R13
+	ADDQ y2+120(FP), AX
+	MOVQ rows2+104(FP), R13
 	MOVQ R11, R15
 
 amxBF16P3x2w1sum1:
@@ -34190,15 +34215,15 @@ amxBF16P3x2done:
 	BYTE $0xc0
 	RET
 
-// func splitBF16Row2x512(dst *uint16, x *float32, n int, kp int, plane int)
-// Requires: AVX, AVX512F, AVX512VL
+// func splitBF16Row2x512(dst *uint16, x *float32, n int, kp int, bs int)
+// Requires: AVX, AVX512F
 TEXT ·splitBF16Row2x512(SB), NOSPLIT, $0-40
 	MOVQ         dst+0(FP), AX
 	MOVQ         x+8(FP), CX
 	MOVQ         n+16(FP), DX
 	MOVQ         kp+24(FP), BX
-	MOVQ         plane+32(FP), SI
-	SHRQ         $0x04, BX
+	MOVQ         bs+32(FP), SI
+	SHRQ         $0x05, BX
 	MOVL         $0x00000001, DI
 	VPBROADCASTD DI, Z0
 	MOVL         $0x00007fff, DI
@@ -34211,10 +34236,9 @@ TEXT ·splitBF16Row2x512(SB), NOSPLIT, $0-40
 	VPBROADCASTD DI, Z4
 	MOVL         $0x00400000, DI
 	VPBROADCASTD DI, Z5
-	LEAQ         (SI)(SI*1), DI
 
 splitBF16Row2x512full:
-	CMPQ      DX, $0x10
+	CMPQ      DX, $0x20
 	JL        splitBF16Row2x512part
 	VMOVUPS   (CX), Z6
 	VPANDD    Z3, Z6, Z7
@@ -34245,10 +34269,40 @@ splitBF16Row2x512full:
 	VPCMPEQD  Z3, Z7, K4
 	VMOVDQA32 Z9, K4, Z8
 	VPSRLD    $0x10, Z8, Z7
-	VPMOVDW   Z7, (AX)(SI*1)
-	ADDQ      $0x40, CX
-	ADDQ      $0x20, AX
-	SUBQ      $0x10, DX
+	VPMOVDW   Z7, 64(AX)
+	VMOVUPS   64(CX), Z6
+	VPANDD    Z3, Z6, Z7
+	VPCMPEQD  Z3, Z7, K1
+	KNOTW     K1, K2
+	VPTESTMD  Z4, Z6, K1, K3
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VMOVDQA32 Z9, K1, Z8
+	VPORD     Z5, Z8, K3, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, 32(AX)
+	VSUBPS.Z  Z8, Z6, K2, Z6
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, 96(AX)
+	ADDQ      $0x00000080, CX
+	ADDQ      SI, AX
+	SUBQ      $0x20, DX
 	DECQ      BX
 	JMP       splitBF16Row2x512full
 
@@ -34256,8 +34310,42 @@ splitBF16Row2x512part:
 	TESTQ     DX, DX
 	JZ        splitBF16Row2x512zero
 	LEAQ      expmask512<>+0(SB), DI
-	KMOVW     (DI)(DX*2), K1
-	VMOVUPS.Z (CX), K1, Z6
+	MOVQ      DX, R8
+	CMPQ      DX, $0x10
+	JL        splitBF16Row2x512half
+	VMOVUPS   (CX), Z6
+	VPANDD    Z3, Z6, Z7
+	VPCMPEQD  Z3, Z7, K1
+	KNOTW     K1, K2
+	VPTESTMD  Z4, Z6, K1, K3
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VMOVDQA32 Z9, K1, Z8
+	VPORD     Z5, Z8, K3, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, (AX)
+	VSUBPS.Z  Z8, Z6, K2, Z6
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, 64(AX)
+	SUBQ      $0x10, R8
+	KMOVW     (DI)(R8*2), K1
+	VMOVUPS.Z 64(CX), K1, Z6
 	VPANDD    Z3, Z6, Z7
 	VPCMPEQD  Z3, Z7, K1
 	KNOTW     K1, K2
@@ -34274,7 +34362,7 @@ splitBF16Row2x512part:
 	VMOVDQA32 Z8, K1, Z4
 	VPORD     Z5, Z4, K3, Z4
 	VPSRLD    $0x10, Z4, Z7
-	VPMOVDW   Z7, (AX)
+	VPMOVDW   Z7, 32(AX)
 	VSUBPS.Z  Z4, Z6, K2, Z6
 	VPSRLD    $0x10, Z6, Z7
 	VPANDD    Z0, Z7, Z7
@@ -34286,35 +34374,101 @@ splitBF16Row2x512part:
 	VPCMPEQD  Z3, Z7, K4
 	VMOVDQA32 Z8, K4, Z4
 	VPSRLD    $0x10, Z4, Z7
-	VPMOVDW   Z7, (AX)(SI*1)
-	ADDQ      $0x20, AX
-	DECQ      BX
+	VPMOVDW   Z7, 96(AX)
+	JMP       splitBF16Row2x512partdone
+
+splitBF16Row2x512half:
+	KMOVW     (DI)(R8*2), K1
+	VMOVUPS.Z (CX), K1, Z6
+	VPANDD    Z3, Z6, Z7
+	VPCMPEQD  Z3, Z7, K1
+	KNOTW     K1, K2
+	VPTESTMD  Z4, Z6, K1, K3
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VMOVDQA32 Z9, K1, Z8
+	VPORD     Z5, Z8, K3, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, (AX)
+	VSUBPS.Z  Z8, Z6, K2, Z6
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, 64(AX)
+	VPXORD    Z6, Z6, Z6
+	VPANDD    Z3, Z6, Z7
+	VPCMPEQD  Z3, Z7, K1
+	KNOTW     K1, K2
+	VPTESTMD  Z4, Z6, K1, K3
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z4
+	VPANDD    Z2, Z6, Z8
+	VPANDD    Z3, Z4, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z8, K4, Z4
+	VMOVDQA32 Z8, K1, Z4
+	VPORD     Z5, Z4, K3, Z4
+	VPSRLD    $0x10, Z4, Z7
+	VPMOVDW   Z7, 32(AX)
+	VSUBPS.Z  Z4, Z6, K2, Z6
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z4
+	VPANDD    Z2, Z6, Z8
+	VPANDD    Z3, Z4, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z8, K4, Z4
+	VPSRLD    $0x10, Z4, Z7
+	VPMOVDW   Z7, 96(AX)
+
+splitBF16Row2x512partdone:
+	ADDQ SI, AX
+	DECQ BX
 
 splitBF16Row2x512zero:
 	TESTQ  BX, BX
 	JZ     splitBF16Row2x512done
-	VPXORD Y10, Y10, Y10
+	VPXORD Z10, Z10, Z10
 
 splitBF16Row2x512zeroloop:
-	VMOVDQU Y10, (AX)
-	VMOVDQU Y10, (AX)(SI*1)
-	ADDQ    $0x20, AX
-	DECQ    BX
-	JNZ     splitBF16Row2x512zeroloop
+	VMOVDQU64 Z10, (AX)
+	VMOVDQU64 Z10, 64(AX)
+	ADDQ      SI, AX
+	DECQ      BX
+	JNZ       splitBF16Row2x512zeroloop
 
 splitBF16Row2x512done:
 	VZEROUPPER
 	RET
 
-// func splitBF16Row3x512(dst *uint16, x *float32, n int, kp int, plane int)
-// Requires: AVX, AVX512F, AVX512VL
+// func splitBF16Row3x512(dst *uint16, x *float32, n int, kp int, bs int)
+// Requires: AVX, AVX512F
 TEXT ·splitBF16Row3x512(SB), NOSPLIT, $0-40
 	MOVQ         dst+0(FP), AX
 	MOVQ         x+8(FP), CX
 	MOVQ         n+16(FP), DX
 	MOVQ         kp+24(FP), BX
-	MOVQ         plane+32(FP), SI
-	SHRQ         $0x04, BX
+	MOVQ         bs+32(FP), SI
+	SHRQ         $0x05, BX
 	MOVL         $0x00000001, DI
 	VPBROADCASTD DI, Z0
 	MOVL         $0x00007fff, DI
@@ -34327,10 +34481,9 @@ TEXT ·splitBF16Row3x512(SB), NOSPLIT, $0-40
 	VPBROADCASTD DI, Z4
 	MOVL         $0x00400000, DI
 	VPBROADCASTD DI, Z5
-	LEAQ         (SI)(SI*1), DI
 
 splitBF16Row3x512full:
-	CMPQ      DX, $0x10
+	CMPQ      DX, $0x20
 	JL        splitBF16Row3x512part
 	VMOVUPS   (CX), Z6
 	VPANDD    Z3, Z6, Z7
@@ -34361,7 +34514,7 @@ splitBF16Row3x512full:
 	VPCMPEQD  Z3, Z7, K4
 	VMOVDQA32 Z9, K4, Z8
 	VPSRLD    $0x10, Z8, Z7
-	VPMOVDW   Z7, (AX)(SI*1)
+	VPMOVDW   Z7, 64(AX)
 	VSUBPS    Z8, Z6, Z6
 	VPSRLD    $0x10, Z6, Z7
 	VPANDD    Z0, Z7, Z7
@@ -34373,19 +34526,107 @@ splitBF16Row3x512full:
 	VPCMPEQD  Z3, Z7, K4
 	VMOVDQA32 Z9, K4, Z8
 	VPSRLD    $0x10, Z8, Z7
-	VPMOVDW   Z7, (AX)(DI*1)
-	ADDQ      $0x40, CX
-	ADDQ      $0x20, AX
-	SUBQ      $0x10, DX
+	VPMOVDW   Z7, 128(AX)
+	VMOVUPS   64(CX), Z6
+	VPANDD    Z3, Z6, Z7
+	VPCMPEQD  Z3, Z7, K1
+	KNOTW     K1, K2
+	VPTESTMD  Z4, Z6, K1, K3
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VMOVDQA32 Z9, K1, Z8
+	VPORD     Z5, Z8, K3, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, 32(AX)
+	VSUBPS.Z  Z8, Z6, K2, Z6
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, 96(AX)
+	VSUBPS    Z8, Z6, Z6
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, 160(AX)
+	ADDQ      $0x00000080, CX
+	ADDQ      SI, AX
+	SUBQ      $0x20, DX
 	DECQ      BX
 	JMP       splitBF16Row3x512full
 
 splitBF16Row3x512part:
 	TESTQ     DX, DX
 	JZ        splitBF16Row3x512zero
-	LEAQ      expmask512<>+0(SB), R8
-	KMOVW     (R8)(DX*2), K1
-	VMOVUPS.Z (CX), K1, Z6
+	LEAQ      expmask512<>+0(SB), DI
+	MOVQ      DX, R8
+	CMPQ      DX, $0x10
+	JL        splitBF16Row3x512half
+	VMOVUPS   (CX), Z6
+	VPANDD    Z3, Z6, Z7
+	VPCMPEQD  Z3, Z7, K1
+	KNOTW     K1, K2
+	VPTESTMD  Z4, Z6, K1, K3
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VMOVDQA32 Z9, K1, Z8
+	VPORD     Z5, Z8, K3, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, (AX)
+	VSUBPS.Z  Z8, Z6, K2, Z6
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, 64(AX)
+	VSUBPS    Z8, Z6, Z6
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, 128(AX)
+	SUBQ      $0x10, R8
+	KMOVW     (DI)(R8*2), K1
+	VMOVUPS.Z 64(CX), K1, Z6
 	VPANDD    Z3, Z6, Z7
 	VPCMPEQD  Z3, Z7, K1
 	KNOTW     K1, K2
@@ -34402,7 +34643,7 @@ splitBF16Row3x512part:
 	VMOVDQA32 Z8, K1, Z4
 	VPORD     Z5, Z4, K3, Z4
 	VPSRLD    $0x10, Z4, Z7
-	VPMOVDW   Z7, (AX)
+	VPMOVDW   Z7, 32(AX)
 	VSUBPS.Z  Z4, Z6, K2, Z6
 	VPSRLD    $0x10, Z6, Z7
 	VPANDD    Z0, Z7, Z7
@@ -34414,7 +34655,7 @@ splitBF16Row3x512part:
 	VPCMPEQD  Z3, Z7, K4
 	VMOVDQA32 Z8, K4, Z4
 	VPSRLD    $0x10, Z4, Z7
-	VPMOVDW   Z7, (AX)(SI*1)
+	VPMOVDW   Z7, 96(AX)
 	VSUBPS    Z4, Z6, Z6
 	VPSRLD    $0x10, Z6, Z7
 	VPANDD    Z0, Z7, Z7
@@ -34426,22 +34667,112 @@ splitBF16Row3x512part:
 	VPCMPEQD  Z3, Z7, K4
 	VMOVDQA32 Z8, K4, Z4
 	VPSRLD    $0x10, Z4, Z7
-	VPMOVDW   Z7, (AX)(DI*1)
-	ADDQ      $0x20, AX
-	DECQ      BX
+	VPMOVDW   Z7, 160(AX)
+	JMP       splitBF16Row3x512partdone
+
+splitBF16Row3x512half:
+	KMOVW     (DI)(R8*2), K1
+	VMOVUPS.Z (CX), K1, Z6
+	VPANDD    Z3, Z6, Z7
+	VPCMPEQD  Z3, Z7, K1
+	KNOTW     K1, K2
+	VPTESTMD  Z4, Z6, K1, K3
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VMOVDQA32 Z9, K1, Z8
+	VPORD     Z5, Z8, K3, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, (AX)
+	VSUBPS.Z  Z8, Z6, K2, Z6
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, 64(AX)
+	VSUBPS    Z8, Z6, Z6
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, 128(AX)
+	VPXORD    Z6, Z6, Z6
+	VPANDD    Z3, Z6, Z7
+	VPCMPEQD  Z3, Z7, K1
+	KNOTW     K1, K2
+	VPTESTMD  Z4, Z6, K1, K3
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z4
+	VPANDD    Z2, Z6, Z8
+	VPANDD    Z3, Z4, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z8, K4, Z4
+	VMOVDQA32 Z8, K1, Z4
+	VPORD     Z5, Z4, K3, Z4
+	VPSRLD    $0x10, Z4, Z7
+	VPMOVDW   Z7, 32(AX)
+	VSUBPS.Z  Z4, Z6, K2, Z6
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z4
+	VPANDD    Z2, Z6, Z8
+	VPANDD    Z3, Z4, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z8, K4, Z4
+	VPSRLD    $0x10, Z4, Z7
+	VPMOVDW   Z7, 96(AX)
+	VSUBPS    Z4, Z6, Z6
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z4
+	VPANDD    Z2, Z6, Z8
+	VPANDD    Z3, Z4, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z8, K4, Z4
+	VPSRLD    $0x10, Z4, Z7
+	VPMOVDW   Z7, 160(AX)
+
+splitBF16Row3x512partdone:
+	ADDQ SI, AX
+	DECQ BX
 
 splitBF16Row3x512zero:
 	TESTQ  BX, BX
 	JZ     splitBF16Row3x512done
-	VPXORD Y10, Y10, Y10
+	VPXORD Z10, Z10, Z10
 
 splitBF16Row3x512zeroloop:
-	VMOVDQU Y10, (AX)
-	VMOVDQU Y10, (AX)(SI*1)
-	VMOVDQU Y10, (AX)(DI*1)
-	ADDQ    $0x20, AX
-	DECQ    BX
-	JNZ     splitBF16Row3x512zeroloop
+	VMOVDQU64 Z10, (AX)
+	VMOVDQU64 Z10, 64(AX)
+	VMOVDQU64 Z10, 128(AX)
+	ADDQ      SI, AX
+	DECQ      BX
+	JNZ       splitBF16Row3x512zeroloop
 
 splitBF16Row3x512done:
 	VZEROUPPER

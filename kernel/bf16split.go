@@ -17,9 +17,10 @@ import "math"
 // sums (K of a few dozen), and one plane (x as bf16) about 2^-9 |x|.
 //
 // A row's planes depend on that row only, so the batch-width invariant carries over. The planes
-// of a row are consecutive rows of the kernels' A tiles (amx.go): [rows][amxPlanes][kp] with
-// kp = amxRowLen(k), zero-padded to whole 32-input K-blocks, so a tile of activations never
-// reads another row's values.
+// of a row are consecutive rows of the kernels' A tiles (amx.go), and the layout is by K-block
+// so that a tile of activations is 1 KiB at most, contiguous: for each K-block of 32 inputs
+// (amxRowLen(k)/32 of them, zero-padded past k), the 32 values of each row's each plane, row
+// by row, planes within a row. A tile of activations never reads another row's values.
 
 // amxPlanes is the number of bf16 planes of an activation (see above): 3 on the amx path, 2
 // (hi + lo) only in benchmarks that price the third.
@@ -34,21 +35,28 @@ var amxPasses = 3
 func amxRowLen(k int) int { return (k + 31) &^ 31 }
 
 // splitBF16Go writes x (rows x k) as amxPlanes planes into dst: row r, plane p, input i at
-// (r*amxPlanes + p)*amxRowLen(k) + i, zero from k to the row's end.
+// amxIndex(rows, r, p, i), zero from k to amxRowLen(k).
 func splitBF16Go(dst []uint16, x []float32, rows, k int) {
 	kp := amxRowLen(k)
 	dst = dst[:amxPlanes*rows*kp]
 	for r := 0; r < rows; r++ {
-		d := dst[amxPlanes*r*kp : amxPlanes*(r+1)*kp]
 		for i, v := range x[r*k : (r+1)*k] {
 			for p := 0; p < amxPlanes; p++ {
-				d[p*kp+i], v = splitOne(v)
+				dst[amxIndex(rows, r, p, i)], v = splitOne(v)
 			}
 		}
-		for p := 0; p < amxPlanes; p++ {
-			clear(d[p*kp+k : (p+1)*kp])
+		for i := k; i < kp; i++ {
+			for p := 0; p < amxPlanes; p++ {
+				dst[amxIndex(rows, r, p, i)] = 0
+			}
 		}
 	}
+}
+
+// amxIndex is the position of row r's plane p's input i among the split activations of rows
+// rows: K-block i/32 holds amxPlanes*rows plane rows of 32 values.
+func amxIndex(rows, r, p, i int) int {
+	return ((i/32*rows+r)*amxPlanes+p)*32 + i%32
 }
 
 // splitOne returns v's leading bf16 and the f32 remainder v - bf16: v rounded to nearest

@@ -31,7 +31,7 @@ func TestSplitBF16Exact(t *testing.T) {
 		for i := 0; i < kp; i++ {
 			var p [3]float32
 			for q := range p {
-				p[q] = BF16ToF32(h[(3*r+q)*kp+i])
+				p[q] = BF16ToF32(h[amxIndex(rows, r, q, i)])
 			}
 			if i >= k {
 				if p != [3]float32{} {

@@ -110,24 +110,26 @@ func tdpbf16ps(c, a, b int) {
 	amxOp(fmt.Sprintf("TDPBF16PS tmm%d, tmm%d, tmm%d", c, a, b), append(vex3(0, 0, 0, b, 0x02), 0x5c, byte(0xc0|c<<3|a))...)
 }
 
-// amxBF16 emits amxBF16P<planes>(cfg, w, tw, a, y, c, nb, np, rows, lda, pbytes, ldy): for np
-// whole bf16 panels from w (pbytes apart) and rows activation rows, y[r][p*16+l] (rows ldy
-// bytes apart) = sum over K of W[p][l][i] * x[r][i], where row r's activations x come as planes
-// bf16 rows a[planes*r + q] (lda bytes apart, zero past K) whose sum is the f32 activation (see
-// splitBF16Go in package kernel); the loaded configuration has planes*rows tile rows. Each tile
-// row adds its K-blocks of 32 inputs (16 pairs, 1 KiB of a panel) in order: nb blocks from the
-// panels, then, when tw is not nil, the K tail, one block per panel at tw (1 KiB apart,
-// zero-padded to 16 pairs: see Matrix.bf16Tail). With 3 planes the tiles go through the
-// scratch c (4 KiB) and y[r] = (plane 0 + plane 1) + plane 2. A panel's arithmetic is the same
-// whether it goes in a group of four or alone.
+// amxBF16 emits amxBF16P<planes>(cfg, w, tw, a, y, c, nb, np, rows, lda, bs, pbytes, ldy):
+// for np whole bf16 panels from w (pbytes apart) and rows activation rows, y[r][p*16+l] (rows
+// ldy bytes apart) = sum over K of W[p][l][i] * x[r][i], where row r's activations x come as
+// planes bf16 plane rows whose sum is the f32 activation (see splitBF16Go in package kernel),
+// by K-blocks of 32 inputs: the block's plane rows from a, lda bytes apart (row r's plane q is
+// tile row planes*r + q; with one plane, row r's first plane), the next block's bs bytes
+// further; the loaded configuration has planes*rows tile rows. Each tile row adds its K-blocks
+// (16 pairs, 1 KiB of a panel) in order: nb blocks from the panels, then, when tw is not nil,
+// the K tail, one block per panel at tw (1 KiB apart, zero-padded to 16 pairs: see
+// Matrix.bf16Tail). With 2 or 3 planes the tiles go through the scratch c (4 KiB) and y[r] =
+// (plane 0 + plane 1) + plane 2. A panel's arithmetic is the same whether it goes in a group
+// of four or alone.
 func amxBF16(planes int) {
 	name := fmt.Sprintf("amxBF16P%d", planes)
-	TEXT(name, NOSPLIT, "func(cfg *byte, w, tw, a *uint16, y, c *float32, nb, np, rows, lda, pbytes, ldy int)")
+	TEXT(name, NOSPLIT, "func(cfg *byte, w, tw, a *uint16, y, c *float32, nb, np, rows, lda, bs, pbytes, ldy int)")
 	Pragma("noescape")
 	Doc(fmt.Sprintf("%s computes np whole bf16 panels with AMX from %d bf16 planes of activations.", name, planes))
 	var (
 		cfg, wp, ap, yp       = reg.RDI, reg.RSI, reg.RDX, reg.RCX
-		nb, np, lda, cs       = reg.R8, reg.R9, reg.R10, reg.R11
+		nb, np, lda, bs       = reg.R8, reg.R9, reg.R10, reg.R11
 		pbytes, blk, ldy, tmp = reg.R12, reg.R13, reg.R14, reg.R15
 		bp, bi, s64           = reg.RAX, reg.RDI, reg.RBX
 		resolve               = func(n string) Mem {
@@ -143,7 +145,6 @@ func amxBF16(planes int) {
 	ldtilecfg(cfg)
 	Load(Param("w"), wp)
 	Load(Param("y"), yp)
-	Load(Param("c"), cs)
 	Load(Param("nb"), nb)
 	Load(Param("np"), np)
 	Load(Param("lda"), lda)
@@ -181,13 +182,14 @@ func amxBF16(planes int) {
 		}
 		MOVQ(wp, bp)
 		Load(Param("a"), ap)
+		Load(Param("bs"), bs)
 		MOVQ(nb, blk)
 		Label(pre + "blk")
 		TESTQ(blk, blk)
 		JZ(LabelRef(pre + "tail"))
 		block(width, pbytes)
 		ADDQ(U32(1024), bp)
-		ADDQ(U32(64), ap)
+		ADDQ(bs, ap)
 		DECQ(blk)
 		JMP(LabelRef(pre + "blk"))
 		Label(pre + "tail")
@@ -199,6 +201,8 @@ func amxBF16(planes int) {
 		ADDQ(U32(uint32(1024*width)), bp)
 		MOVQ(bp, tw)
 		Label(pre + "store")
+		cs := bs // the block stride is not needed again for this group: the register takes c
+		Load(Param("c"), cs)
 		if planes == 1 {
 			for i := 0; i < width; i++ {
 				dst := yp
@@ -255,23 +259,24 @@ func amxBF16(planes int) {
 	RET()
 }
 
-// splitBF16Row emits splitBF16Row<planes>x512(dst *uint16, x *float32, n, kp, plane int): the
-// 2 or 3 bf16 planes of one activation row of n floats, bitwise as splitBF16Go writes them,
-// into dst, dst+plane bytes (and dst+2*plane bytes), kp bf16 each (kp a multiple of 16, > n-16), zero from n
-// on. Per 16 lanes: round to nearest even by integer addition (bits + 0x7fff + bit 16), keep
-// the truncation where that reaches the exponent's all ones from a finite value, keep Inf and
-// NaN whole (NaN quiet) with a zero remainder, and subtract to get the next plane's value.
+// splitBF16Row emits splitBF16Row<planes>x512(dst *uint16, x *float32, n, kp, bs int): the 2
+// or 3 bf16 planes of one activation row of n floats, bitwise as splitBF16Go writes them: for
+// each K-block of 32 inputs (kp/32 of them, zero past n), plane p's 32 values at dst + 64*p
+// bytes, and the next block bs bytes further. Per 16 lanes: round to nearest even by integer
+// addition (bits + 0x7fff + bit 16), keep the truncation where that reaches the exponent's
+// all ones from a finite value, keep Inf and NaN whole (NaN quiet) with a zero remainder, and
+// subtract to get the next plane's value.
 func splitBF16Row(planes int) {
 	name := fmt.Sprintf("splitBF16Row%dx512", planes)
-	TEXT(name, NOSPLIT, "func(dst *uint16, x *float32, n, kp, plane int)")
+	TEXT(name, NOSPLIT, "func(dst *uint16, x *float32, n, kp, bs int)")
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s writes the %d bf16 planes of one row of n activations, kp per plane.", name, planes))
+	Doc(fmt.Sprintf("%s writes the %d bf16 planes of one row of n activations by K-blocks.", name, planes))
 	dst := Load(Param("dst"), GP64())
 	x := Load(Param("x"), GP64())
 	rem := Load(Param("n"), GP64())
 	cnt := Load(Param("kp"), GP64())
-	plane := Load(Param("plane"), GP64())
-	SHRQ(U8(4), cnt)
+	bs := Load(Param("bs"), GP64())
+	SHRQ(U8(5), cnt)
 	bcast := func(c uint32) reg.VecVirtual {
 		t, v := GP32(), ZMM()
 		MOVL(U32(c), t)
@@ -280,10 +285,9 @@ func splitBF16Row(planes int) {
 	}
 	c1, c7fff, cHi := bcast(1), bcast(0x7fff), bcast(0xffff0000)
 	cExp, cMant, cQuiet := bcast(0x7f800000), bcast(0x007fffff), bcast(0x00400000)
-	plane2 := GP64()
-	LEAQ(Mem{Base: plane, Index: plane, Scale: 1}, plane2)
 
-	body := func(v reg.VecVirtual) {
+	// body splits the 16 floats of v into the planes at dst + off.
+	body := func(v reg.VecVirtual, off int) {
 		kNF, kF, kNaN, kOV := K(), K(), K(), K()
 		t, hi, tr := ZMM(), ZMM(), ZMM()
 		VPANDD(cExp, v, t)
@@ -305,14 +309,7 @@ func splitBF16Row(planes int) {
 				VPORD(cQuiet, hi, kNaN, hi)
 			}
 			VPSRLD(U8(16), hi, t)
-			switch p {
-			case 0:
-				VPMOVDW(t, Mem{Base: dst})
-			case 1:
-				VPMOVDW(t, Mem{Base: dst, Index: plane, Scale: 1})
-			case 2:
-				VPMOVDW(t, Mem{Base: dst, Index: plane2, Scale: 1})
-			}
+			VPMOVDW(t, Mem{Base: dst, Disp: off + 64*p})
 			if p < planes-1 {
 				if p == 0 {
 					VSUBPS_Z(hi, v, kF, v)
@@ -323,38 +320,55 @@ func splitBF16Row(planes int) {
 		}
 	}
 	v := ZMM()
+	// Whole blocks.
 	Label(name + "full")
-	CMPQ(rem, U8(16))
+	CMPQ(rem, U8(32))
 	JL(LabelRef(name + "part"))
 	VMOVUPS(Mem{Base: x}, v)
-	body(v)
-	ADDQ(U8(64), x)
-	ADDQ(U8(32), dst)
-	SUBQ(U8(16), rem)
+	body(v, 0)
+	VMOVUPS(Mem{Base: x, Disp: 64}, v)
+	body(v, 32)
+	ADDQ(U32(128), x)
+	ADDQ(bs, dst)
+	SUBQ(U8(32), rem)
 	DECQ(cnt)
 	JMP(LabelRef(name + "full"))
+	// A partial block: rem in 1..31 inputs, masked loads zero the rest.
 	Label(name + "part")
 	TESTQ(rem, rem)
 	JZ(LabelRef(name + "zero"))
-	k, tb := K(), GP64()
+	k, tb, r1 := K(), GP64(), GP64()
 	LEAQ(expMask512, tb)
-	KMOVW(Mem{Base: tb, Index: rem, Scale: 2}, k)
+	MOVQ(rem, r1)
+	CMPQ(rem, U8(16))
+	JL(LabelRef(name + "half"))
+	VMOVUPS(Mem{Base: x}, v)
+	body(v, 0)
+	SUBQ(U8(16), r1)
+	KMOVW(Mem{Base: tb, Index: r1, Scale: 2}, k)
+	VMOVUPS_Z(Mem{Base: x, Disp: 64}, k, v)
+	body(v, 32)
+	JMP(LabelRef(name + "partdone"))
+	Label(name + "half")
+	KMOVW(Mem{Base: tb, Index: r1, Scale: 2}, k)
 	VMOVUPS_Z(Mem{Base: x}, k, v)
-	body(v)
-	ADDQ(U8(32), dst)
+	body(v, 0)
+	VPXORD(v, v, v)
+	body(v, 32)
+	Label(name + "partdone")
+	ADDQ(bs, dst)
 	DECQ(cnt)
+	// Blocks past n.
 	Label(name + "zero")
 	TESTQ(cnt, cnt)
 	JZ(LabelRef(name + "done"))
-	z := YMM()
+	z := ZMM()
 	VPXORD(z, z, z)
 	Label(name + "zeroloop")
-	VMOVDQU(z, Mem{Base: dst})
-	VMOVDQU(z, Mem{Base: dst, Index: plane, Scale: 1})
-	if planes > 2 {
-		VMOVDQU(z, Mem{Base: dst, Index: plane2, Scale: 1})
+	for p := 0; p < planes; p++ {
+		VMOVDQU64(z, Mem{Base: dst, Disp: 64 * p})
 	}
-	ADDQ(U8(32), dst)
+	ADDQ(bs, dst)
 	DECQ(cnt)
 	JNZ(LabelRef(name + "zeroloop"))
 	Label(name + "done")
@@ -372,12 +386,12 @@ func splitBF16Row(planes int) {
 // group.
 func amxBF16Pair(planes int) {
 	name := fmt.Sprintf("amxBF16P%dx2", planes)
-	TEXT(name, NOSPLIT, "func(cfg *byte, w, tw, a *uint16, y, c *float32, nb, np, rows, lda, pbytes, ldy, rows2, a2, y2 int)")
+	TEXT(name, NOSPLIT, "func(cfg *byte, w, tw, a *uint16, y, c *float32, nb, np, rows, lda, bs, pbytes, ldy, rows2, a2, y2 int)")
 	Pragma("noescape")
 	Doc(name + " computes np whole bf16 panels with AMX for two stacked row groups.")
 	var (
 		cfg, wp, ap, yp       = reg.RDI, reg.RSI, reg.RDX, reg.RCX
-		nb, np, lda, cs       = reg.R8, reg.R9, reg.R10, reg.R11
+		nb, np, lda, bs       = reg.R8, reg.R9, reg.R10, reg.R11
 		pbytes, blk, ldy, tmp = reg.R12, reg.R13, reg.R14, reg.R15
 		bp, bi, s64           = reg.RAX, reg.RDI, reg.RBX
 		resolve               = func(n string) Mem {
@@ -393,7 +407,6 @@ func amxBF16Pair(planes int) {
 	ldtilecfg(cfg)
 	Load(Param("w"), wp)
 	Load(Param("y"), yp)
-	Load(Param("c"), cs)
 	Load(Param("nb"), nb)
 	Load(Param("np"), np)
 	Load(Param("lda"), lda)
@@ -419,7 +432,7 @@ func amxBF16Pair(planes int) {
 	}
 	// sum emits y[r] = (c[3r] + c[3r+1]) + c[3r+2] for the rows n of one group, its width
 	// panels' tiles stored at c, 1 KiB apart, its outputs from bp.
-	sum := func(pre string, width int, n Mem) {
+	sum := func(pre string, width int, n Mem, cs reg.Register) {
 		MOVQ(n, blk)
 		MOVQ(cs, tmp)
 		Label(pre)
@@ -447,13 +460,14 @@ func amxBF16Pair(planes int) {
 		}
 		MOVQ(wp, bp)
 		Load(Param("a"), ap)
+		Load(Param("bs"), bs)
 		MOVQ(nb, blk)
 		Label(pre + "blk")
 		TESTQ(blk, blk)
 		JZ(LabelRef(pre + "tail"))
 		block(width, pbytes)
 		ADDQ(U32(1024), bp)
-		ADDQ(U32(64), ap)
+		ADDQ(bs, ap)
 		DECQ(blk)
 		JMP(LabelRef(pre + "blk"))
 		Label(pre + "tail")
@@ -465,6 +479,8 @@ func amxBF16Pair(planes int) {
 		ADDQ(U32(uint32(1024*width)), bp)
 		MOVQ(bp, tw)
 		Label(pre + "store")
+		cs := bs // the block stride is not needed again for this group: the register takes c
+		Load(Param("c"), cs)
 		for g := 0; g < 2; g++ {
 			for i := 0; i < width; i++ {
 				dst := cs
@@ -480,7 +496,7 @@ func amxBF16Pair(planes int) {
 				ADDQ(y2, bp)
 				n = rows2
 			}
-			sum(fmt.Sprintf("%ssum%d", pre, g), width, n)
+			sum(fmt.Sprintf("%ssum%d", pre, g), width, n, cs)
 		}
 		ADDQ(U32(uint32(64*width)), yp)
 		for i := 0; i < width; i++ {
