@@ -41,9 +41,12 @@ import (
 // kernels (_gen/amx.go) take two row groups of up to 5 rows per pass over the weights, so up
 // to 10 rows stream each weight once, and 2 or 4 panels per pass share each A tile load.
 // Sixteen rows are 48 tile rows per block and panel; on the machine this was written on that
-// made a 16-row product about 2x a 1-row one (0.6-0.7x the avx512 16-row one), bound by the
-// tile products rather than memory, where two planes took 1.5-1.9x and one plane 1.2-1.4x
-// (rough, shared machine; TestAMXTimes with DFLASH_AMX_TIMES=1 measures them).
+// made a 16-row product 2-2.2x a 1-row one (0.65-0.7x the avx512 16-row one, which is
+// 3.2-3.5x its 1-row one), bound by the tile products rather than memory, where two planes took
+// 1.6-1.8x and one plane 1.2-1.3x (rough, shared machine, one thread, Qwen3-0.6B's shapes;
+// TestAMXTimes with DFLASH_AMX_TIMES=1 measures them). Kernels with one panel per pass (all 16
+// rows' planes in three A tiles, or a tile per plane) were slower still: each A tile must
+// feed several panels.
 //
 // Exactness: the amx path uses AMX for every row count, 1 included, and every output element
 // adds its plane's K-blocks in K order, then its planes in a fixed order: an order that
