@@ -167,10 +167,21 @@ func registerArch() bool {
 			dotsRows: dotsRowsF32x256, axpyRows: axpyRowsF32x256})
 		sumF32 = sumF32x256
 	}
+	amxStatus = "unavailable: the amx path extends avx512, which this CPU or OS lacks"
 	if hasAVX512 {
-		register(&impl{name: "avx512", panels: panels512, qpanels: qpanels512, quantActs: quantActs512, dot: dotF32x512, axpy: axpyF32x512, expShift: expShiftF32x512,
+		avx := &impl{name: "avx512", panels: panels512, qpanels: qpanels512, quantActs: quantActs512, dot: dotF32x512, axpy: axpyF32x512, expShift: expShiftF32x512,
 			axpyRowsMax: axpyRowsMaxF32x512, dotRows: dotRowsF32x512, scoresRows: scores512, weightedRows8: weightedRows8F32x512, maxF32: maxF32x512, siluMul: siluMulF32x512,
-			dotsRows: dotsRowsF32x512, axpyRows: axpyRowsF32x512})
+			dotsRows: dotsRowsF32x512, axpyRows: axpyRowsF32x512}
+		register(avx)
+		// The amx path is avx512 with bf16 products on tiles (amx.go).
+		if err := enableAMX(); err != nil {
+			amxStatus = "unavailable: " + err.Error()
+		} else {
+			amx := *avx
+			amx.name, amx.splitBF16, amx.hpanels = "amx", splitBF16Amx, panelsAMX
+			register(&amx)
+			amxStatus = "available (bf16 products on AMX tiles)"
+		}
 	}
 	return true
 }

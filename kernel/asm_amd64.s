@@ -32152,3 +32152,2628 @@ quantAct256x256next:
 quantAct256x256done:
 	VZEROUPPER
 	RET
+
+// func amxBF16P1(cfg *byte, w *uint16, tw *uint16, a *uint16, y *float32, c *float32, nb int, np int, rows int, lda int, bs int, pbytes int, ldy int)
+TEXT ·amxBF16P1(SB), NOSPLIT, $0-104
+	MOVQ cfg+0(FP), DI
+
+	// LDTILECFG (DI)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0x07
+	MOVQ w+8(FP), SI
+	MOVQ y+32(FP), CX
+	MOVQ nb+48(FP), R8
+	MOVQ np+56(FP), R9
+	MOVQ lda+72(FP), R10
+	MOVQ pbytes+88(FP), R12
+	MOVQ ldy+96(FP), R14
+	MOVQ $0x00000040, BX
+
+amxBF16P1w4:
+	CMPQ R9, $0x00000004
+	JL   amxBF16P1w1
+
+	// TILEZERO tmm0
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc0
+
+	// TILEZERO tmm1
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc8
+
+	// TILEZERO tmm2
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd0
+
+	// TILEZERO tmm3
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd8
+	MOVQ SI, AX
+	MOVQ a+24(FP), DX
+	MOVQ bs+80(FP), R11
+	MOVQ R8, R13
+
+amxBF16P1w4blk:
+	TESTQ R13, R13
+	JZ    amxBF16P1w4tail
+
+	// TILELOADD tmm4, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x12
+
+	// TILELOADD tmm5, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x18
+
+	// TDPBF16PS tmm0, tmm4, tmm5
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x52
+	BYTE $0x5c
+	BYTE $0xc4
+	LEAQ (AX)(R12*1), DI
+
+	// TILELOADD tmm6, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x1f
+
+	// TDPBF16PS tmm1, tmm4, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xcc
+	LEAQ (AX)(R12*2), DI
+
+	// TILELOADD tmm7, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x3c
+	BYTE $0x1f
+
+	// TDPBF16PS tmm2, tmm4, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xd4
+	LEAQ (AX)(R12*2), DI
+	ADDQ R12, DI
+
+	// TILELOADD tmm5, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x1f
+
+	// TDPBF16PS tmm3, tmm4, tmm5
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x52
+	BYTE $0x5c
+	BYTE $0xdc
+	ADDQ $0x00000400, AX
+	ADDQ R11, DX
+	DECQ R13
+	JMP  amxBF16P1w4blk
+
+amxBF16P1w4tail:
+	MOVQ  tw+16(FP), AX
+	TESTQ AX, AX
+	JZ    amxBF16P1w4store
+	MOVQ  $0x00000400, R13
+
+	// TILELOADD tmm4, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x12
+
+	// TILELOADD tmm5, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x18
+
+	// TDPBF16PS tmm0, tmm4, tmm5
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x52
+	BYTE $0x5c
+	BYTE $0xc4
+	LEAQ (AX)(R13*1), DI
+
+	// TILELOADD tmm6, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x1f
+
+	// TDPBF16PS tmm1, tmm4, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xcc
+	LEAQ (AX)(R13*2), DI
+
+	// TILELOADD tmm7, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x3c
+	BYTE $0x1f
+
+	// TDPBF16PS tmm2, tmm4, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xd4
+	LEAQ (AX)(R13*2), DI
+	ADDQ R13, DI
+
+	// TILELOADD tmm5, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x1f
+
+	// TDPBF16PS tmm3, tmm4, tmm5
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x52
+	BYTE $0x5c
+	BYTE $0xdc
+	ADDQ $0x00001000, AX
+	MOVQ AX, tw+16(FP)
+
+amxBF16P1w4store:
+	MOVQ c+40(FP), R11
+
+	// TILESTORED (CX)(R14*1), tmm0
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x04
+	BYTE $0x31
+	LEAQ 64(CX), R15
+
+	// TILESTORED (R15)(R14*1), tmm1
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x0c
+	BYTE $0x37
+	LEAQ 128(CX), R15
+
+	// TILESTORED (R15)(R14*1), tmm2
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x14
+	BYTE $0x37
+	LEAQ 192(CX), R15
+
+	// TILESTORED (R15)(R14*1), tmm3
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x1c
+	BYTE $0x37
+	ADDQ $0x00000100, CX
+	ADDQ R12, SI
+	ADDQ R12, SI
+	ADDQ R12, SI
+	ADDQ R12, SI
+	SUBQ $0x00000004, R9
+	JMP  amxBF16P1w4
+
+amxBF16P1w1:
+	CMPQ R9, $0x00000001
+	JL   amxBF16P1done
+
+	// TILEZERO tmm0
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc0
+	MOVQ SI, AX
+	MOVQ a+24(FP), DX
+	MOVQ bs+80(FP), R11
+	MOVQ R8, R13
+
+amxBF16P1w1blk:
+	TESTQ R13, R13
+	JZ    amxBF16P1w1tail
+
+	// TILELOADD tmm4, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x12
+
+	// TILELOADD tmm5, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x18
+
+	// TDPBF16PS tmm0, tmm4, tmm5
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x52
+	BYTE $0x5c
+	BYTE $0xc4
+	ADDQ $0x00000400, AX
+	ADDQ R11, DX
+	DECQ R13
+	JMP  amxBF16P1w1blk
+
+amxBF16P1w1tail:
+	MOVQ  tw+16(FP), AX
+	TESTQ AX, AX
+	JZ    amxBF16P1w1store
+	MOVQ  $0x00000400, R13
+
+	// TILELOADD tmm4, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x12
+
+	// TILELOADD tmm5, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x18
+
+	// TDPBF16PS tmm0, tmm4, tmm5
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x52
+	BYTE $0x5c
+	BYTE $0xc4
+	ADDQ $0x00000400, AX
+	MOVQ AX, tw+16(FP)
+
+amxBF16P1w1store:
+	MOVQ c+40(FP), R11
+
+	// TILESTORED (CX)(R14*1), tmm0
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x04
+	BYTE $0x31
+	ADDQ $0x00000040, CX
+	ADDQ R12, SI
+	SUBQ $0x00000001, R9
+	JMP  amxBF16P1w1
+
+amxBF16P1done:
+	// TILERELEASE
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0xc0
+	RET
+
+// func amxBF16P2(cfg *byte, w *uint16, tw *uint16, a *uint16, y *float32, c *float32, nb int, np int, rows int, lda int, bs int, pbytes int, ldy int)
+// Requires: AVX, AVX512F
+TEXT ·amxBF16P2(SB), NOSPLIT, $0-104
+	MOVQ cfg+0(FP), DI
+
+	// LDTILECFG (DI)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0x07
+	MOVQ w+8(FP), SI
+	MOVQ y+32(FP), CX
+	MOVQ nb+48(FP), R8
+	MOVQ np+56(FP), R9
+	MOVQ lda+72(FP), R10
+	MOVQ pbytes+88(FP), R12
+	MOVQ ldy+96(FP), R14
+	MOVQ $0x00000040, BX
+
+amxBF16P2w4:
+	CMPQ R9, $0x00000004
+	JL   amxBF16P2w1
+
+	// TILEZERO tmm0
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc0
+
+	// TILEZERO tmm1
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc8
+
+	// TILEZERO tmm2
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd0
+
+	// TILEZERO tmm3
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd8
+	MOVQ SI, AX
+	MOVQ a+24(FP), DX
+	MOVQ bs+80(FP), R11
+	MOVQ R8, R13
+
+amxBF16P2w4blk:
+	TESTQ R13, R13
+	JZ    amxBF16P2w4tail
+
+	// TILELOADD tmm4, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x12
+
+	// TILELOADD tmm5, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x18
+
+	// TDPBF16PS tmm0, tmm4, tmm5
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x52
+	BYTE $0x5c
+	BYTE $0xc4
+	LEAQ (AX)(R12*1), DI
+
+	// TILELOADD tmm6, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x1f
+
+	// TDPBF16PS tmm1, tmm4, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xcc
+	LEAQ (AX)(R12*2), DI
+
+	// TILELOADD tmm7, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x3c
+	BYTE $0x1f
+
+	// TDPBF16PS tmm2, tmm4, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xd4
+	LEAQ (AX)(R12*2), DI
+	ADDQ R12, DI
+
+	// TILELOADD tmm5, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x1f
+
+	// TDPBF16PS tmm3, tmm4, tmm5
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x52
+	BYTE $0x5c
+	BYTE $0xdc
+	ADDQ $0x00000400, AX
+	ADDQ R11, DX
+	DECQ R13
+	JMP  amxBF16P2w4blk
+
+amxBF16P2w4tail:
+	MOVQ  tw+16(FP), AX
+	TESTQ AX, AX
+	JZ    amxBF16P2w4store
+	MOVQ  $0x00000400, R13
+
+	// TILELOADD tmm4, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x12
+
+	// TILELOADD tmm5, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x18
+
+	// TDPBF16PS tmm0, tmm4, tmm5
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x52
+	BYTE $0x5c
+	BYTE $0xc4
+	LEAQ (AX)(R13*1), DI
+
+	// TILELOADD tmm6, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x1f
+
+	// TDPBF16PS tmm1, tmm4, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xcc
+	LEAQ (AX)(R13*2), DI
+
+	// TILELOADD tmm7, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x3c
+	BYTE $0x1f
+
+	// TDPBF16PS tmm2, tmm4, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xd4
+	LEAQ (AX)(R13*2), DI
+	ADDQ R13, DI
+
+	// TILELOADD tmm5, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x1f
+
+	// TDPBF16PS tmm3, tmm4, tmm5
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x52
+	BYTE $0x5c
+	BYTE $0xdc
+	ADDQ $0x00001000, AX
+	MOVQ AX, tw+16(FP)
+
+amxBF16P2w4store:
+	MOVQ c+40(FP), R11
+
+	// TILESTORED (R11)(BX*1), tmm0
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x04
+	BYTE $0x1b
+	LEAQ 1024(R11), R15
+
+	// TILESTORED (R15)(BX*1), tmm1
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x0c
+	BYTE $0x1f
+	LEAQ 2048(R11), R15
+
+	// TILESTORED (R15)(BX*1), tmm2
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x14
+	BYTE $0x1f
+	LEAQ 3072(R11), R15
+
+	// TILESTORED (R15)(BX*1), tmm3
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x1c
+	BYTE $0x1f
+	MOVQ rows+64(FP), R13
+	MOVQ R11, R15
+	MOVQ CX, AX
+
+amxBF16P2w4sum:
+	VMOVUPS (R15), Z0
+	VADDPS  64(R15), Z0, Z0
+	VMOVUPS Z0, (AX)
+	VMOVUPS 1024(R15), Z1
+	VADDPS  1088(R15), Z1, Z1
+	VMOVUPS Z1, 64(AX)
+	VMOVUPS 2048(R15), Z0
+	VADDPS  2112(R15), Z0, Z0
+	VMOVUPS Z0, 128(AX)
+	VMOVUPS 3072(R15), Z1
+	VADDPS  3136(R15), Z1, Z1
+	VMOVUPS Z1, 192(AX)
+	ADDQ    $0x00000080, R15
+	ADDQ    R14, AX
+	DECQ    R13
+	JNZ     amxBF16P2w4sum
+	ADDQ    $0x00000100, CX
+	ADDQ    R12, SI
+	ADDQ    R12, SI
+	ADDQ    R12, SI
+	ADDQ    R12, SI
+	SUBQ    $0x00000004, R9
+	JMP     amxBF16P2w4
+
+amxBF16P2w1:
+	CMPQ R9, $0x00000001
+	JL   amxBF16P2done
+
+	// TILEZERO tmm0
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc0
+	MOVQ SI, AX
+	MOVQ a+24(FP), DX
+	MOVQ bs+80(FP), R11
+	MOVQ R8, R13
+
+amxBF16P2w1blk:
+	TESTQ R13, R13
+	JZ    amxBF16P2w1tail
+
+	// TILELOADD tmm4, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x12
+
+	// TILELOADD tmm5, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x18
+
+	// TDPBF16PS tmm0, tmm4, tmm5
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x52
+	BYTE $0x5c
+	BYTE $0xc4
+	ADDQ $0x00000400, AX
+	ADDQ R11, DX
+	DECQ R13
+	JMP  amxBF16P2w1blk
+
+amxBF16P2w1tail:
+	MOVQ  tw+16(FP), AX
+	TESTQ AX, AX
+	JZ    amxBF16P2w1store
+	MOVQ  $0x00000400, R13
+
+	// TILELOADD tmm4, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x12
+
+	// TILELOADD tmm5, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x18
+
+	// TDPBF16PS tmm0, tmm4, tmm5
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x52
+	BYTE $0x5c
+	BYTE $0xc4
+	ADDQ $0x00000400, AX
+	MOVQ AX, tw+16(FP)
+
+amxBF16P2w1store:
+	MOVQ c+40(FP), R11
+
+	// TILESTORED (R11)(BX*1), tmm0
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x04
+	BYTE $0x1b
+	MOVQ rows+64(FP), R13
+	MOVQ R11, R15
+	MOVQ CX, AX
+
+amxBF16P2w1sum:
+	VMOVUPS (R15), Z0
+	VADDPS  64(R15), Z0, Z0
+	VMOVUPS Z0, (AX)
+	ADDQ    $0x00000080, R15
+	ADDQ    R14, AX
+	DECQ    R13
+	JNZ     amxBF16P2w1sum
+	ADDQ    $0x00000040, CX
+	ADDQ    R12, SI
+	SUBQ    $0x00000001, R9
+	JMP     amxBF16P2w1
+
+amxBF16P2done:
+	VZEROUPPER
+
+	// TILERELEASE
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0xc0
+	RET
+
+// func amxBF16P3(cfg *byte, w *uint16, tw *uint16, a *uint16, y *float32, c *float32, nb int, np int, rows int, lda int, bs int, pbytes int, ldy int)
+// Requires: AVX, AVX512F
+TEXT ·amxBF16P3(SB), NOSPLIT, $0-104
+	MOVQ cfg+0(FP), DI
+
+	// LDTILECFG (DI)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0x07
+	MOVQ w+8(FP), SI
+	MOVQ y+32(FP), CX
+	MOVQ nb+48(FP), R8
+	MOVQ np+56(FP), R9
+	MOVQ lda+72(FP), R10
+	MOVQ pbytes+88(FP), R12
+	MOVQ ldy+96(FP), R14
+	MOVQ $0x00000040, BX
+
+amxBF16P3w4:
+	CMPQ R9, $0x00000004
+	JL   amxBF16P3w1
+
+	// TILEZERO tmm0
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc0
+
+	// TILEZERO tmm1
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc8
+
+	// TILEZERO tmm2
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd0
+
+	// TILEZERO tmm3
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd8
+	MOVQ SI, AX
+	MOVQ a+24(FP), DX
+	MOVQ bs+80(FP), R11
+	MOVQ R8, R13
+
+amxBF16P3w4blk:
+	TESTQ R13, R13
+	JZ    amxBF16P3w4tail
+
+	// TILELOADD tmm4, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x12
+
+	// TILELOADD tmm5, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x18
+
+	// TDPBF16PS tmm0, tmm4, tmm5
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x52
+	BYTE $0x5c
+	BYTE $0xc4
+	LEAQ (AX)(R12*1), DI
+
+	// TILELOADD tmm6, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x1f
+
+	// TDPBF16PS tmm1, tmm4, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xcc
+	LEAQ (AX)(R12*2), DI
+
+	// TILELOADD tmm7, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x3c
+	BYTE $0x1f
+
+	// TDPBF16PS tmm2, tmm4, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xd4
+	LEAQ (AX)(R12*2), DI
+	ADDQ R12, DI
+
+	// TILELOADD tmm5, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x1f
+
+	// TDPBF16PS tmm3, tmm4, tmm5
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x52
+	BYTE $0x5c
+	BYTE $0xdc
+	ADDQ $0x00000400, AX
+	ADDQ R11, DX
+	DECQ R13
+	JMP  amxBF16P3w4blk
+
+amxBF16P3w4tail:
+	MOVQ  tw+16(FP), AX
+	TESTQ AX, AX
+	JZ    amxBF16P3w4store
+	MOVQ  $0x00000400, R13
+
+	// TILELOADD tmm4, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x12
+
+	// TILELOADD tmm5, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x18
+
+	// TDPBF16PS tmm0, tmm4, tmm5
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x52
+	BYTE $0x5c
+	BYTE $0xc4
+	LEAQ (AX)(R13*1), DI
+
+	// TILELOADD tmm6, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x1f
+
+	// TDPBF16PS tmm1, tmm4, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xcc
+	LEAQ (AX)(R13*2), DI
+
+	// TILELOADD tmm7, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x3c
+	BYTE $0x1f
+
+	// TDPBF16PS tmm2, tmm4, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xd4
+	LEAQ (AX)(R13*2), DI
+	ADDQ R13, DI
+
+	// TILELOADD tmm5, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x1f
+
+	// TDPBF16PS tmm3, tmm4, tmm5
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x52
+	BYTE $0x5c
+	BYTE $0xdc
+	ADDQ $0x00001000, AX
+	MOVQ AX, tw+16(FP)
+
+amxBF16P3w4store:
+	MOVQ c+40(FP), R11
+
+	// TILESTORED (R11)(BX*1), tmm0
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x04
+	BYTE $0x1b
+	LEAQ 1024(R11), R15
+
+	// TILESTORED (R15)(BX*1), tmm1
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x0c
+	BYTE $0x1f
+	LEAQ 2048(R11), R15
+
+	// TILESTORED (R15)(BX*1), tmm2
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x14
+	BYTE $0x1f
+	LEAQ 3072(R11), R15
+
+	// TILESTORED (R15)(BX*1), tmm3
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x1c
+	BYTE $0x1f
+	MOVQ rows+64(FP), R13
+	MOVQ R11, R15
+	MOVQ CX, AX
+
+amxBF16P3w4sum:
+	VMOVUPS (R15), Z0
+	VADDPS  64(R15), Z0, Z0
+	VADDPS  128(R15), Z0, Z0
+	VMOVUPS Z0, (AX)
+	VMOVUPS 1024(R15), Z1
+	VADDPS  1088(R15), Z1, Z1
+	VADDPS  1152(R15), Z1, Z1
+	VMOVUPS Z1, 64(AX)
+	VMOVUPS 2048(R15), Z0
+	VADDPS  2112(R15), Z0, Z0
+	VADDPS  2176(R15), Z0, Z0
+	VMOVUPS Z0, 128(AX)
+	VMOVUPS 3072(R15), Z1
+	VADDPS  3136(R15), Z1, Z1
+	VADDPS  3200(R15), Z1, Z1
+	VMOVUPS Z1, 192(AX)
+	ADDQ    $0x000000c0, R15
+	ADDQ    R14, AX
+	DECQ    R13
+	JNZ     amxBF16P3w4sum
+	ADDQ    $0x00000100, CX
+	ADDQ    R12, SI
+	ADDQ    R12, SI
+	ADDQ    R12, SI
+	ADDQ    R12, SI
+	SUBQ    $0x00000004, R9
+	JMP     amxBF16P3w4
+
+amxBF16P3w1:
+	CMPQ R9, $0x00000001
+	JL   amxBF16P3done
+
+	// TILEZERO tmm0
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc0
+	MOVQ SI, AX
+	MOVQ a+24(FP), DX
+	MOVQ bs+80(FP), R11
+	MOVQ R8, R13
+
+amxBF16P3w1blk:
+	TESTQ R13, R13
+	JZ    amxBF16P3w1tail
+
+	// TILELOADD tmm4, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x12
+
+	// TILELOADD tmm5, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x18
+
+	// TDPBF16PS tmm0, tmm4, tmm5
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x52
+	BYTE $0x5c
+	BYTE $0xc4
+	ADDQ $0x00000400, AX
+	ADDQ R11, DX
+	DECQ R13
+	JMP  amxBF16P3w1blk
+
+amxBF16P3w1tail:
+	MOVQ  tw+16(FP), AX
+	TESTQ AX, AX
+	JZ    amxBF16P3w1store
+	MOVQ  $0x00000400, R13
+
+	// TILELOADD tmm4, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x12
+
+	// TILELOADD tmm5, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x18
+
+	// TDPBF16PS tmm0, tmm4, tmm5
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x52
+	BYTE $0x5c
+	BYTE $0xc4
+	ADDQ $0x00000400, AX
+	MOVQ AX, tw+16(FP)
+
+amxBF16P3w1store:
+	MOVQ c+40(FP), R11
+
+	// TILESTORED (R11)(BX*1), tmm0
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x04
+	BYTE $0x1b
+	MOVQ rows+64(FP), R13
+	MOVQ R11, R15
+	MOVQ CX, AX
+
+amxBF16P3w1sum:
+	VMOVUPS (R15), Z0
+	VADDPS  64(R15), Z0, Z0
+	VADDPS  128(R15), Z0, Z0
+	VMOVUPS Z0, (AX)
+	ADDQ    $0x000000c0, R15
+	ADDQ    R14, AX
+	DECQ    R13
+	JNZ     amxBF16P3w1sum
+	ADDQ    $0x00000040, CX
+	ADDQ    R12, SI
+	SUBQ    $0x00000001, R9
+	JMP     amxBF16P3w1
+
+amxBF16P3done:
+	VZEROUPPER
+
+	// TILERELEASE
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0xc0
+	RET
+
+// func amxBF16P2x2(cfg *byte, w *uint16, tw *uint16, a *uint16, y *float32, c *float32, nb int, np int, rows int, lda int, bs int, pbytes int, ldy int, rows2 int, a2 int, y2 int)
+// Requires: AVX, AVX512F
+TEXT ·amxBF16P2x2(SB), NOSPLIT, $0-128
+	MOVQ cfg+0(FP), DI
+
+	// LDTILECFG (DI)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0x07
+	MOVQ w+8(FP), SI
+	MOVQ y+32(FP), CX
+	MOVQ nb+48(FP), R8
+	MOVQ np+56(FP), R9
+	MOVQ lda+72(FP), R10
+	MOVQ pbytes+88(FP), R12
+	MOVQ ldy+96(FP), R14
+	MOVQ $0x00000040, BX
+
+amxBF16P2x2w2:
+	CMPQ R9, $0x00000002
+	JL   amxBF16P2x2w1
+
+	// TILEZERO tmm0
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc0
+
+	// TILEZERO tmm2
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd0
+
+	// TILEZERO tmm1
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc8
+
+	// TILEZERO tmm3
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd8
+	MOVQ SI, AX
+	MOVQ a+24(FP), DX
+	MOVQ bs+80(FP), R11
+	MOVQ R8, R13
+
+amxBF16P2x2w2blk:
+	TESTQ R13, R13
+	JZ    amxBF16P2x2w2tail
+
+	// TILELOADD tmm4, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x12
+	MOVQ a2+112(FP), R15
+	ADDQ DX, R15
+
+	// TILELOADD tmm5, (R15)(R10*1)
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x17
+
+	// TILELOADD tmm6, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x18
+
+	// TDPBF16PS tmm0, tmm4, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc4
+
+	// TDPBF16PS tmm2, tmm5, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xd5
+	LEAQ (AX)(R12*1), DI
+
+	// TILELOADD tmm7, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x3c
+	BYTE $0x1f
+
+	// TDPBF16PS tmm1, tmm4, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xcc
+
+	// TDPBF16PS tmm3, tmm5, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xdd
+	ADDQ $0x00000400, AX
+	ADDQ R11, DX
+	DECQ R13
+	JMP  amxBF16P2x2w2blk
+
+amxBF16P2x2w2tail:
+	MOVQ  tw+16(FP), AX
+	TESTQ AX, AX
+	JZ    amxBF16P2x2w2store
+	MOVQ  $0x00000400, R13
+
+	// TILELOADD tmm4, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x12
+	MOVQ a2+112(FP), R15
+	ADDQ DX, R15
+
+	// TILELOADD tmm5, (R15)(R10*1)
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x17
+
+	// TILELOADD tmm6, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x18
+
+	// TDPBF16PS tmm0, tmm4, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc4
+
+	// TDPBF16PS tmm2, tmm5, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xd5
+	LEAQ (AX)(R13*1), DI
+
+	// TILELOADD tmm7, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x3c
+	BYTE $0x1f
+
+	// TDPBF16PS tmm1, tmm4, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xcc
+
+	// TDPBF16PS tmm3, tmm5, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xdd
+	ADDQ $0x00000800, AX
+	MOVQ AX, tw+16(FP)
+
+amxBF16P2x2w2store:
+	MOVQ c+40(FP), R11
+
+	// TILESTORED (R11)(BX*1), tmm0
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x04
+	BYTE $0x1b
+	LEAQ 1024(R11), R15
+
+	// TILESTORED (R15)(BX*1), tmm1
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x0c
+	BYTE $0x1f
+	MOVQ CX, AX
+	MOVQ rows+64(FP), R13
+	MOVQ R11, R15
+
+amxBF16P2x2w2sum0:
+	VMOVUPS (R15), Z0
+	VADDPS  64(R15), Z0, Z0
+	VMOVUPS Z0, (AX)
+	VMOVUPS 1024(R15), Z1
+	VADDPS  1088(R15), Z1, Z1
+	VMOVUPS Z1, 64(AX)
+	ADDQ    $0x00000080, R15
+	ADDQ    R14, AX
+	DECQ    R13
+	JNZ     amxBF16P2x2w2sum0
+
+	// TILESTORED (R11)(BX*1), tmm2
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x14
+	BYTE $0x1b
+	LEAQ 1024(R11), R15
+
+	// TILESTORED (R15)(BX*1), tmm3
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x1c
+	BYTE $0x1f
+	MOVQ CX, AX
+	ADDQ y2+120(FP), AX
+	MOVQ rows2+104(FP), R13
+	MOVQ R11, R15
+
+amxBF16P2x2w2sum1:
+	VMOVUPS (R15), Z0
+	VADDPS  64(R15), Z0, Z0
+	VMOVUPS Z0, (AX)
+	VMOVUPS 1024(R15), Z1
+	VADDPS  1088(R15), Z1, Z1
+	VMOVUPS Z1, 64(AX)
+	ADDQ    $0x00000080, R15
+	ADDQ    R14, AX
+	DECQ    R13
+	JNZ     amxBF16P2x2w2sum1
+	ADDQ    $0x00000080, CX
+	ADDQ    R12, SI
+	ADDQ    R12, SI
+	SUBQ    $0x00000002, R9
+	JMP     amxBF16P2x2w2
+
+amxBF16P2x2w1:
+	CMPQ R9, $0x00000001
+	JL   amxBF16P2x2done
+
+	// TILEZERO tmm0
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc0
+
+	// TILEZERO tmm2
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd0
+	MOVQ SI, AX
+	MOVQ a+24(FP), DX
+	MOVQ bs+80(FP), R11
+	MOVQ R8, R13
+
+amxBF16P2x2w1blk:
+	TESTQ R13, R13
+	JZ    amxBF16P2x2w1tail
+
+	// TILELOADD tmm4, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x12
+	MOVQ a2+112(FP), R15
+	ADDQ DX, R15
+
+	// TILELOADD tmm5, (R15)(R10*1)
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x17
+
+	// TILELOADD tmm6, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x18
+
+	// TDPBF16PS tmm0, tmm4, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc4
+
+	// TDPBF16PS tmm2, tmm5, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xd5
+	ADDQ $0x00000400, AX
+	ADDQ R11, DX
+	DECQ R13
+	JMP  amxBF16P2x2w1blk
+
+amxBF16P2x2w1tail:
+	MOVQ  tw+16(FP), AX
+	TESTQ AX, AX
+	JZ    amxBF16P2x2w1store
+	MOVQ  $0x00000400, R13
+
+	// TILELOADD tmm4, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x12
+	MOVQ a2+112(FP), R15
+	ADDQ DX, R15
+
+	// TILELOADD tmm5, (R15)(R10*1)
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x17
+
+	// TILELOADD tmm6, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x18
+
+	// TDPBF16PS tmm0, tmm4, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc4
+
+	// TDPBF16PS tmm2, tmm5, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xd5
+	ADDQ $0x00000400, AX
+	MOVQ AX, tw+16(FP)
+
+amxBF16P2x2w1store:
+	MOVQ c+40(FP), R11
+
+	// TILESTORED (R11)(BX*1), tmm0
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x04
+	BYTE $0x1b
+	MOVQ CX, AX
+	MOVQ rows+64(FP), R13
+	MOVQ R11, R15
+
+amxBF16P2x2w1sum0:
+	VMOVUPS (R15), Z0
+	VADDPS  64(R15), Z0, Z0
+	VMOVUPS Z0, (AX)
+	ADDQ    $0x00000080, R15
+	ADDQ    R14, AX
+	DECQ    R13
+	JNZ     amxBF16P2x2w1sum0
+
+	// TILESTORED (R11)(BX*1), tmm2
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x14
+	BYTE $0x1b
+	MOVQ CX, AX
+	ADDQ y2+120(FP), AX
+	MOVQ rows2+104(FP), R13
+	MOVQ R11, R15
+
+amxBF16P2x2w1sum1:
+	VMOVUPS (R15), Z0
+	VADDPS  64(R15), Z0, Z0
+	VMOVUPS Z0, (AX)
+	ADDQ    $0x00000080, R15
+	ADDQ    R14, AX
+	DECQ    R13
+	JNZ     amxBF16P2x2w1sum1
+	ADDQ    $0x00000040, CX
+	ADDQ    R12, SI
+	SUBQ    $0x00000001, R9
+	JMP     amxBF16P2x2w1
+
+amxBF16P2x2done:
+	VZEROUPPER
+
+	// TILERELEASE
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0xc0
+	RET
+
+// func amxBF16P3x2(cfg *byte, w *uint16, tw *uint16, a *uint16, y *float32, c *float32, nb int, np int, rows int, lda int, bs int, pbytes int, ldy int, rows2 int, a2 int, y2 int)
+// Requires: AVX, AVX512F
+TEXT ·amxBF16P3x2(SB), NOSPLIT, $0-128
+	MOVQ cfg+0(FP), DI
+
+	// LDTILECFG (DI)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0x07
+	MOVQ w+8(FP), SI
+	MOVQ y+32(FP), CX
+	MOVQ nb+48(FP), R8
+	MOVQ np+56(FP), R9
+	MOVQ lda+72(FP), R10
+	MOVQ pbytes+88(FP), R12
+	MOVQ ldy+96(FP), R14
+	MOVQ $0x00000040, BX
+
+amxBF16P3x2w2:
+	CMPQ R9, $0x00000002
+	JL   amxBF16P3x2w1
+
+	// TILEZERO tmm0
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc0
+
+	// TILEZERO tmm2
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd0
+
+	// TILEZERO tmm1
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc8
+
+	// TILEZERO tmm3
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd8
+	MOVQ SI, AX
+	MOVQ a+24(FP), DX
+	MOVQ bs+80(FP), R11
+	MOVQ R8, R13
+
+amxBF16P3x2w2blk:
+	TESTQ R13, R13
+	JZ    amxBF16P3x2w2tail
+
+	// TILELOADD tmm4, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x12
+	MOVQ a2+112(FP), R15
+	ADDQ DX, R15
+
+	// TILELOADD tmm5, (R15)(R10*1)
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x17
+
+	// TILELOADD tmm6, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x18
+
+	// TDPBF16PS tmm0, tmm4, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc4
+
+	// TDPBF16PS tmm2, tmm5, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xd5
+	LEAQ (AX)(R12*1), DI
+
+	// TILELOADD tmm7, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x3c
+	BYTE $0x1f
+
+	// TDPBF16PS tmm1, tmm4, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xcc
+
+	// TDPBF16PS tmm3, tmm5, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xdd
+	ADDQ $0x00000400, AX
+	ADDQ R11, DX
+	DECQ R13
+	JMP  amxBF16P3x2w2blk
+
+amxBF16P3x2w2tail:
+	MOVQ  tw+16(FP), AX
+	TESTQ AX, AX
+	JZ    amxBF16P3x2w2store
+	MOVQ  $0x00000400, R13
+
+	// TILELOADD tmm4, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x12
+	MOVQ a2+112(FP), R15
+	ADDQ DX, R15
+
+	// TILELOADD tmm5, (R15)(R10*1)
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x17
+
+	// TILELOADD tmm6, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x18
+
+	// TDPBF16PS tmm0, tmm4, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc4
+
+	// TDPBF16PS tmm2, tmm5, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xd5
+	LEAQ (AX)(R13*1), DI
+
+	// TILELOADD tmm7, (DI)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x3c
+	BYTE $0x1f
+
+	// TDPBF16PS tmm1, tmm4, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xcc
+
+	// TDPBF16PS tmm3, tmm5, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xdd
+	ADDQ $0x00000800, AX
+	MOVQ AX, tw+16(FP)
+
+amxBF16P3x2w2store:
+	MOVQ c+40(FP), R11
+
+	// TILESTORED (R11)(BX*1), tmm0
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x04
+	BYTE $0x1b
+	LEAQ 1024(R11), R15
+
+	// TILESTORED (R15)(BX*1), tmm1
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x0c
+	BYTE $0x1f
+	MOVQ CX, AX
+	MOVQ rows+64(FP), R13
+	MOVQ R11, R15
+
+amxBF16P3x2w2sum0:
+	VMOVUPS (R15), Z0
+	VADDPS  64(R15), Z0, Z0
+	VADDPS  128(R15), Z0, Z0
+	VMOVUPS Z0, (AX)
+	VMOVUPS 1024(R15), Z1
+	VADDPS  1088(R15), Z1, Z1
+	VADDPS  1152(R15), Z1, Z1
+	VMOVUPS Z1, 64(AX)
+	ADDQ    $0x000000c0, R15
+	ADDQ    R14, AX
+	DECQ    R13
+	JNZ     amxBF16P3x2w2sum0
+
+	// TILESTORED (R11)(BX*1), tmm2
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x14
+	BYTE $0x1b
+	LEAQ 1024(R11), R15
+
+	// TILESTORED (R15)(BX*1), tmm3
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x1c
+	BYTE $0x1f
+	MOVQ CX, AX
+	ADDQ y2+120(FP), AX
+	MOVQ rows2+104(FP), R13
+	MOVQ R11, R15
+
+amxBF16P3x2w2sum1:
+	VMOVUPS (R15), Z0
+	VADDPS  64(R15), Z0, Z0
+	VADDPS  128(R15), Z0, Z0
+	VMOVUPS Z0, (AX)
+	VMOVUPS 1024(R15), Z1
+	VADDPS  1088(R15), Z1, Z1
+	VADDPS  1152(R15), Z1, Z1
+	VMOVUPS Z1, 64(AX)
+	ADDQ    $0x000000c0, R15
+	ADDQ    R14, AX
+	DECQ    R13
+	JNZ     amxBF16P3x2w2sum1
+	ADDQ    $0x00000080, CX
+	ADDQ    R12, SI
+	ADDQ    R12, SI
+	SUBQ    $0x00000002, R9
+	JMP     amxBF16P3x2w2
+
+amxBF16P3x2w1:
+	CMPQ R9, $0x00000001
+	JL   amxBF16P3x2done
+
+	// TILEZERO tmm0
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc0
+
+	// TILEZERO tmm2
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd0
+	MOVQ SI, AX
+	MOVQ a+24(FP), DX
+	MOVQ bs+80(FP), R11
+	MOVQ R8, R13
+
+amxBF16P3x2w1blk:
+	TESTQ R13, R13
+	JZ    amxBF16P3x2w1tail
+
+	// TILELOADD tmm4, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x12
+	MOVQ a2+112(FP), R15
+	ADDQ DX, R15
+
+	// TILELOADD tmm5, (R15)(R10*1)
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x17
+
+	// TILELOADD tmm6, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x18
+
+	// TDPBF16PS tmm0, tmm4, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc4
+
+	// TDPBF16PS tmm2, tmm5, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xd5
+	ADDQ $0x00000400, AX
+	ADDQ R11, DX
+	DECQ R13
+	JMP  amxBF16P3x2w1blk
+
+amxBF16P3x2w1tail:
+	MOVQ  tw+16(FP), AX
+	TESTQ AX, AX
+	JZ    amxBF16P3x2w1store
+	MOVQ  $0x00000400, R13
+
+	// TILELOADD tmm4, (DX)(R10*1)
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x12
+	MOVQ a2+112(FP), R15
+	ADDQ DX, R15
+
+	// TILELOADD tmm5, (R15)(R10*1)
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x17
+
+	// TILELOADD tmm6, (AX)(BX*1)
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x18
+
+	// TDPBF16PS tmm0, tmm4, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc4
+
+	// TDPBF16PS tmm2, tmm5, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xd5
+	ADDQ $0x00000400, AX
+	MOVQ AX, tw+16(FP)
+
+amxBF16P3x2w1store:
+	MOVQ c+40(FP), R11
+
+	// TILESTORED (R11)(BX*1), tmm0
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x04
+	BYTE $0x1b
+	MOVQ CX, AX
+	MOVQ rows+64(FP), R13
+	MOVQ R11, R15
+
+amxBF16P3x2w1sum0:
+	VMOVUPS (R15), Z0
+	VADDPS  64(R15), Z0, Z0
+	VADDPS  128(R15), Z0, Z0
+	VMOVUPS Z0, (AX)
+	ADDQ    $0x000000c0, R15
+	ADDQ    R14, AX
+	DECQ    R13
+	JNZ     amxBF16P3x2w1sum0
+
+	// TILESTORED (R11)(BX*1), tmm2
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x14
+	BYTE $0x1b
+	MOVQ CX, AX
+	ADDQ y2+120(FP), AX
+	MOVQ rows2+104(FP), R13
+	MOVQ R11, R15
+
+amxBF16P3x2w1sum1:
+	VMOVUPS (R15), Z0
+	VADDPS  64(R15), Z0, Z0
+	VADDPS  128(R15), Z0, Z0
+	VMOVUPS Z0, (AX)
+	ADDQ    $0x000000c0, R15
+	ADDQ    R14, AX
+	DECQ    R13
+	JNZ     amxBF16P3x2w1sum1
+	ADDQ    $0x00000040, CX
+	ADDQ    R12, SI
+	SUBQ    $0x00000001, R9
+	JMP     amxBF16P3x2w1
+
+amxBF16P3x2done:
+	VZEROUPPER
+
+	// TILERELEASE
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0xc0
+	RET
+
+// func splitBF16Row2x512(dst *uint16, x *float32, n int, kp int, bs int)
+// Requires: AVX, AVX512F
+TEXT ·splitBF16Row2x512(SB), NOSPLIT, $0-40
+	MOVQ         dst+0(FP), AX
+	MOVQ         x+8(FP), CX
+	MOVQ         n+16(FP), DX
+	MOVQ         kp+24(FP), BX
+	MOVQ         bs+32(FP), SI
+	SHRQ         $0x05, BX
+	MOVL         $0x00000001, DI
+	VPBROADCASTD DI, Z0
+	MOVL         $0x00007fff, DI
+	VPBROADCASTD DI, Z1
+	MOVL         $0xffff0000, DI
+	VPBROADCASTD DI, Z2
+	MOVL         $0x7f800000, DI
+	VPBROADCASTD DI, Z3
+	MOVL         $0x007fffff, DI
+	VPBROADCASTD DI, Z4
+	MOVL         $0x00400000, DI
+	VPBROADCASTD DI, Z5
+
+splitBF16Row2x512full:
+	CMPQ      DX, $0x20
+	JL        splitBF16Row2x512part
+	VMOVUPS   (CX), Z6
+	VPANDD    Z3, Z6, Z7
+	VPCMPEQD  Z3, Z7, K1
+	KNOTW     K1, K2
+	VPTESTMD  Z4, Z6, K1, K3
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VMOVDQA32 Z9, K1, Z8
+	VPORD     Z5, Z8, K3, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, (AX)
+	VSUBPS.Z  Z8, Z6, K2, Z6
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, 64(AX)
+	VMOVUPS   64(CX), Z6
+	VPANDD    Z3, Z6, Z7
+	VPCMPEQD  Z3, Z7, K1
+	KNOTW     K1, K2
+	VPTESTMD  Z4, Z6, K1, K3
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VMOVDQA32 Z9, K1, Z8
+	VPORD     Z5, Z8, K3, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, 32(AX)
+	VSUBPS.Z  Z8, Z6, K2, Z6
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, 96(AX)
+	ADDQ      $0x00000080, CX
+	ADDQ      SI, AX
+	SUBQ      $0x20, DX
+	DECQ      BX
+	JMP       splitBF16Row2x512full
+
+splitBF16Row2x512part:
+	TESTQ     DX, DX
+	JZ        splitBF16Row2x512zero
+	LEAQ      expmask512<>+0(SB), DI
+	MOVQ      DX, R8
+	CMPQ      DX, $0x10
+	JL        splitBF16Row2x512half
+	VMOVUPS   (CX), Z6
+	VPANDD    Z3, Z6, Z7
+	VPCMPEQD  Z3, Z7, K1
+	KNOTW     K1, K2
+	VPTESTMD  Z4, Z6, K1, K3
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VMOVDQA32 Z9, K1, Z8
+	VPORD     Z5, Z8, K3, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, (AX)
+	VSUBPS.Z  Z8, Z6, K2, Z6
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, 64(AX)
+	SUBQ      $0x10, R8
+	KMOVW     (DI)(R8*2), K1
+	VMOVUPS.Z 64(CX), K1, Z6
+	VPANDD    Z3, Z6, Z7
+	VPCMPEQD  Z3, Z7, K1
+	KNOTW     K1, K2
+	VPTESTMD  Z4, Z6, K1, K3
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z4
+	VPANDD    Z2, Z6, Z8
+	VPANDD    Z3, Z4, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z8, K4, Z4
+	VMOVDQA32 Z8, K1, Z4
+	VPORD     Z5, Z4, K3, Z4
+	VPSRLD    $0x10, Z4, Z7
+	VPMOVDW   Z7, 32(AX)
+	VSUBPS.Z  Z4, Z6, K2, Z6
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z4
+	VPANDD    Z2, Z6, Z8
+	VPANDD    Z3, Z4, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z8, K4, Z4
+	VPSRLD    $0x10, Z4, Z7
+	VPMOVDW   Z7, 96(AX)
+	JMP       splitBF16Row2x512partdone
+
+splitBF16Row2x512half:
+	KMOVW     (DI)(R8*2), K1
+	VMOVUPS.Z (CX), K1, Z6
+	VPANDD    Z3, Z6, Z7
+	VPCMPEQD  Z3, Z7, K1
+	KNOTW     K1, K2
+	VPTESTMD  Z4, Z6, K1, K3
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VMOVDQA32 Z9, K1, Z8
+	VPORD     Z5, Z8, K3, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, (AX)
+	VSUBPS.Z  Z8, Z6, K2, Z6
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, 64(AX)
+	VPXORD    Z6, Z6, Z6
+	VPANDD    Z3, Z6, Z7
+	VPCMPEQD  Z3, Z7, K1
+	KNOTW     K1, K2
+	VPTESTMD  Z4, Z6, K1, K3
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z4
+	VPANDD    Z2, Z6, Z8
+	VPANDD    Z3, Z4, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z8, K4, Z4
+	VMOVDQA32 Z8, K1, Z4
+	VPORD     Z5, Z4, K3, Z4
+	VPSRLD    $0x10, Z4, Z7
+	VPMOVDW   Z7, 32(AX)
+	VSUBPS.Z  Z4, Z6, K2, Z6
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z4
+	VPANDD    Z2, Z6, Z8
+	VPANDD    Z3, Z4, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z8, K4, Z4
+	VPSRLD    $0x10, Z4, Z7
+	VPMOVDW   Z7, 96(AX)
+
+splitBF16Row2x512partdone:
+	ADDQ SI, AX
+	DECQ BX
+
+splitBF16Row2x512zero:
+	TESTQ  BX, BX
+	JZ     splitBF16Row2x512done
+	VPXORD Z10, Z10, Z10
+
+splitBF16Row2x512zeroloop:
+	VMOVDQU64 Z10, (AX)
+	VMOVDQU64 Z10, 64(AX)
+	ADDQ      SI, AX
+	DECQ      BX
+	JNZ       splitBF16Row2x512zeroloop
+
+splitBF16Row2x512done:
+	VZEROUPPER
+	RET
+
+// func splitBF16Row3x512(dst *uint16, x *float32, n int, kp int, bs int)
+// Requires: AVX, AVX512F
+TEXT ·splitBF16Row3x512(SB), NOSPLIT, $0-40
+	MOVQ         dst+0(FP), AX
+	MOVQ         x+8(FP), CX
+	MOVQ         n+16(FP), DX
+	MOVQ         kp+24(FP), BX
+	MOVQ         bs+32(FP), SI
+	SHRQ         $0x05, BX
+	MOVL         $0x00000001, DI
+	VPBROADCASTD DI, Z0
+	MOVL         $0x00007fff, DI
+	VPBROADCASTD DI, Z1
+	MOVL         $0xffff0000, DI
+	VPBROADCASTD DI, Z2
+	MOVL         $0x7f800000, DI
+	VPBROADCASTD DI, Z3
+	MOVL         $0x007fffff, DI
+	VPBROADCASTD DI, Z4
+	MOVL         $0x00400000, DI
+	VPBROADCASTD DI, Z5
+
+splitBF16Row3x512full:
+	CMPQ      DX, $0x20
+	JL        splitBF16Row3x512part
+	VMOVUPS   (CX), Z6
+	VPANDD    Z3, Z6, Z7
+	VPCMPEQD  Z3, Z7, K1
+	KNOTW     K1, K2
+	VPTESTMD  Z4, Z6, K1, K3
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VMOVDQA32 Z9, K1, Z8
+	VPORD     Z5, Z8, K3, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, (AX)
+	VSUBPS.Z  Z8, Z6, K2, Z6
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, 64(AX)
+	VSUBPS    Z8, Z6, Z6
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, 128(AX)
+	VMOVUPS   64(CX), Z6
+	VPANDD    Z3, Z6, Z7
+	VPCMPEQD  Z3, Z7, K1
+	KNOTW     K1, K2
+	VPTESTMD  Z4, Z6, K1, K3
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VMOVDQA32 Z9, K1, Z8
+	VPORD     Z5, Z8, K3, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, 32(AX)
+	VSUBPS.Z  Z8, Z6, K2, Z6
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, 96(AX)
+	VSUBPS    Z8, Z6, Z6
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, 160(AX)
+	ADDQ      $0x00000080, CX
+	ADDQ      SI, AX
+	SUBQ      $0x20, DX
+	DECQ      BX
+	JMP       splitBF16Row3x512full
+
+splitBF16Row3x512part:
+	TESTQ     DX, DX
+	JZ        splitBF16Row3x512zero
+	LEAQ      expmask512<>+0(SB), DI
+	MOVQ      DX, R8
+	CMPQ      DX, $0x10
+	JL        splitBF16Row3x512half
+	VMOVUPS   (CX), Z6
+	VPANDD    Z3, Z6, Z7
+	VPCMPEQD  Z3, Z7, K1
+	KNOTW     K1, K2
+	VPTESTMD  Z4, Z6, K1, K3
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VMOVDQA32 Z9, K1, Z8
+	VPORD     Z5, Z8, K3, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, (AX)
+	VSUBPS.Z  Z8, Z6, K2, Z6
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, 64(AX)
+	VSUBPS    Z8, Z6, Z6
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, 128(AX)
+	SUBQ      $0x10, R8
+	KMOVW     (DI)(R8*2), K1
+	VMOVUPS.Z 64(CX), K1, Z6
+	VPANDD    Z3, Z6, Z7
+	VPCMPEQD  Z3, Z7, K1
+	KNOTW     K1, K2
+	VPTESTMD  Z4, Z6, K1, K3
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z4
+	VPANDD    Z2, Z6, Z8
+	VPANDD    Z3, Z4, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z8, K4, Z4
+	VMOVDQA32 Z8, K1, Z4
+	VPORD     Z5, Z4, K3, Z4
+	VPSRLD    $0x10, Z4, Z7
+	VPMOVDW   Z7, 32(AX)
+	VSUBPS.Z  Z4, Z6, K2, Z6
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z4
+	VPANDD    Z2, Z6, Z8
+	VPANDD    Z3, Z4, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z8, K4, Z4
+	VPSRLD    $0x10, Z4, Z7
+	VPMOVDW   Z7, 96(AX)
+	VSUBPS    Z4, Z6, Z6
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z4
+	VPANDD    Z2, Z6, Z8
+	VPANDD    Z3, Z4, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z8, K4, Z4
+	VPSRLD    $0x10, Z4, Z7
+	VPMOVDW   Z7, 160(AX)
+	JMP       splitBF16Row3x512partdone
+
+splitBF16Row3x512half:
+	KMOVW     (DI)(R8*2), K1
+	VMOVUPS.Z (CX), K1, Z6
+	VPANDD    Z3, Z6, Z7
+	VPCMPEQD  Z3, Z7, K1
+	KNOTW     K1, K2
+	VPTESTMD  Z4, Z6, K1, K3
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VMOVDQA32 Z9, K1, Z8
+	VPORD     Z5, Z8, K3, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, (AX)
+	VSUBPS.Z  Z8, Z6, K2, Z6
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, 64(AX)
+	VSUBPS    Z8, Z6, Z6
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z8
+	VPANDD    Z2, Z6, Z9
+	VPANDD    Z3, Z8, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z9, K4, Z8
+	VPSRLD    $0x10, Z8, Z7
+	VPMOVDW   Z7, 128(AX)
+	VPXORD    Z6, Z6, Z6
+	VPANDD    Z3, Z6, Z7
+	VPCMPEQD  Z3, Z7, K1
+	KNOTW     K1, K2
+	VPTESTMD  Z4, Z6, K1, K3
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z4
+	VPANDD    Z2, Z6, Z8
+	VPANDD    Z3, Z4, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z8, K4, Z4
+	VMOVDQA32 Z8, K1, Z4
+	VPORD     Z5, Z4, K3, Z4
+	VPSRLD    $0x10, Z4, Z7
+	VPMOVDW   Z7, 32(AX)
+	VSUBPS.Z  Z4, Z6, K2, Z6
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z4
+	VPANDD    Z2, Z6, Z8
+	VPANDD    Z3, Z4, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z8, K4, Z4
+	VPSRLD    $0x10, Z4, Z7
+	VPMOVDW   Z7, 96(AX)
+	VSUBPS    Z4, Z6, Z6
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z6, Z7, Z7
+	VPANDD    Z2, Z7, Z4
+	VPANDD    Z2, Z6, Z8
+	VPANDD    Z3, Z4, Z7
+	VPCMPEQD  Z3, Z7, K4
+	VMOVDQA32 Z8, K4, Z4
+	VPSRLD    $0x10, Z4, Z7
+	VPMOVDW   Z7, 160(AX)
+
+splitBF16Row3x512partdone:
+	ADDQ SI, AX
+	DECQ BX
+
+splitBF16Row3x512zero:
+	TESTQ  BX, BX
+	JZ     splitBF16Row3x512done
+	VPXORD Z10, Z10, Z10
+
+splitBF16Row3x512zeroloop:
+	VMOVDQU64 Z10, (AX)
+	VMOVDQU64 Z10, 64(AX)
+	VMOVDQU64 Z10, 128(AX)
+	ADDQ      SI, AX
+	DECQ      BX
+	JNZ       splitBF16Row3x512zeroloop
+
+splitBF16Row3x512done:
+	VZEROUPPER
+	RET

@@ -399,3 +399,38 @@ func quantAct32x256(dst *byte, x *float32, nb int)
 //
 //go:noescape
 func quantAct256x256(dst *byte, x *float32, nb int)
+
+// amxBF16P1 computes np whole bf16 panels with AMX from 1 bf16 planes of activations.
+//
+//go:noescape
+func amxBF16P1(cfg *byte, w *uint16, tw *uint16, a *uint16, y *float32, c *float32, nb int, np int, rows int, lda int, bs int, pbytes int, ldy int)
+
+// amxBF16P2 computes np whole bf16 panels with AMX from 2 bf16 planes of activations.
+//
+//go:noescape
+func amxBF16P2(cfg *byte, w *uint16, tw *uint16, a *uint16, y *float32, c *float32, nb int, np int, rows int, lda int, bs int, pbytes int, ldy int)
+
+// amxBF16P3 computes np whole bf16 panels with AMX from 3 bf16 planes of activations.
+//
+//go:noescape
+func amxBF16P3(cfg *byte, w *uint16, tw *uint16, a *uint16, y *float32, c *float32, nb int, np int, rows int, lda int, bs int, pbytes int, ldy int)
+
+// amxBF16P2x2 computes np whole bf16 panels with AMX for two stacked row groups.
+//
+//go:noescape
+func amxBF16P2x2(cfg *byte, w *uint16, tw *uint16, a *uint16, y *float32, c *float32, nb int, np int, rows int, lda int, bs int, pbytes int, ldy int, rows2 int, a2 int, y2 int)
+
+// amxBF16P3x2 computes np whole bf16 panels with AMX for two stacked row groups.
+//
+//go:noescape
+func amxBF16P3x2(cfg *byte, w *uint16, tw *uint16, a *uint16, y *float32, c *float32, nb int, np int, rows int, lda int, bs int, pbytes int, ldy int, rows2 int, a2 int, y2 int)
+
+// splitBF16Row2x512 writes the 2 bf16 planes of one row of n activations by K-blocks.
+//
+//go:noescape
+func splitBF16Row2x512(dst *uint16, x *float32, n int, kp int, bs int)
+
+// splitBF16Row3x512 writes the 3 bf16 planes of one row of n activations by K-blocks.
+//
+//go:noescape
+func splitBF16Row3x512(dst *uint16, x *float32, n int, kp int, bs int)

@@ -17,6 +17,12 @@ type impl struct {
 	// qpanels is panels for a quantized matrix, with the activations quantized for its type
 	// (see qact.go): a holds rows rows of K/block activation blocks.
 	qpanels func(m *Matrix, y []float32, a []byte, rows, p0, p1 int)
+	// splitBF16, when set, makes bf16 products take their activations as bf16 planes (the
+	// AMX path, amx.go): it writes x (rows x k) split into dst, once per call before any
+	// split across threads, and hpanels then computes panels [p0, p1) of a bf16 matrix from
+	// those planes h. Paths without it take bf16 products through panels.
+	splitBF16 func(dst []uint16, x []float32, rows, k int)
+	hpanels   func(m *Matrix, y []float32, h []uint16, rows, p0, p1 int)
 	// quantActs quantizes the len(x)/block blocks of x as kind into dst (qact.go), bitwise as
 	// quantizeActsGo does.
 	quantActs func(kind actKind, dst []byte, x []float32)
@@ -71,6 +77,14 @@ func Paths() []string {
 	}
 	return out
 }
+
+// amxStatus says why the "amx" path is or is not registered (see AMXStatus); architecture
+// files set it during package initialization.
+var amxStatus = "not built: AMX kernels need amd64 assembly (this build is portable)"
+
+// AMXStatus reports whether this CPU and OS run the "amx" path, and if not, why (the CPU lacks
+// AMX-BF16, the OS does not grant tile data, ...), for benchmark and --stats output.
+func AMXStatus() string { return amxStatus }
 
 // Path names the active kernel path.
 func Path() string { return active.name }

@@ -69,10 +69,11 @@ const maxSegments = 4
 type segment struct {
 	m      *Matrix
 	y      []float32
-	a      []byte // quantized activations when m is quantized
-	np     int    // panels of m
-	per    int    // panels per chunk
-	first  int64  // index of its first chunk in the job
+	a      []byte   // quantized activations when m is quantized
+	h      []uint16 // split bf16 activations when m is bf16 and the path takes them
+	np     int      // panels of m
+	per    int      // panels per chunk
+	first  int64    // index of its first chunk in the job
 	chunks int64
 }
 
@@ -108,6 +109,10 @@ func (j *job) claim() {
 		p0 := int(c-s.first) * s.per
 		if s.a != nil {
 			j.p.qpanels(s.m, s.y, s.a, j.rows, p0, min(p0+s.per, s.np))
+			continue
+		}
+		if s.h != nil {
+			j.p.hpanels(s.m, s.y, s.h, j.rows, p0, min(p0+s.per, s.np))
 			continue
 		}
 		j.p.panels(s.m, s.y, j.x, j.rows, p0, min(p0+s.per, s.np))
@@ -291,12 +296,26 @@ func matmul(p *impl, m *Matrix, y, x []float32, rows int) {
 func matmulEach(p *impl, x []float32, rows int, ps ...Product) {
 	var total int64
 	np := 0
-	// Quantized matrices take their activations quantized, once per kind for the call.
+	// Quantized matrices take their activations quantized, once per kind for the call, and
+	// bf16 ones on a path with splitBF16 split into bf16 planes, once for the call (all
+	// products share K).
 	var acts [maxSegments][]byte
+	var hs [maxSegments][]uint16
+	var split []uint16
 	var scratch *actScratch
 	for k, q := range ps {
 		total += work(q.M, rows)
 		np += q.M.panels()
+		if q.M.DType == BF16 && p.splitBF16 != nil {
+			if scratch == nil {
+				scratch = actPool.Get().(*actScratch)
+			}
+			if split == nil {
+				split = scratch.splitBF16(p, x, rows, q.M.K)
+			}
+			hs[k] = split
+			continue
+		}
 		if qi, ok := qinfos[q.M.DType]; ok {
 			if scratch == nil {
 				scratch = actPool.Get().(*actScratch)
@@ -321,6 +340,10 @@ func matmulEach(p *impl, x []float32, rows int, ps ...Product) {
 				p.qpanels(q.M, q.Y, acts[k], rows, 0, q.M.panels())
 				continue
 			}
+			if hs[k] != nil {
+				p.hpanels(q.M, q.Y, hs[k], rows, 0, q.M.panels())
+				continue
+			}
 			p.panels(q.M, q.Y, x, rows, 0, q.M.panels())
 		}
 	}
@@ -338,7 +361,7 @@ func matmulEach(p *impl, x []float32, rows int, ps ...Product) {
 	j.nchunks = 0
 	for k, q := range ps {
 		s := &j.seg[k]
-		s.m, s.y, s.a, s.np = q.M, q.Y, acts[k], q.M.panels()
+		s.m, s.y, s.a, s.h, s.np = q.M, q.Y, acts[k], hs[k], q.M.panels()
 		// Each matrix gets chunks in proportion to its share of the work, at least
 		// chunksPerThread per participant over the whole job.
 		s.per = max(1, int(int64(s.np)*total/work(q.M, rows))/(chunksPerThread*(helpers+1)))
@@ -353,7 +376,7 @@ func matmulEach(p *impl, x []float32, rows int, ps ...Product) {
 	runJob(helpers, false)
 	j.x = nil // drop references to the caller's buffers
 	for k := range j.seg[:j.nseg] {
-		j.seg[k].m, j.seg[k].y, j.seg[k].a = nil, nil, nil
+		j.seg[k].m, j.seg[k].y, j.seg[k].a, j.seg[k].h = nil, nil, nil, nil
 	}
 	pool.mu.Unlock()
 }

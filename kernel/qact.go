@@ -143,6 +143,7 @@ func quantizeAct256(dst []byte, x []float32) {
 // state allocates nothing.
 type actScratch struct {
 	buf [2][]byte
+	h   []uint16 // split bf16 activations (impl.splitBF16)
 }
 
 var actPool = sync.Pool{New: func() any { return new(actScratch) }}
@@ -160,4 +161,16 @@ func (s *actScratch) quantized(p *impl, kind actKind, x []float32, rows, k int) 
 	b := s.buf[kind][:n]
 	p.quantActs(kind, b, x[:rows*k])
 	return b
+}
+
+// splitBF16 returns x (rows x k) split into bf16 planes by path p in s, sized for the call
+// (amxPlanes planes of rows x amxRowLen(k)).
+func (s *actScratch) splitBF16(p *impl, x []float32, rows, k int) []uint16 {
+	n := amxPlanes * rows * amxRowLen(k)
+	if cap(s.h) < n {
+		s.h = make([]uint16, n)
+	}
+	h := s.h[:n]
+	p.splitBF16(h, x[:rows*k], rows, k)
+	return h
 }

@@ -31,6 +31,7 @@ import (
 type benchReport struct {
 	Model   string `json:"model"`
 	Kernel  string `json:"kernel"`
+	AMX     string `json:"amx"` // kernel.AMXStatus: whether the amx path runs here, or why not
 	Threads int    `json:"threads"`
 	// Quantization labels the stored weights ("Q4_K_M", "BF16"); Compute is the dtype most
 	// weight elements are kept and multiplied in ("Q4_K", "bf16").
@@ -142,7 +143,7 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if *prefill+1 > capacity {
 		return usagef("--prefill %d does not fit the model's context of %d", *prefill, maxSeq(cfg))
 	}
-	rep := benchReport{Model: e.Name, Kernel: kernel.Path(), Threads: runtime.GOMAXPROCS(0), WeightBytes: e.Target.WeightBytes(),
+	rep := benchReport{Model: e.Name, Kernel: kernel.Path(), AMX: kernel.AMXStatus(), Threads: runtime.GOMAXPROCS(0), WeightBytes: e.Target.WeightBytes(),
 		Quantization: e.Desc.DType, Compute: cfg.DType.String()}
 	logf := func(format string, a ...any) {
 		if !*asJSON {
@@ -575,6 +576,9 @@ func plainOnce(e *engine.Engine, prompt []int, n, capacity int) (float64, []int,
 
 func printBenchTable(w io.Writer, r benchReport) {
 	fmt.Fprintf(w, "model %s (%s, computed in %s), kernel %s, %d threads, %.2f GB of weights\n", r.Model, r.Quantization, r.Compute, r.Kernel, r.Threads, float64(r.WeightBytes)/1e9)
+	if r.AMX != "" {
+		fmt.Fprintf(w, "AMX: %s\n", r.AMX)
+	}
 	if r.ProbeGBs > 0 {
 		fmt.Fprintf(w, "memory bandwidth probe      %8.1f GB/s\n", r.ProbeGBs)
 	}

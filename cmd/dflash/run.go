@@ -16,6 +16,7 @@ import (
 	"github.com/dflash/dflash/cache"
 	"github.com/dflash/dflash/defaultmodel"
 	"github.com/dflash/dflash/engine"
+	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/runner"
 	"github.com/dflash/dflash/sample"
 	"github.com/dflash/dflash/tokenizer"
@@ -206,6 +207,9 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	out.Flush()
 	printSummary(stderr, st, drafter != nil, *stats)
+	if *stats {
+		fmt.Fprintf(stderr, "kernel %s; AMX: %s\n", kernel.Path(), kernel.AMXStatus())
+	}
 	if genErr != nil && !errors.Is(genErr, context.Canceled) {
 		return genErr
 	}

@@ -94,6 +94,14 @@ func main() {
 	quantKernels256()
 	quantActs()
 	quantActsY()
+	// 3 planes are the amx path's; 1 and 2 exist for benchmarks that price the split.
+	for planes := 1; planes <= 3; planes++ {
+		amxBF16(planes)
+	}
+	amxBF16Pair(2)
+	amxBF16Pair(3)
+	splitBF16Row(2)
+	splitBF16Row(3)
 	Generate()
 }
 

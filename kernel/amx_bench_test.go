@@ -1,0 +1,98 @@
+//go:build amd64 && !purego
+
+package kernel
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+)
+
+// BenchmarkAMX compares the amx path (with 3 activation planes, and 1 to price the split) and avx512 on bf16
+// products of Qwen3-0.6B's shapes for 1 to 16 rows, one thread, weights cold (copies spanning
+// 128 MiB). The variants of one shape and row count run next to each other, so that a shared
+// machine's load shifts them alike. MB/s is weight bytes.
+func BenchmarkAMX(b *testing.B) {
+	if !slices.Contains(Paths(), "amx") {
+		b.Skipf("no amx path: %s", AMXStatus())
+	}
+	prevPath, prevThreads, prevPasses := Path(), SetMaxThreads(1), amxPasses
+	defer func() { SetPath(prevPath); SetMaxThreads(prevThreads); amxPasses = prevPasses }()
+	variants := []struct {
+		name   string
+		path   string
+		passes int
+	}{{"avx512", "avx512", 3}, {"amx3", "amx", 3}, {"amx1", "amx", 1}}
+	for _, s := range []struct{ n, k int }{{4096, 1024}, {3072, 1024}, {1024, 3072}} {
+		ms := benchMatrix(BF16, s.n, s.k, 128<<20)
+		for _, rows := range []int{1, 4, 8, 16} {
+			x, y := randVec(rows*s.k, 1), make([]float32, rows*s.n)
+			for _, v := range variants {
+				b.Run(fmt.Sprintf("%dx%d/rows=%d/%s", s.n, s.k, rows, v.name), func(b *testing.B) {
+					if err := SetPath(v.path); err != nil {
+						b.Fatal(err)
+					}
+					amxPasses = v.passes
+					b.SetBytes(ms[0].Bytes())
+					for i := 0; i < b.N; i++ {
+						ms[i%len(ms)].MatMul(y, x, rows)
+					}
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkSplitBF16 measures the activation split of one product of 16 rows, in Go and with
+// the generated splitter.
+func BenchmarkSplitBF16(b *testing.B) {
+	if !slices.Contains(Paths(), "amx") {
+		b.Skipf("no amx path: %s", AMXStatus())
+	}
+	for _, k := range []int{1024, 3072} {
+		for _, f := range []struct {
+			name  string
+			split func(dst []uint16, x []float32, rows, k int)
+		}{{"go", splitBF16Go}, {"asm", splitBF16Amx}} {
+			b.Run(fmt.Sprintf("%d/%s", k, f.name), func(b *testing.B) {
+				const rows = 16
+				x := randVec(rows*k, 1)
+				h := make([]uint16, amxPlanes*rows*amxRowLen(k))
+				for i := 0; i < b.N; i++ {
+					f.split(h, x, rows, k)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkAMXWarm measures the kernels on weights that stay in L2 (512 KiB), one thread: the
+// compute ceiling, without memory.
+func BenchmarkAMXWarm(b *testing.B) {
+	if !slices.Contains(Paths(), "amx") {
+		b.Skipf("no amx path: %s", AMXStatus())
+	}
+	prevPath, prevThreads, prevPasses := Path(), SetMaxThreads(1), amxPasses
+	defer func() { SetPath(prevPath); SetMaxThreads(prevThreads); amxPasses = prevPasses }()
+	const n, k = 256, 1024
+	m := benchMatrix(BF16, n, k, 0)[0]
+	for _, rows := range []int{1, 16} {
+		x, y := randVec(rows*k, 1), make([]float32, rows*n)
+		for _, v := range []struct {
+			name   string
+			path   string
+			passes int
+		}{{"avx512", "avx512", 3}, {"amx3", "amx", 3}, {"amx1", "amx", 1}} {
+			b.Run(fmt.Sprintf("rows=%d/%s", rows, v.name), func(b *testing.B) {
+				if err := SetPath(v.path); err != nil {
+					b.Fatal(err)
+				}
+				amxPasses = v.passes
+				b.SetBytes(m.Bytes())
+				for i := 0; i < b.N; i++ {
+					m.MatMul(y, x, rows)
+				}
+			})
+		}
+	}
+}
