@@ -179,6 +179,9 @@ func registerArch() bool {
 		} else {
 			amx := *avx
 			amx.name, amx.splitBF16, amx.hpanels = "amx", splitBF16Amx, panelsAMX
+			// Tiles make a 16-row product cost about 2 one-row ones: past that, weight traffic
+			// decides, so verification-sized forwards split panels, not rows.
+			amx.rowSplitFrom = 33
 			register(&amx)
 			amxStatus = "available (bf16 products on AMX tiles)"
 		}

@@ -44,6 +44,12 @@ type impl struct {
 	// dotsRows and axpyRows are DotsRows and AxpyRows past the wrappers' checks.
 	dotsRows func(y *float32, ldy int, q *float32, ldq, nq int, k *float32, ldk, d, n int, scale float32)
 	axpyRows func(out *float32, ldo int, p *float32, ldp, nq int, v *float32, ldv, d, n int)
+	// rowSplitFrom is the least rows for which a forward should give each core its own rows
+	// (every core then streams all the weights) rather than split each product's panels
+	// (each core streams half); 0 means the caller's default. A path whose multi-row products
+	// cost about what one row costs (amx) sets it past the verification widths, where
+	// splitting rows would double the weight traffic for no arithmetic saved.
+	rowSplitFrom int
 }
 
 var (
@@ -100,6 +106,11 @@ func SetPath(name string) error {
 	}
 	return fmt.Errorf("kernel path %q not available on this CPU (have %s)", name, strings.Join(Paths(), ", "))
 }
+
+// RowSplitFrom is the least rows for which the active path wants a forward split by rows across
+// cores rather than by panels within each product (see impl.rowSplitFrom); 0 leaves the choice
+// to the caller. It changes who computes a row, never its bits.
+func RowSplitFrom() int { return active.rowSplitFrom }
 
 // Dot returns sum a[i]*b[i] over len(a) elements.
 func Dot(a, b []float32) float32 { return active.dot(a, b[:len(a)]) }

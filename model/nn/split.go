@@ -41,10 +41,11 @@ func (p PartScratch) Grow(positions int) {
 	}
 }
 
-// Parts is how many parts a forward of rows rows splits into: 1 below splitMinRows, else as many
-// as there are buffers, each with at least rowsPerPart rows.
+// Parts is how many parts a forward of rows rows splits into: 1 below splitMinRows (or below the
+// kernel path's kernel.RowSplitFrom, where its products split their panels across cores more
+// cheaply), else as many as there are buffers, each with at least rowsPerPart rows.
 func (p PartScratch) Parts(rows int) int {
-	if rows < splitMinRows {
+	if rows < max(splitMinRows, kernel.RowSplitFrom()) {
 		return 1
 	}
 	return max(1, min(len(p), rows/rowsPerPart))

@@ -2,6 +2,7 @@ package nn
 
 import (
 	"fmt"
+	"github.com/dflash/dflash/kernel"
 	"slices"
 	"sync"
 	"testing"
@@ -62,6 +63,11 @@ func (s *recordingStack) Head(p *Part) { s.log(p, "head") }
 // joins only after all 7 rows opened it, and before any part closes it (Close of layer l runs in
 // the phase after Join(l)). Every row is embedded once and each part's view is its own rows.
 func TestPhasesOrder(t *testing.T) {
+	// The portable path leaves the row split to Parts' own rule (amx keeps such forwards whole).
+	defer kernel.SetPath(kernel.Path())
+	if err := kernel.SetPath("go"); err != nil {
+		t.Fatal(err)
+	}
 	s := &recordingStack{steps: map[int][]string{}, opened: map[int]int{}, rows: make([]int, 7)}
 	ws := NewWorkspace(8, 3, 2, 4)
 	ph := NewPhases(s, ws, 2)
@@ -86,6 +92,29 @@ func TestPhasesOrder(t *testing.T) {
 	for i := 0; i < 7*3; i++ {
 		if ws.X[i] != float32(i) {
 			t.Fatalf("X[%d] = %g: the parts' views overlap or miss rows", i, ws.X[i])
+		}
+	}
+}
+
+// TestPartsFollowsTheKernelPath: a path whose multi-row products split their panels across cores
+// (kernel.RowSplitFrom > 0) keeps forwards narrower than that in one part; every path splits
+// forwards past it, and none splits a forward below splitMinRows.
+func TestPartsFollowsTheKernelPath(t *testing.T) {
+	defer kernel.SetPath(kernel.Path())
+	scratch := make(PartScratch, 2)
+	for _, path := range kernel.Paths() {
+		if err := kernel.SetPath(path); err != nil {
+			t.Fatal(err)
+		}
+		from := max(splitMinRows, kernel.RowSplitFrom())
+		for rows := 1; rows <= 64; rows++ {
+			want := 1
+			if rows >= from {
+				want = 2
+			}
+			if got := scratch.Parts(rows); got != want {
+				t.Errorf("%s: Parts(%d) = %d, want %d (split from %d rows)", path, rows, got, want, from)
+			}
 		}
 	}
 }
