@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -34,10 +35,19 @@ const loadTokens = 64
 // the client count).
 //
 //	go test ./server/backend -run '^$' -bench ServeLoad -benchtime 5x
+//
+// DFLASH_LOAD_MODEL serves another model instead (a folder or GGUF, e.g. a synthetic Qwen3-0.6B
+// written by x/synthfolder) and DFLASH_LOAD_DRAFT gives its draft ("" runs the plain rows only).
 func BenchmarkServeLoad(b *testing.B) {
-	bin := shareddata.Path(b, storiesRel)
-	draft := randomDraft(b, bin)
+	bin, draft := os.Getenv("DFLASH_LOAD_MODEL"), os.Getenv("DFLASH_LOAD_DRAFT")
+	if bin == "" {
+		bin = shareddata.Path(b, storiesRel)
+		draft = randomDraft(b, bin)
+	}
 	for _, withDraft := range []bool{false, true} {
+		if withDraft && draft == "" {
+			continue
+		}
 		for _, clients := range []int{1, 2, 4, 8, 16} {
 			name := fmt.Sprintf("%s/clients=%d", map[bool]string{false: "plain", true: "draft"}[withDraft], clients)
 			b.Run(name, func(b *testing.B) {
