@@ -23,22 +23,41 @@ func NewSampler(o sample.Options, vocab int) Sampler {
 // history the drafter used for q_{i+1}, so penalties see the drafts as generated tokens. Row i
 // decides the token at position len(history)+i, and its draws (accept test, residual, bonus) are
 // keyed by that position, the position the drafter drew d_{i+1} at.
+//
+// Under a constraint, row i is masked by the constraint's state after d_1..d_i (the state the
+// token it decides follows), so p is the masked target p'. Greedy keeps a draft while it is the
+// masked argmax; rejection sampling tests d against p' with the draft's own (unmasked) q, which
+// is exact for any q: a disallowed draft has p'(d) = 0 and is always rejected, and the residual
+// norm(max(p' - q, 0)) lies within the allowed tokens. The output is distributed as p' exactly,
+// as plain constrained decoding samples it.
 type verifier struct {
-	s    Sampler
-	p    sample.Distribution
-	hist []int
-	out  []int
+	s      Sampler
+	p      sample.Distribution
+	hist   []int
+	out    []int
+	masked []float32
 }
 
 // decide returns the round's new tokens: the accepted drafts then one token from the target
 // (the correction at the first rejection, or the bonus when every draft was accepted).
-// accepted is the number of drafts kept. logits holds len(drafts)+1 rows of vocab floats.
-func (v *verifier) decide(logits []float32, vocab int, drafts []int, q []sample.Distribution, history []int) (out []int, accepted int) {
+// accepted is the number of drafts kept. logits holds len(drafts)+1 rows of vocab floats. A
+// constraint c (nil: none) in state cs masks each row, with budget (0: none) the tokens that may
+// be emitted from row 0's token on.
+func (v *verifier) decide(logits []float32, vocab int, drafts []int, q []sample.Distribution, history []int, c Constraint, cs any, budget int) (out []int, accepted int) {
 	v.hist = append(v.hist[:0], history...)
 	v.out = v.out[:0]
 	for i := 0; i <= len(drafts); i++ {
 		pos := len(v.hist)
-		v.s.Distribution(&v.p, logits[i*vocab:(i+1)*vocab], v.hist)
+		row := logits[i*vocab : (i+1)*vocab]
+		if c != nil {
+			b := 0
+			if budget > 0 {
+				b = max(budget-i, 1)
+			}
+			v.masked = c.Allowed(cs, b).Apply(v.masked, row)
+			row = v.masked
+		}
+		v.s.Distribution(&v.p, row, v.hist)
 		if i == len(drafts) {
 			v.out = append(v.out, v.s.Choose(&v.p, pos, sample.DrawToken))
 			break
@@ -61,6 +80,10 @@ func (v *verifier) decide(logits []float32, vocab int, drafts []int, q []sample.
 			// distributed exactly as p (sample.Resample falls back to p when p == q).
 			v.out = append(v.out, v.s.Resample(&v.p, &q[i], pos))
 			break
+		}
+		if c != nil {
+			// d was kept, so the masked target allows it: the advance succeeds.
+			cs, _ = c.Advance(cs, d)
 		}
 		v.out = append(v.out, d)
 		v.hist = append(v.hist, d)

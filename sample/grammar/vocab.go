@@ -162,9 +162,11 @@ type Constraint struct {
 	g *Grammar
 	v *Vocab
 
-	mu    sync.Mutex
-	cache map[string]*sample.Mask
-	bufs  [][]thread
+	mu      sync.Mutex
+	cache   map[string]*sample.Mask
+	finish  map[string][]byte
+	steered map[string]*sample.Mask
+	bufs    [][]thread
 }
 
 // maxCached bounds the masks a Constraint keeps (about 19 KiB each for 151,936 tokens); past it
@@ -173,7 +175,7 @@ const maxCached = 512
 
 // NewConstraint pairs g with v.
 func NewConstraint(g *Grammar, v *Vocab) *Constraint {
-	return &Constraint{g: g, v: v, cache: map[string]*sample.Mask{}}
+	return &Constraint{g: g, v: v, cache: map[string]*sample.Mask{}, finish: map[string][]byte{}, steered: map[string]*sample.Mask{}}
 }
 
 // Start is the state before the first token.
@@ -196,21 +198,80 @@ func (c *Constraint) Advance(s any, token int) (any, bool) {
 // Complete reports whether the output so far is a whole value.
 func (c *Constraint) Complete(s any) bool { return c.g.Complete(s.(State)) }
 
+// Steer is how close to the end of its token budget an output is steered to its completion:
+// once the budget left is at most the bytes Finish would write plus Steer, only tokens that
+// begin that completion are allowed. A token writes at least one byte, and single-byte tokens
+// write Finish's bytes one by one, so the output ends whole within the budget unless one token
+// taken before the zone lengthened the completion by more than Steer bytes (a deep required
+// structure opened by one token).
+const Steer = 16
+
 // Allowed is the mask of the tokens that may follow state s: every token whose bytes the grammar
-// accepts from s, and the stop tokens when s is complete. The mask is shared: read only.
-func (c *Constraint) Allowed(s any) *sample.Mask {
+// accepts from s, and the stop tokens when s is complete. budget is how many tokens may still be
+// emitted, this one included (<= 0: no limit); near its end the mask narrows to the completion
+// (see Steer). The mask is shared: read only.
+func (c *Constraint) Allowed(s any, budget int) *sample.Mask {
 	st := s.(State)
 	key := st.Key()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if budget > 0 && budget <= 1024 {
+		fin, ok := c.finish[key]
+		if !ok {
+			fin = c.g.Finish(st)
+			c.finish[key] = fin
+		}
+		if budget <= len(fin)+Steer {
+			if m := c.steer(fin, key); m.Count > 0 {
+				return m
+			}
+			// No token begins the completion (a vocabulary without single bytes): unsteered.
+		}
+	}
 	if m, ok := c.cache[key]; ok {
 		return m
 	}
 	m := c.mask(st)
 	if len(c.cache) >= maxCached {
 		clear(c.cache)
+		clear(c.finish)
+		clear(c.steered)
 	}
 	c.cache[key] = m
+	return m
+}
+
+// steer is the mask of the tokens whose bytes begin fin, the stops when fin is empty.
+func (c *Constraint) steer(fin []byte, key string) *sample.Mask {
+	if m, ok := c.steered[key]; ok {
+		return m
+	}
+	m := sample.NewMask(c.v.size)
+	if len(fin) == 0 {
+		for _, id := range c.v.stops {
+			m.Allow(id)
+		}
+	}
+	t := &c.v.all
+	n := int32(0)
+	for _, b := range fin {
+		nd := t.nodes[n]
+		next := int32(-1)
+		for e := nd.edge; e < nd.edge+nd.nedge; e++ {
+			if t.edges[e].b == b {
+				next = t.edges[e].child
+			}
+		}
+		if next < 0 {
+			break
+		}
+		n = next
+		ch := t.nodes[n]
+		for _, id := range t.ids[ch.tok : ch.tok+ch.ntok] {
+			m.Allow(int(id))
+		}
+	}
+	c.steered[key] = m
 	return m
 }
 

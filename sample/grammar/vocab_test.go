@@ -42,7 +42,7 @@ func TestMaskMatchesBruteForce(t *testing.T) {
 			text, _ := walk(g, r)
 			st := g.Start()
 			for i := 0; i <= len(text); i++ {
-				m := c.Allowed(st)
+				m := c.Allowed(st, 0)
 				for id, b := range toks {
 					_, ok := g.Advance(st, b)
 					want := ok && len(b) > 0
