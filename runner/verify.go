@@ -54,7 +54,14 @@ func (v *verifier) decide(logits []float32, vocab int, drafts []int, q []sample.
 			if budget > 0 {
 				b = max(budget-i, 1)
 			}
-			v.masked = c.Allowed(cs, b).Apply(v.masked, row)
+			m := c.Allowed(cs, b)
+			if m.Count == 0 {
+				// The drafts kept completed the output and nothing may follow (no stop token
+				// either): the round ends with them, as plain decoding ends there. i > 0, since
+				// the round starts only where something is allowed.
+				break
+			}
+			v.masked = m.Apply(v.masked, row)
 			row = v.masked
 		}
 		v.s.Distribution(&v.p, row, v.hist)
