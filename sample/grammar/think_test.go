@@ -56,4 +56,3 @@ func TestThinking(t *testing.T) {
 		t.Errorf("inside: eos %v, x %v", got.Allows(eos), got.Allows(x))
 	}
 }
-
