@@ -548,6 +548,9 @@ func numberComplete(f *frame) bool {
 	if f.phase != 1 && f.phase != 3 {
 		return false
 	}
+	if f.neg && f.u == 0 && f.v == 0 {
+		return false // no negative zero ("-0", "-0.0"): it is 0, and reads as a slip
+	}
 	n := f.n
 	if n.lo == nil && n.hi == nil {
 		return true
@@ -594,8 +597,8 @@ func numberStartable(n *node) bool {
 // them gives a value in range.
 func numberFeasible(f *frame) bool {
 	n := f.n
-	if n.lo == nil && n.hi == nil {
-		return true
+	if n.lo == nil && n.hi == nil && (!f.neg || f.u != 0 || f.v != 0) {
+		return true // only a negative zero's prefix can fail without bounds
 	}
 	F := maxFracDigits
 	if n.integer {
@@ -636,8 +639,12 @@ func gridPoint(n *node, neg bool, a, b, grid *big.Rat) bool {
 	if neg {
 		lo, loOpen, hi, hiOpen = negOrNil(n.hi), n.hiOpen, negOrNil(n.lo), n.loOpen
 	}
-	// The smallest grid point >= a that meets the lower bound.
+	// The smallest grid point >= a that meets the lower bound (a negative number's magnitude
+	// is at least one grid step: no negative zero).
 	m := new(big.Rat).Set(a)
+	if neg && m.Sign() == 0 {
+		m.Set(grid)
+	}
 	if lo != nil {
 		if c := lo.Cmp(m); c > 0 || c == 0 && loOpen {
 			m = ceilGrid(lo, grid, loOpen)
