@@ -602,6 +602,15 @@ func (g *generation) decode(ctx context.Context) error {
 			// block (DFLASH.md section 3). Their write is part of the round's time: in steady
 			// state every drafting round pays for its predecessor's kept rows.
 			var err error
+			if cons != nil {
+				// The proposals follow the committed output's state, as row 0 of the
+				// verification does.
+				if g.v.s.drafts == nil {
+					g.v.s.drafts = &draftMask{c: cons}
+				}
+				dm := g.v.s.drafts
+				dm.state, dm.budget, dm.slot = g.cstate, g.budget(0), 0
+			}
 			drafts, q, err = d.Propose(current, n, g.all, g.v.s)
 			if err != nil {
 				return fmt.Errorf("generate: propose at %d: %w", seq.cache.Offset(), err)

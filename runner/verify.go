@@ -10,6 +10,48 @@ type Sampler struct {
 	*sample.Sampler
 	Greedy  bool
 	Coupled bool // sampled (not greedy) by sample.Sampler.Race
+	// drafts, under a constraint, follows a round's proposals so that a drafter masks them as
+	// verification will (MaskDraft, DraftChosen); nil without one.
+	drafts *draftMask
+}
+
+// draftMask is the constraint's state along the round's proposals so far.
+type draftMask struct {
+	c      Constraint
+	state  any
+	budget int // tokens that may be emitted from the first proposal on (0: no limit)
+	slot   int // proposals chosen so far
+	buf    []float32
+}
+
+// MaskDraft returns the logits row of the next proposal masked by the request's constraint at
+// the proposals chosen so far (the row itself without a constraint), and false when nothing may
+// be proposed there (the output would be complete): the drafter then stops proposing. Masked
+// proposals are ones the target can keep; q stays the distribution the proposal was drawn
+// from, so verification is exact either way. The row is valid until the next call.
+func (s Sampler) MaskDraft(row []float32) ([]float32, bool) {
+	dm := s.drafts
+	if dm == nil {
+		return row, true
+	}
+	b := 0
+	if dm.budget > 0 {
+		b = max(dm.budget-dm.slot, 1)
+	}
+	m := dm.c.Allowed(dm.state, b)
+	if m.Count == 0 {
+		return nil, false
+	}
+	dm.buf = m.Apply(dm.buf, row)
+	return dm.buf, true
+}
+
+// DraftChosen records the proposal a drafter chose from MaskDraft's row.
+func (s Sampler) DraftChosen(token int) {
+	if dm := s.drafts; dm != nil {
+		dm.state, _ = dm.c.Advance(dm.state, token)
+		dm.slot++
+	}
 }
 
 // NewSampler builds the sampler for options o over vocab tokens.
