@@ -169,9 +169,9 @@ type Constraint struct {
 	bufs    [][]thread
 }
 
-// maxCached bounds the masks a Constraint keeps (about 19 KiB each for 151,936 tokens); past it
-// the cache starts over.
-const maxCached = 512
+// maxCached bounds the masks a Constraint keeps (about 19 KiB each for 151,936 tokens, so 5 MiB
+// a request at most); past it the cache starts over.
+const maxCached = 256
 
 // NewConstraint pairs g with v.
 func NewConstraint(g *Grammar, v *Vocab) *Constraint {
