@@ -6,9 +6,11 @@ package grammar
 // backend writes it). It follows one of s's alternatives; each is completable by construction.
 func (g *Grammar) Finish(s State) []byte {
 	var out []byte
-	for len(s.ts) > 0 && !g.Complete(s) {
+	// The length cap only guards the invariant that each step moves toward completion (the
+	// shallowest alternatives, required members, bounded numbers): it is never reached.
+	for len(s.ts) > 0 && !g.Complete(s) && len(out) < 1<<16 {
 		s.ts = s.ts[:1]
-		b, ok := nextByte(s.ts[0])
+		b, target, ok := nextByte(s.ts[0])
 		if !ok {
 			return out // cannot happen: every reachable state is completable
 		}
@@ -16,36 +18,45 @@ func (g *Grammar) Finish(s State) []byte {
 		if !ok {
 			return out
 		}
+		// Starting a value forks a thread per alternative: keep the one begun on purpose (the
+		// shallowest), or a recursive schema's deeper alternative could be followed forever.
+		for i, t := range next.ts {
+			if target != nil && t.top.n == target {
+				next.ts[0], next.ts[i] = next.ts[i], next.ts[0]
+				break
+			}
+		}
 		s = next
 		out = append(out, b)
 	}
 	return out
 }
 
-// nextByte is a byte that moves t toward completion.
-func nextByte(t thread) (byte, bool) {
+// nextByte is a byte that moves t toward completion, and the node whose value it starts (nil
+// when it starts none).
+func nextByte(t thread) (byte, *node, bool) {
 	f := &t.top
 	n := f.n
 	switch f.kind {
 	case fValue:
 		return firstByte(n)
 	case fLiteral:
-		return n.lit[f.a], true
+		return n.lit[f.a], nil, true
 	case fObject:
 		canClose := n.required&^f.v == 0
 		switch f.phase {
 		case objOpen, objAfter:
 			if canClose {
-				return '}', true
+				return '}', nil, true
 			}
 			if f.phase == objAfter {
-				return ',', true
+				return ',', nil, true
 			}
-			return '"', true
+			return '"', nil, true
 		case objNext:
-			return '"', true
+			return '"', nil, true
 		case objColon:
-			return ':', true
+			return ':', nil, true
 		case objKey:
 			av := available(f)
 			// The first required property the prefix still matches, else the first available.
@@ -57,51 +68,52 @@ func nextByte(t thread) (byte, bool) {
 			}
 			if pick >= 0 && (n.required&^f.v != 0 || f.b == f.a || !f.additionalOK()) {
 				if k := n.props[pick].key; int(f.c) < len(k) {
-					return k[f.c], true
+					return k[f.c], nil, true
 				}
 			}
-			return '"', true
+			return '"', nil, true
 		}
 	case fArray:
 		if int(f.a) >= n.minItems {
-			return ']', true
+			return ']', nil, true
 		}
 		if f.phase == arrAfter {
-			return ',', true
+			return ',', nil, true
 		}
 		return firstByte(n.item(int(f.a)))
 	case fString:
 		switch {
 		case f.need > 0:
-			return f.lo8, true
+			return f.lo8, nil, true
 		case f.esc == 1:
-			return 'n', true
+			return 'n', nil, true
 		case f.esc >= 2:
-			return '0', true
+			return '0', nil, true
 		case n.pattern != nil:
-			return n.pattern.nextByte(f.v)
+			b, ok := n.pattern.nextByte(f.v)
+			return b, nil, ok
 		case int(f.a) < n.minLen:
-			return 'a', true
+			return 'a', nil, true
 		}
-		return '"', true
+		return '"', nil, true
 	case fNumber:
 		if numberComplete(f) {
 			if t.rest == nil {
-				return 0, false
+				return 0, nil, false
 			}
 			return nextByte(t.pop())
 		}
 		for _, b := range []byte("0123456789.") {
 			if len(feedNumber(t, b, nil)) > 0 {
-				return b, true
+				return b, nil, true
 			}
 		}
 	}
-	return 0, false
+	return 0, nil, false
 }
 
-// firstByte starts the shallowest instance of n.
-func firstByte(n *node) (byte, bool) {
+// firstByte starts the shallowest instance of n: the byte and the node it starts.
+func firstByte(n *node) (byte, *node, bool) {
 	switch n.kind {
 	case kAlt:
 		var best *node
@@ -111,25 +123,25 @@ func firstByte(n *node) (byte, bool) {
 			}
 		}
 		if best == nil {
-			return 0, false
+			return 0, nil, false
 		}
 		return firstByte(best)
 	case kObject:
-		return '{', true
+		return '{', n, true
 	case kArray:
-		return '[', true
+		return '[', n, true
 	case kString:
-		return '"', true
+		return '"', n, true
 	case kLiteral:
-		return n.lit[0], true
+		return n.lit[0], n, true
 	case kNumber:
 		for _, b := range []byte("0123456789-") {
 			if len(startValue(thread{top: frame{kind: fValue, n: n}}, n, b, nil)) > 0 {
-				return b, true
+				return b, n, true
 			}
 		}
 	}
-	return 0, false
+	return 0, nil, false
 }
 
 // nextByte is the first byte of a shortest path from set to a match ('"' when set matches).

@@ -192,3 +192,42 @@ func TestSchemaErrors(t *testing.T) {
 		}
 	}
 }
+
+// A reference cycle that consumes no byte (anyOf whose branch is the schema itself) compiles to
+// its other branches instead of recursing forever.
+func TestLeftRecursion(t *testing.T) {
+	g, err := CompileSchema([]byte(`{"anyOf":[{"$ref":"#"},{"type":"array","items":{"$ref":"#"},"maxItems":2}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, ok := g.Advance(g.Start(), []byte(`[[],[[]]]`))
+	if !ok || !g.Complete(st) {
+		t.Errorf("nested arrays refused")
+	}
+	if _, err := CompileSchema([]byte(`{"$ref":"#"}`)); err == nil {
+		t.Error("a schema that is only itself compiled")
+	}
+}
+
+// Compiling any input and following a few bytes never panics.
+func FuzzCompileSchema(f *testing.F) {
+	for _, c := range loadCases(f) {
+		f.Add([]byte(c.Schema), []byte(`{"a":[1,"x"]}`))
+	}
+	f.Add([]byte(`{"type":"string","pattern":"(a|b{2,3})*[^x-z]\\d$"}`), []byte(`"abb1"`))
+	f.Fuzz(func(t *testing.T, schema, text []byte) {
+		g, err := CompileSchema(schema)
+		if err != nil {
+			return
+		}
+		st := g.Start()
+		for _, b := range text {
+			next, ok := g.Advance(st, []byte{b})
+			if !ok {
+				break
+			}
+			st = next
+		}
+		g.Finish(st)
+	})
+}

@@ -163,6 +163,14 @@ func (c *compiler) literal(b []byte) *node {
 }
 
 func (c *compiler) finish(root *node) (*Grammar, error) {
+	// An alternative lists only non-alternatives: nested ones (anyOf in anyOf, a $ref's
+	// placeholder) are flattened, which also cuts cycles that consume no byte ({"anyOf":
+	// [{"$ref":"#"}, ...]}) so that starting a value never recurses forever.
+	for _, n := range c.nodes {
+		if n.kind == kAlt {
+			n.alts = flatten(n, map[*node]bool{}, nil)
+		}
+	}
 	// Least fixpoint of satisfiability: start with nothing satisfiable and grow.
 	for changed := true; changed; {
 		changed = false
@@ -177,6 +185,22 @@ func (c *compiler) finish(root *node) (*Grammar, error) {
 	}
 	heights(c.nodes)
 	return &Grammar{root: root, nodes: c.nodes}, nil
+}
+
+// flatten lists the non-alternative nodes n's alternatives reach through alternatives only.
+func flatten(n *node, seen map[*node]bool, out []*node) []*node {
+	for _, a := range n.alts {
+		if seen[a] {
+			continue
+		}
+		seen[a] = true
+		if a.kind == kAlt {
+			out = flatten(a, seen, out)
+		} else {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 func (n *node) satisfiable() bool {
