@@ -65,6 +65,14 @@ func TestConstrainedSamplingMatchesMaskedDistribution(t *testing.T) {
 		{"dflash-random", func() Session {
 			return NewBlockSession(&fake.Draft{Block: 4, Mask: 4, Layers: []int{0, 1}, Vocab: distVocab}, 64)
 		}},
+		{"dflash2-script", func() Session {
+			// Every token a candidate, scores varying with the previous token; masked to the
+			// grammar's allowed ones before the proposal is drawn.
+			s, _ := newScriptSession(4, func(slot, prev int) ([]int32, []float32) {
+				return []int32{0, 1, 2, 3, 4}, []float32{float32(prev % 3), 1, 0.5, 2, float32(slot % 2)}
+			})
+			return s
+		}},
 		{"oracle-noise", func() Session {
 			return (&OracleDrafter{Tokens: []int{1, 3, 2, 0, 1, 3, 2, 4}, Limit: 3, Noise: 0.4, Vocab: distVocab, Seed: 5}).Open(0)
 		}},

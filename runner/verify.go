@@ -30,20 +30,28 @@ type draftMask struct {
 // proposals are ones the target can keep; q stays the distribution the proposal was drawn
 // from, so verification is exact either way. The row is valid until the next call.
 func (s Sampler) MaskDraft(row []float32) ([]float32, bool) {
+	m, ok := s.DraftMask()
+	if m == nil || !ok {
+		return row, ok
+	}
+	dm := s.drafts
+	dm.buf = m.Apply(dm.buf, row)
+	return dm.buf, true
+}
+
+// DraftMask is the mask of the next proposal (nil without a constraint), and false when nothing
+// may be proposed there. For drafters that choose among candidates rather than from a logits row.
+func (s Sampler) DraftMask() (*sample.Mask, bool) {
 	dm := s.drafts
 	if dm == nil {
-		return row, true
+		return nil, true
 	}
 	b := 0
 	if dm.budget > 0 {
 		b = max(dm.budget-dm.slot, 1)
 	}
 	m := dm.c.Allowed(dm.state, b)
-	if m.Count == 0 {
-		return nil, false
-	}
-	dm.buf = m.Apply(dm.buf, row)
-	return dm.buf, true
+	return m, m.Count > 0
 }
 
 // DraftChosen records the proposal a drafter chose from MaskDraft's row.
