@@ -59,8 +59,18 @@ func (m *Mask) Apply(dst, logits []float32) []float32 {
 		return dst
 	}
 	copy(dst, logits)
-	for i := range dst {
-		if w := i / 64; w >= len(m.Bits) || m.Bits[w]&(1<<(i%64)) == 0 {
+	// Most ids allowed (inside a string): visit only the words with a disallowed id.
+	for w := 0; w*64 < len(dst); w++ {
+		var out uint64 = ^uint64(0)
+		if w < len(m.Bits) {
+			out = ^m.Bits[w]
+		}
+		for out != 0 {
+			i := w*64 + bits.TrailingZeros64(out)
+			out &= out - 1
+			if i >= len(dst) {
+				break
+			}
 			dst[i] = inf
 		}
 	}
