@@ -3,7 +3,6 @@ package grammar
 import (
 	"encoding/binary"
 	"math/big"
-	"slices"
 )
 
 // Limits that bound what the matcher generates (see the package comment).
@@ -130,20 +129,41 @@ func dedupe(ts []thread) []thread {
 	if len(ts) <= 1 {
 		return ts
 	}
-	var keys []string
+	// Equal threads are compared in place (frames are comparable values; stacks share links
+	// or hold equal frames): the mask walk dedupes at every trie node it visits, where building
+	// keys would allocate.
 	out := ts[:0]
 	for _, t := range ts {
-		k := string(t.appendKey(nil))
-		if slices.Contains(keys, k) {
+		dup := false
+		for i := range out {
+			if out[i].equal(&t) {
+				dup = true
+				break
+			}
+		}
+		if dup {
 			continue
 		}
-		keys = append(keys, k)
 		out = append(out, t)
 		if len(out) == maxThreads {
 			break
 		}
 	}
 	return out
+}
+
+func (t *thread) equal(u *thread) bool {
+	if t.top != u.top {
+		return false
+	}
+	a, b := t.rest, u.rest
+	for a != b {
+		if a == nil || b == nil || a.f != b.f {
+			return false
+		}
+		a, b = a.next, b.next
+	}
+	return true
 }
 
 // Key is a byte string equal for equal states (the mask cache's key).

@@ -24,6 +24,12 @@ type Vocab struct {
 	plain      [maxPlain + 1][]uint64
 	plainCount [maxPlain + 1]int
 	rest       trie
+	// key[L] are the tokens of at most L printable ASCII bytes without '"' or '\' (L <=
+	// maxExtraKey): inside a property name that may be an additional one, each is allowed while
+	// the name has room for it; keyRest is the trie of the other tokens.
+	key      [maxExtraKey + 1][]uint64
+	keyCount [maxExtraKey + 1]int
+	keyRest  trie
 }
 
 const maxPlain = 32
@@ -54,12 +60,23 @@ func NewVocab(tokens [][]byte, stops []int) *Vocab {
 	for l := range v.plain {
 		v.plain[l] = make([]uint64, (len(tokens)+63)/64)
 	}
-	var all, rest []int32
+	for l := range v.key {
+		v.key[l] = make([]uint64, (len(tokens)+63)/64)
+	}
+	var all, rest, keyRest []int32
 	for id, b := range tokens {
 		if len(b) == 0 || slices.Contains(stops, id) {
 			continue
 		}
 		all = append(all, int32(id))
+		if n := len(b); keyText(b) && n <= maxExtraKey {
+			for l := n; l <= maxExtraKey; l++ {
+				v.key[l][id/64] |= 1 << (id % 64)
+				v.keyCount[l]++
+			}
+		} else {
+			keyRest = append(keyRest, int32(id))
+		}
 		if n := utf8.RuneCount(b); plainText(b) && n <= maxPlain {
 			for l := n; l <= maxPlain; l++ {
 				v.plain[l][id/64] |= 1 << (id % 64)
@@ -71,24 +88,54 @@ func NewVocab(tokens [][]byte, stops []int) *Vocab {
 	}
 	v.all.init(tokens, all)
 	v.rest.init(tokens, rest)
+	v.keyRest.init(tokens, keyRest)
 	return v
 }
 
-// plainRoom reports whether ts is one thread between characters of a string without pattern,
-// and how many more characters it may take (at most maxPlain): every plain token of at most
-// that many characters is allowed there.
+// keyText reports whether b is printable ASCII without '"' or '\': the bytes an additional
+// property name is made of.
+func keyText(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+// keyRoom reports whether every thread of ts is inside a property name that may still become an
+// additional one, and the most bytes one of them may still take: every key token of at most
+// that many bytes is allowed there (by that thread), whatever the known names.
+func keyRoom(ts []thread) (int, bool) {
+	r := -1
+	for i := range ts {
+		f := &ts[i].top
+		if f.kind != fObject || f.phase != objKey || !f.additionalOK() || int(f.c) >= maxExtraKey {
+			return 0, false
+		}
+		r = max(r, maxExtraKey-int(f.c))
+	}
+	return r, r >= 0
+}
+
+// plainRoom reports whether every thread of ts is between characters of a string without
+// pattern, and the most characters one of them may still take (at most maxPlain): every plain
+// token of at most that many characters is allowed there (by that thread; plain text never
+// forks a thread, so the set's walk agrees).
 func plainRoom(ts []thread) (int, bool) {
-	if len(ts) != 1 {
-		return 0, false
+	r := -1
+	for i := range ts {
+		f := &ts[i].top
+		if f.kind != fString || f.esc != 0 || f.need != 0 || f.n.pattern != nil {
+			return 0, false
+		}
+		if f.n.maxLen < 0 {
+			r = maxPlain
+		} else {
+			r = max(r, min(maxPlain, f.n.maxLen-int(f.a)))
+		}
 	}
-	f := &ts[0].top
-	if f.kind != fString || f.esc != 0 || f.need != 0 || f.n.pattern != nil {
-		return 0, false
-	}
-	if f.n.maxLen < 0 {
-		return maxPlain, true
-	}
-	return min(maxPlain, f.n.maxLen-int(f.a)), true
+	return r, r >= 0
 }
 
 // plainText reports whether b is whole UTF-8 characters none of which a JSON string must escape.
@@ -289,6 +336,12 @@ func (c *Constraint) mask(st State) *sample.Mask {
 		copy(m.Bits, c.v.plain[r])
 		m.Count += c.v.plainCount[r]
 		c.walk(m, &c.v.rest, 0, st.ts, 0)
+		return m
+	}
+	if r, ok := keyRoom(st.ts); ok {
+		copy(m.Bits, c.v.key[r])
+		m.Count += c.v.keyCount[r]
+		c.walk(m, &c.v.keyRest, 0, st.ts, 0)
 		return m
 	}
 	c.walk(m, &c.v.all, 0, st.ts, 0)

@@ -104,3 +104,33 @@ func BenchmarkMaskQwen3(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkMaskQwen3Slow covers the states that walk most of the trie with the matcher: a
+// string under a pattern (no precomputed plain set), property names that may be additional
+// ones, and states with two alternatives alive.
+func BenchmarkMaskQwen3Slow(b *testing.B) {
+	v := qwen3Vocab(b)
+	for _, c := range []struct{ name, schema, prefix string }{
+		{"pattern", `{"type":"string","pattern":"^[a-z ]+$"}`, `"ab`},
+		{"additional name", `{"type":"object"}`, `{"ab`},
+		{"two objects", `{"anyOf":[{"type":"object","properties":{"a":{"type":"string"}}},{"type":"object","properties":{"b":{"type":"string"}}}]}`, `{"`},
+		{"two strings", `{"anyOf":[{"type":"string"},{"type":"string","maxLength":5}]}`, `"a`},
+	} {
+		g, err := CompileSchema([]byte(c.schema))
+		if err != nil {
+			b.Fatal(err)
+		}
+		st, ok := g.Advance(g.Start(), []byte(c.prefix))
+		if !ok {
+			b.Fatal(c.prefix)
+		}
+		b.Run(c.name, func(b *testing.B) {
+			cc := NewConstraint(g, v)
+			var n int
+			for b.Loop() {
+				n = cc.mask(st).Count
+			}
+			b.ReportMetric(float64(n), "allowed")
+		})
+	}
+}
