@@ -117,6 +117,14 @@ type Request struct {
 	// bitwise the row plain decoding computes: the values do not depend on speculation.
 	Logprobs    bool
 	TopLogprobs int
+	// Constraint, when set, restricts the output to what it allows (a grammar: structured
+	// output). Every row that decides a token is masked first (disallowed logits -Inf), so plain
+	// decoding samples the target renormalised over the allowed tokens, and verification keeps a
+	// draft only as that masked target would (see verifier): the output, speculative or not, is
+	// distributed as the constrained target and greedy output is the constrained argmax. Logprobs
+	// stay the model's own (the raw rows). Generation ends where the constraint is complete and
+	// allows no token (a stop token ends it otherwise, as always).
+	Constraint Constraint
 
 	// Session, when set, makes decoding speculative; nil decodes plainly. The caller opened it
 	// (Drafter.Open) and closes it: Generate restores it to the prompt's shared prefix at the
@@ -146,6 +154,20 @@ type Request struct {
 
 	PrefillChunk int              // rows per prefill forward (default DefaultPrefillChunk)
 	Clock        func() time.Time // nil: time.Now; tests inject a fake clock
+}
+
+// Constraint restricts what a request may emit, state by state (sample/grammar's Constraint is
+// one). States are values: Advance returns a new state and leaves its argument usable, so the
+// verifier can follow drafts tentatively. Allowed's budget is how many tokens may still be
+// emitted, the one it masks included (0: no limit), so that a constraint can steer the output
+// to completion before MaxTokens cuts it; plain and speculative decoding pass the same budget
+// for the same token. The mask is the caller's to read, not modify; a Constraint shared by
+// generations batched together must be safe for concurrent use.
+type Constraint interface {
+	Start() any
+	Allowed(state any, budget int) *sample.Mask
+	Advance(state any, token int) (any, bool)
+	Complete(state any) bool
 }
 
 // Token is one piece of the output: a generated token and the text it shows (empty without
@@ -259,6 +281,7 @@ type generation struct {
 	// round times the depth controller compares (see decode).
 	context time.Duration
 	all     []int // prompt and emitted tokens: the history penalties see
+	cstate  any   // the constraint's state after the emitted tokens
 	block   []int
 	traceQ  []float32
 	// logprobs are the round's emitted tokens with their logprobs, when the request asks.
@@ -536,10 +559,21 @@ func (g *generation) decode(ctx context.Context) error {
 	current := g.req.Prompt[len(g.req.Prompt)-1]
 	start := g.now()
 	defer func() { st.DecodeTime = g.now().Sub(start) }()
+	cons := g.req.Constraint
+	if cons != nil {
+		g.cstate = cons.Start()
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			st.Reason = StopCanceled
 			return err
+		}
+		if cons != nil && cons.Allowed(g.cstate, g.budget(0)).Count == 0 {
+			if cons.Complete(g.cstate) {
+				st.Reason = StopToken // the output is whole and nothing may follow
+				return nil
+			}
+			return fmt.Errorf("generate: the constraint allows no token at %d", seq.cache.Offset())
 		}
 		if g.req.MaxTokens > 0 && st.DecodeTokens >= g.req.MaxTokens {
 			st.Reason = StopLength
@@ -572,6 +606,15 @@ func (g *generation) decode(ctx context.Context) error {
 			// block (DFLASH.md section 3). Their write is part of the round's time: in steady
 			// state every drafting round pays for its predecessor's kept rows.
 			var err error
+			if cons != nil {
+				// The proposals follow the committed output's state, as row 0 of the
+				// verification does.
+				if g.v.s.drafts == nil {
+					g.v.s.drafts = &draftMask{c: cons}
+				}
+				dm := g.v.s.drafts
+				dm.state, dm.budget, dm.slot = g.cstate, g.budget(0), 0
+			}
 			drafts, q, err = d.Propose(current, n, g.all, g.v.s)
 			if err != nil {
 				return fmt.Errorf("generate: propose at %d: %w", seq.cache.Offset(), err)
@@ -600,7 +643,7 @@ func (g *generation) decode(ctx context.Context) error {
 			return fmt.Errorf("generate: verify at %d: %w", seq.cache.Offset(), err)
 		}
 		t2 := g.now()
-		out, accepted := g.v.decide(g.res.Logits, g.vocab, drafts, q, g.all)
+		out, accepted := g.v.decide(g.res.Logits, g.vocab, drafts, q, g.all, cons, g.cstate, g.budget(0))
 
 		// A stop token ends the output where it stands, even among accepted drafts; the rows
 		// after it are dropped with the rejected ones. The stop token's own row is never kept
@@ -644,6 +687,12 @@ func (g *generation) decode(ctx context.Context) error {
 			}
 		}
 		for i, t := range emitted {
+			if cons != nil {
+				var ok bool
+				if g.cstate, ok = cons.Advance(g.cstate, t); !ok {
+					return fmt.Errorf("generate: token %d emitted at %d is not allowed by the constraint", t, position+i)
+				}
+			}
 			g.all = append(g.all, t)
 			st.DecodeTokens++
 			piece := Token{ID: t}
@@ -675,6 +724,14 @@ func (g *generation) decode(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// budget is how many tokens may still be emitted once i more are (0: no limit).
+func (g *generation) budget(i int) int {
+	if g.req.MaxTokens <= 0 {
+		return 0
+	}
+	return max(g.req.MaxTokens-g.st.DecodeTokens-i, 1)
 }
 
 // chooseDepth is the next round's depth, at most limit, and whether its outcome trains the

@@ -107,6 +107,22 @@ func (s *SelectorSession) Propose(current, n int, history []int, smp Sampler) ([
 		if len(s.ids) == 0 || len(s.ids) != len(s.scores) {
 			return nil, nil, fmt.Errorf("selector session: slot %d has %d candidates and %d scores", slot, len(s.ids), len(s.scores))
 		}
+		if m, ok := smp.DraftMask(); !ok {
+			break // the output would be complete here: nothing to propose
+		} else if m != nil {
+			// Under a constraint only allowed candidates are proposed; q is over them.
+			k := 0
+			for i, id := range s.ids {
+				if m.Allows(int(id)) {
+					s.ids[k], s.scores[k] = s.ids[i], s.scores[i]
+					k++
+				}
+			}
+			if k == 0 {
+				break // no candidate fits the grammar: stop drafting
+			}
+			s.ids, s.scores = s.ids[:k], s.scores[:k]
+		}
 		q := &s.q[slot-1]
 		var d int
 		if smp.Greedy {
@@ -116,8 +132,9 @@ func (s *SelectorSession) Propose(current, n int, history []int, smp Sampler) ([
 			sample.Proposal(q, s.ids, s.scores, temp)
 			d = smp.Choose(q, len(history)+slot-1, sample.DrawDraft)
 		}
+		smp.DraftChosen(d)
 		s.drafts = append(s.drafts, d)
 		prev = d
 	}
-	return s.drafts, s.q[:n], nil
+	return s.drafts, s.q[:len(s.drafts)], nil
 }

@@ -175,7 +175,7 @@ func TestSelectorFollowsScores(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			out, acc := v.decide(logits, 5, d, q, hist)
+			out, acc := v.decide(logits, 5, d, q, hist, nil, nil, 0)
 			hist = append(hist, 0)
 			if out[0] != sure {
 				t.Fatalf("target sure of %d: round emitted %v from drafts %v", sure, out, d)

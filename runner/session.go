@@ -293,10 +293,15 @@ func (s *BlockSession) Propose(current, n int, history []int, smp Sampler) ([]in
 	}
 	for i := 1; i <= n; i++ {
 		q := &s.q[i-1]
-		smp.Distribution(q, logits[i*vocab:(i+1)*vocab], s.hist)
+		row, ok := smp.MaskDraft(logits[i*vocab : (i+1)*vocab])
+		if !ok {
+			break
+		}
+		smp.Distribution(q, row, s.hist)
 		d := smp.Choose(q, len(s.hist), sample.DrawDraft)
+		smp.DraftChosen(d)
 		s.drafts = append(s.drafts, d)
 		s.hist = append(s.hist, d)
 	}
-	return s.drafts, s.q[:n], nil
+	return s.drafts, s.q[:len(s.drafts)], nil
 }

@@ -4,7 +4,9 @@
 // (Accept, Residual) that make speculative verification exact (DFLASH.md section 1), and the
 // coupled race (Options.Coupled, Sampler.Race: Gumbel-max with noise keyed by seed, position and
 // token) under which a draft and the target choose with the same noise, so the output does not
-// depend on the draft.
+// depend on the draft. A Mask restricts the ids a constrained request may emit (its logits are
+// copied with the others at -Inf, before every filter); sample/grammar computes masks from a JSON
+// schema for structured output.
 //
 // It must never know about models, caches or drafts: it sees logits, token ids and histories
 // only. It never modifies the logits or histories it is given, never panics on them (NaN logits

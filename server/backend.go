@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dflash/dflash/sample"
+	"github.com/dflash/dflash/sample/grammar"
 )
 
 // Backend loads models by name. The server knows models only through it: package server/backend
@@ -147,7 +148,21 @@ type GenRequest struct {
 	// shares those tokens while its template may render this reply otherwise than the
 	// generation prompt began it.
 	Checkpoint int
+	// Format, when set, constrains the output to the grammar (structured output); Think says
+	// whether the output may begin with a think block the grammar leaves free (ThinkNone when
+	// the model does not think or the request turned it off).
+	Format *grammar.Grammar
+	Think  ThinkMode
 }
+
+// ThinkMode says where a generation stands toward a think block at its start.
+type ThinkMode uint8
+
+const (
+	ThinkNone   ThinkMode = iota // no think block: constrained from the first token
+	ThinkMay                     // the model may open one (its first token may be <think>)
+	ThinkInside                  // the prompt opened one: the output starts inside it
+)
 
 // HistoryCheckpointer is a Model whose prefix reuse gains from GenRequest.Checkpoint (a
 // hybrid target's, whose recurrent state resumes only from checkpoints). For it the server

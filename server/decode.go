@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dflash/dflash/sample"
+	"github.com/dflash/dflash/sample/grammar"
 )
 
 // RequestError is a client error: Status is the HTTP status, Param the request field at fault
@@ -179,6 +180,9 @@ type job struct {
 	Tools          []json.RawMessage
 	ToolChoice     string
 	ToolChoiceName string
+	// Format is the grammar the output must follow (ollama's format, OpenAI's response_format),
+	// nil for free text.
+	Format *grammar.Grammar
 	// Think is the request's thinking switch (nil: not given, the template's default), and
 	// ThinkParam the field that gave it, for errors.
 	Think      *bool
@@ -279,6 +283,9 @@ func parseOllamaChat(body []byte) (*job, *RequestError) {
 		return nil, err
 	}
 	j.Tools, j.ToolChoice = tools, choiceAuto
+	if err := formatWithTools(j, "format"); err != nil {
+		return nil, err
+	}
 	for i, m := range r.Messages {
 		p := fmt.Sprintf("messages[%d]", i)
 		if err := checkRole(p+".role", m.Role); err != nil {
@@ -325,12 +332,11 @@ func commonOllama(j *job, model string, format, think, keep json.RawMessage, opt
 	if model == "" {
 		return badField("model", "model is required")
 	}
-	if present(format) {
-		var s string
-		if json.Unmarshal(format, &s) != nil || s != "" {
-			return unsupported("format", "structured (JSON) output is not implemented")
-		}
+	g, ferr := parseOllamaFormat(format)
+	if ferr != nil {
+		return ferr
 	}
+	j.Format = g
 	t, err := parseThink("think", think)
 	if err != nil {
 		return err
@@ -728,15 +734,15 @@ func parseOpenAIChat(body []byte) (*openAIJob, *RequestError) {
 	case present(r.Functions) && !bytes.Equal(bytes.TrimSpace(r.Functions), []byte("[]")):
 		return nil, unsupported("functions", "function calling is not implemented")
 	}
-	if present(r.ResponseFormat) {
-		var rf struct {
-			Type string `json:"type"`
-		}
-		if json.Unmarshal(r.ResponseFormat, &rf) != nil || rf.Type != "text" {
-			return nil, unsupported("response_format", "only {\"type\":\"text\"} is supported")
-		}
+	g, ferr := parseResponseFormat(r.ResponseFormat)
+	if ferr != nil {
+		return nil, ferr
 	}
+	j.Format = g
 	if err := openAIToolsAndThinking(j.job, &r); err != nil {
+		return nil, err
+	}
+	if err := formatWithTools(j.job, "response_format"); err != nil {
 		return nil, err
 	}
 	if len(r.Messages) == 0 {

@@ -7,11 +7,15 @@
 // and generates by asking a Model, and it reports the counters a Model returns.
 //
 // Decisions on unsupported input (each answered with a 4xx that names the field):
-//   - ollama: format (json or schema), images, tools, suffix, think=true and context are
-//     rejected; template is ignored (the model's own template is used) and logged; unknown
-//     options (num_thread, num_gpu, mirostat, ...) are ignored.
-//   - OpenAI: n other than 1, tools/functions, response_format other than "text", logit_bias,
-//     echo, best_of > 1, suffix and non-text content parts are rejected.
+//   - ollama: images, suffix and context are rejected; template is ignored (the model's own
+//     template is used) and logged; unknown options (num_thread, num_gpu, mirostat, ...) are
+//     ignored.
+//   - OpenAI: n other than 1, functions, logit_bias, echo, best_of > 1, suffix and non-text
+//     content parts are rejected.
+//   - Structured output (format "json" or a schema; response_format json_object or
+//     json_schema) decodes under a grammar compiled by sample/grammar; a schema keyword it cannot
+//     enforce is refused with a 400 naming its path (e.g. format.properties.age.multipleOf), and
+//     a format together with tools is refused (the grammar would keep the model from calling).
 //
 // Log probabilities (ollama's logprobs/top_logprobs, OpenAI's chat logprobs/top_logprobs and
 // completions' logprobs N, 0..20 alternatives) are the model's own distribution: log-softmax at

@@ -166,7 +166,15 @@ func (s *Server) execute(r *http.Request, j *job, emit func(p reply.Part, lps []
 	}
 
 	out.Context = ids[:len(ids):len(ids)]
-	parser := reply.New(replyConfig(j, capabilitiesOf(mi), text))
+	rc := replyConfig(j, capabilitiesOf(mi), text)
+	parser := reply.New(rc)
+	think := ThinkNone
+	if rc.Thinking {
+		think = ThinkMay
+		if rc.InThinking {
+			think = ThinkInside
+		}
+	}
 	shown, pending := 0, 0 // bytes of text generated; index of the first logprob not passed
 	emitAll := func(parts []reply.Part) error {
 		for _, p := range parts {
@@ -185,7 +193,7 @@ func (s *Server) execute(r *http.Request, j *job, emit func(p reply.Part, lps []
 	opts := j.Opts.Sample
 	opts.Coupled = s.cfg.Coupling.applies(j.Opts.Seeded)
 	res, err := m.Generate(ctx, GenRequest{Prompt: ids, MaxTokens: maxTokens, Options: opts, Seeded: j.Opts.Seeded, Stop: j.Opts.Stop,
-		Logprobs: j.Opts.Logprobs, TopLogprobs: j.Opts.TopLogprobs, Checkpoint: history},
+		Logprobs: j.Opts.Logprobs, TopLogprobs: j.Opts.TopLogprobs, Checkpoint: history, Format: j.Format, Think: think},
 		func(t Token) error {
 			if t.ID >= 0 { // -1: a flushed tail of text, no token of its own
 				out.Context = append(out.Context, t.ID)

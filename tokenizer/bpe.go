@@ -657,6 +657,17 @@ func (t *BPE) TokenID(s string) (int, bool) {
 	return id, ok
 }
 
+// IsAdded reports whether id is an added token (special or not, e.g. <|im_end|>, <think>):
+// its bytes are its name, matched in text as a whole, not text the model writes piece by piece.
+// A grammar never allows one inside the text it constrains.
+func (t *BPE) IsAdded(id int) bool {
+	if id < 0 || id >= len(t.tokens) {
+		return false
+	}
+	a, ok := t.added[string(t.tokens[id])]
+	return ok && a == id
+}
+
 // IsSpecial reports whether id is an added token marked special (e.g. <|im_end|>).
 func (t *BPE) IsSpecial(id int) bool { return t.special[id] }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/dflash/dflash/engine"
 	"github.com/dflash/dflash/model/transformer"
 	"github.com/dflash/dflash/runner"
+	"github.com/dflash/dflash/sample/grammar"
 	"github.com/dflash/dflash/server"
 	"github.com/dflash/dflash/tokenizer"
 	"github.com/dflash/dflash/tokenizer/chat"
@@ -62,6 +63,9 @@ type Model struct {
 	last   runner.Stats
 	closed bool
 	onStep func(width int)
+
+	vocabOnce sync.Once
+	vocab     *grammar.Vocab // the grammar's view of the tokenizer, built on first use
 }
 
 // slot is one sequence with its drafting session (nil without a draft).
@@ -253,13 +257,17 @@ func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(s
 	if len(req.Prompt) == 0 {
 		return server.GenResult{}, errors.New("backend: empty prompt")
 	}
+	cons, err := m.constraint(req)
+	if err != nil {
+		return server.GenResult{}, err
+	}
 	stream := tokenizer.NewStream(m.e.Tok)
 	stream.Add(req.Prompt[len(req.Prompt)-1])
 	stream.Flush()
 	rr := runner.Request{
 		Prompt: req.Prompt, Options: req.Options, Seeded: req.Seeded, MaxTokens: req.MaxTokens,
 		Stop: m.e.Stop, StopStrings: req.Stop, Text: stream, Checkpoint: req.Checkpoint,
-		Logprobs: req.Logprobs, TopLogprobs: req.TopLogprobs,
+		Logprobs: req.Logprobs, TopLogprobs: req.TopLogprobs, Constraint: cons,
 	}
 	s := m.take(req.Prompt)
 	if s.session != nil {

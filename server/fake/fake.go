@@ -331,6 +331,23 @@ func (m *Model) script(prompt []int) []string {
 	return append(out, Words...)
 }
 
+// formatted is what a generation under a format writes: the thinking pieces when the prompt
+// thinks, then the grammar's completion from its start (Grammar.Finish: required members only,
+// shortest values), in pieces of up to 4 bytes as a tokenizer would split it.
+func (m *Model) formatted(req server.GenRequest) []string {
+	var out []string
+	if req.Think != server.ThinkNone && slices.Contains(req.Prompt, markIDs[markThink]) {
+		out = append(out, ThinkingPieces...)
+	}
+	text := req.Format.Finish(req.Format.Start())
+	for len(text) > 0 {
+		k := min(4, len(text))
+		out = append(out, string(text[:k]))
+		text = text[k:]
+	}
+	return out
+}
+
 // Generate emits Words in order (cycling when Length asks for more), stopping after MaxTokens,
 // at a stop string (through the same stop.Matcher the real backend's runner uses) or at the end
 // of the sequence.
@@ -362,6 +379,9 @@ func (m *Model) Generate(ctx context.Context, req server.GenRequest, emit func(s
 		}
 	}()
 	words := m.script(req.Prompt)
+	if req.Format != nil {
+		words = m.formatted(req)
+	}
 	n := len(words)
 	if m.b.Length > 0 {
 		n = m.b.Length

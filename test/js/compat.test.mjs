@@ -89,7 +89,7 @@ test('ollama: errors', async () => {
     (e) => e.status_code === 404 && /not found/.test(e.error));
   await assert.rejects(ollama.chat({ model, messages: [{ role: 'user', content: 'x' }], options: { top_p: 7 }, stream: false }),
     (e) => e.status_code === 400 && /options\.top_p/.test(e.error));
-  await assert.rejects(ollama.generate({ model, prompt: 'x', format: 'json', stream: false }),
+  await assert.rejects(ollama.generate({ model, prompt: 'x', format: 'yaml', stream: false }),
     (e) => e.status_code === 400 && /format/.test(e.error));
 });
 
@@ -343,4 +343,61 @@ test('openai: runTools calls the function and gets the answer', { skip: skipTool
   });
   assert.equal(await runner.finalContent(), expected);
   assert.deepEqual(seen, [{ city: 'Paris' }]);
+});
+
+// Structured output: whatever the model (the fake writes the grammar's completion, a real tiny
+// model writes junk under the grammar), the text parses and has the schema's shape. A short
+// budget is enough: the grammar steers the last tokens to a completion.
+const person = {
+  type: 'object',
+  properties: {
+    name: { type: 'string', maxLength: 10 },
+    age: { type: 'integer', minimum: 0, maximum: 120 },
+    pets: { type: 'array', items: { enum: ['cat', 'dog'] }, maxItems: 2 },
+  },
+  required: ['name', 'age', 'pets'],
+  additionalProperties: false,
+};
+
+function checkPerson(text) {
+  const v = JSON.parse(text);
+  assert.deepEqual(Object.keys(v).sort(), ['age', 'name', 'pets']);
+  assert.equal(typeof v.name, 'string');
+  assert.ok(v.name.length <= 10);
+  assert.ok(Number.isInteger(v.age) && v.age >= 0 && v.age <= 120, `age ${v.age}`);
+  assert.ok(Array.isArray(v.pets) && v.pets.length <= 2 && v.pets.every((p) => p === 'cat' || p === 'dog'));
+}
+
+test('ollama: format json and a schema, streamed and not', async () => {
+  const r = await ollama.generate({ model, prompt: 'Answer in JSON.', format: 'json', stream: false, options: { num_predict: 48, seed: 1 } });
+  JSON.parse(r.response);
+  const c = await ollama.chat({ model, messages: [{ role: 'user', content: 'Who?' }], format: person, stream: false, options: { num_predict: 64, temperature: 1, seed: 2 } });
+  checkPerson(c.message.content);
+  let text = '';
+  for await (const p of await ollama.chat({ model, messages: [{ role: 'user', content: 'Who?' }], format: person, stream: true, options: { num_predict: 64, temperature: 0 } })) {
+    text += p.message.content;
+  }
+  checkPerson(text);
+});
+
+test('ollama: an unsupported schema keyword is a 400 naming it', async () => {
+  await assert.rejects(
+    ollama.generate({ model, prompt: 'x', format: { type: 'integer', multipleOf: 3 }, stream: false }),
+    (e) => e.status_code === 400 && /format\.multipleOf/.test(e.error),
+  );
+});
+
+test('openai: response_format json_schema and json_object, streamed and not', async () => {
+  const messages = [{ role: 'user', content: 'Who?' }];
+  const response_format = { type: 'json_schema', json_schema: { name: 'person', strict: true, schema: person } };
+  const r = await openai.chat.completions.create({ model, messages, response_format, max_tokens: 64, seed: 3 });
+  checkPerson(r.choices[0].message.content);
+  const stream = await openai.chat.completions.create({ model, messages, response_format, max_tokens: 64, temperature: 1, seed: 4, stream: true });
+  let text = '';
+  for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? '';
+  checkPerson(text);
+  const o = await openai.chat.completions.create({ model, messages, response_format: { type: 'json_object' }, max_tokens: 48 });
+  const v = JSON.parse(o.choices[0].message.content);
+  assert.equal(typeof v, 'object');
+  assert.ok(v !== null && !Array.isArray(v));
 });
