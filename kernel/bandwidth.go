@@ -27,6 +27,15 @@ func ProbeBandwidth(bytes int64, d time.Duration) float64 {
 	bufs := make([][]float32, threads)
 	for t := range bufs {
 		bufs[t] = make([]float32, per)
+	}
+	return probeBuffers(bufs, d)
+}
+
+// probeBuffers is ProbeBandwidth over the given buffers, one goroutine each (tests pass buffers
+// in other memory, such as huge pages, to see what the placement costs).
+func probeBuffers(bufs [][]float32, d time.Duration) float64 {
+	threads := len(bufs)
+	for t := range bufs {
 		for i := range bufs[t] {
 			bufs[t][i] = 1
 		}

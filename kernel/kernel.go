@@ -35,6 +35,7 @@ package kernel
 
 import (
 	"fmt"
+	"runtime"
 
 	"github.com/dflash/dflash/kernel/quant"
 )
@@ -75,9 +76,10 @@ const Panel = 16
 type Matrix struct {
 	N, K  int
 	DType DType
-	f32   []float32 // panels (see Panel) when DType == F32
-	bf16  []uint16  // pair-interleaved panels (see Panel) when DType == BF16
-	q     []byte    // panel blocks (see qmatrix.go) when DType.Quantized()
+	f32   []float32  // panels (see Panel) when DType == F32
+	bf16  []uint16   // pair-interleaved panels (see Panel) when DType == BF16
+	q     []byte     // panel blocks (see qmatrix.go) when DType.Quantized()
+	mem   *weightMem // owner of the mapping holding the weights, nil on the Go heap (hugemem.go)
 }
 
 // NewF32 repacks row-major f32 weights w[N*K] into panels (see Panel). The input is not
@@ -89,7 +91,7 @@ func NewF32(w []float32, n, k int) *Matrix {
 		panic(fmt.Sprintf("kernel.NewF32: len %d != %d*%d", len(w), n, k))
 	}
 	m := &Matrix{N: n, K: k, DType: F32}
-	m.f32 = make([]float32, m.panels()*m.panelLen())
+	m.f32 = allocWeights[float32](m, m.panels()*m.panelLen())
 	for j := 0; j < n; j++ {
 		for i, v := range w[j*k : (j+1)*k] {
 			m.f32[m.index(j, i)] = v
@@ -105,7 +107,7 @@ func NewBF16(w []uint16, n, k int) *Matrix {
 		panic(fmt.Sprintf("kernel.NewBF16: len %d != %d*%d", len(w), n, k))
 	}
 	m := &Matrix{N: n, K: k, DType: BF16}
-	m.bf16 = make([]uint16, m.panels()*m.panelLen())
+	m.bf16 = allocWeights[uint16](m, m.panels()*m.panelLen())
 	for j := 0; j < n; j++ {
 		for i, v := range w[j*k : (j+1)*k] {
 			m.bf16[m.index(j, i)] = v
@@ -124,6 +126,7 @@ func (m *Matrix) LoadF32(w []float32) error {
 	if len(w) != m.N*m.K {
 		return fmt.Errorf("kernel: LoadF32: len %d != %d*%d", len(w), m.N, m.K)
 	}
+	defer runtime.KeepAlive(m) // the weights may be mapped memory m's owner frees (hugemem.go)
 	for j := 0; j < m.N; j++ {
 		for i, v := range w[j*m.K : (j+1)*m.K] {
 			m.f32[m.index(j, i)] = v
@@ -178,6 +181,7 @@ func (m *Matrix) Bytes() int64 {
 // dequantized bitwise as quant.Dequantize does). Used for embedding lookups and by tests; it
 // allocates nothing.
 func (m *Matrix) Row(dst []float32, j int) {
+	defer runtime.KeepAlive(m) // the weights may be mapped memory m's owner frees (hugemem.go)
 	if qi, ok := qinfos[m.DType]; ok {
 		var nat [256]byte // one ggml block (at most Q6_K's 210 bytes)
 		bb := qi.t.BlockBytes()
@@ -214,6 +218,7 @@ func (m *Matrix) MatMul(y, x []float32, rows int) {
 		return
 	}
 	matmul(active, m, y[:rows*m.N], x[:rows*m.K], rows)
+	runtime.KeepAlive(m) // the kernels hold raw pointers into memory m's owner may free (hugemem.go)
 }
 
 // BF16ToF32 widens a bf16 bit pattern exactly (kernel/quant's conversion, so every path agrees).
@@ -264,5 +269,6 @@ func MatMulEach(x []float32, rows int, ps ...Product) error {
 		}
 	}
 	matmulEach(active, x[:rows*k], rows, tight[:n]...)
+	runtime.KeepAlive(ps) // the kernels hold raw pointers into memory the owners may free (hugemem.go)
 	return nil
 }

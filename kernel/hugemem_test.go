@@ -1,0 +1,275 @@
+package kernel
+
+import (
+	"bufio"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/dflash/dflash/kernel/quant"
+)
+
+// weightAddr is the address of m's first weight byte.
+func weightAddr(m *Matrix) uintptr {
+	switch {
+	case m.f32 != nil:
+		return uintptr(unsafe.Pointer(&m.f32[0]))
+	case m.bf16 != nil:
+		return uintptr(unsafe.Pointer(&m.bf16[0]))
+	}
+	return uintptr(unsafe.Pointer(&m.q[0]))
+}
+
+// anonHugeKB reads /proc/self/smaps and returns the AnonHugePages (kB) of the mapping that
+// contains addr, and whether such a mapping exists.
+func anonHugeKB(t testing.TB, addr uintptr) (kb int, found bool) {
+	f, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		t.Skipf("no /proc/self/smaps: %v", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	in := false
+	for sc.Scan() {
+		line := sc.Text()
+		if lo, hi, ok := smapsRange(line); ok {
+			in = addr >= lo && addr < hi
+			found = found || in
+			continue
+		}
+		if in && strings.HasPrefix(line, "AnonHugePages:") {
+			kb, _ = strconv.Atoi(strings.Fields(line)[1])
+		}
+	}
+	return kb, found
+}
+
+// smapsRange parses the "lo-hi perms ..." header line of one smaps mapping.
+func smapsRange(line string) (lo, hi uintptr, ok bool) {
+	r, _, _ := strings.Cut(line, " ")
+	a, b, ok := strings.Cut(r, "-")
+	if !ok {
+		return 0, 0, false
+	}
+	l, err1 := strconv.ParseUint(a, 16, 64)
+	h, err2 := strconv.ParseUint(b, 16, 64)
+	if err1 != nil || err2 != nil {
+		return 0, 0, false
+	}
+	return uintptr(l), uintptr(h), true
+}
+
+// thpUsable reports whether the host lets madvise'd memory use transparent huge pages.
+func thpUsable() bool {
+	b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled")
+	return err == nil && !strings.Contains(string(b), "[never]")
+}
+
+// TestHugeWeights checks that large weights of every dtype land in a 2 MiB-aligned mapping
+// backed by huge pages, that products on them equal products on the same weights on the Go
+// heap bitwise, and that small ones stay on the heap.
+func TestHugeWeights(t *testing.T) {
+	if runtime.GOOS != "linux" || !hugeWeights {
+		t.Skip("weight mappings are Linux-only and on (DFLASH_HUGEPAGES unset)")
+	}
+	const n, k = 1040, 2048 // 65 panels: 4.1 MiB of bf16, a partial huge page at the end
+	w := randVec(n*k, 7)
+	wb := make([]uint16, n*k)
+	for i, v := range w {
+		wb[i] = F32ToBF16(v)
+	}
+	blocks, err := quant.Quantize(quant.Q8_0, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q8, err := NewQuant(quant.Q8_0, blocks, n, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []*Matrix{NewF32(w, n, k), NewBF16(wb, n, k), q8} {
+		t.Run(m.DType.String(), func(t *testing.T) {
+			if m.mem == nil {
+				t.Fatalf("%v %dx%d (%d bytes) is on the Go heap, want a mapping", m.DType, n, k, m.Bytes())
+			}
+			addr := weightAddr(m)
+			if addr%hugeAlign != 0 {
+				t.Fatalf("weights at %#x, want 2 MiB alignment", addr)
+			}
+			kb, found := anonHugeKB(t, addr)
+			if !found {
+				t.Fatalf("no mapping holds %#x in /proc/self/smaps", addr)
+			}
+			t.Logf("AnonHugePages %d kB", kb)
+			if thpUsable() && kb < hugeAlign>>10 {
+				t.Errorf("mapping of %d bytes has AnonHugePages %d kB, want at least one 2 MiB page", m.Bytes(), kb)
+			}
+			heap := heapCopy(m)
+			x := randVec(3*k, 8)
+			got, want := make([]float32, 3*n), make([]float32, 3*n)
+			m.MatMul(got, x, 3)
+			heap.MatMul(want, x, 3)
+			if !slices.Equal(got, want) {
+				t.Fatal("product on mapped weights differs from the same weights on the heap")
+			}
+		})
+	}
+	if small := NewBF16(wb[:64*k], 64, k); small.mem != nil {
+		t.Errorf("a %d-byte matrix got a mapping, want the Go heap", small.Bytes())
+	}
+}
+
+// heapCopy is m with its weights copied to the Go heap.
+func heapCopy(m *Matrix) *Matrix {
+	c := *m
+	c.mem = nil
+	c.f32 = slices.Clone(m.f32)
+	c.bf16 = slices.Clone(m.bf16)
+	c.q = slices.Clone(m.q)
+	return &c
+}
+
+// TestHugeWeightsFreed checks that a mapping goes back to the OS once no matrix holds it, and
+// not before: a copy of the Matrix value keeps it.
+func TestHugeWeightsFreed(t *testing.T) {
+	if runtime.GOOS != "linux" || !hugeWeights {
+		t.Skip("weight mappings are Linux-only and on (DFLASH_HUGEPAGES unset)")
+	}
+	const n, k = 1024, 2048
+	wb := make([]uint16, n*k)
+	for i := range wb {
+		wb[i] = F32ToBF16(float32(i%97) - 48)
+	}
+	m := NewBF16(wb, n, k)
+	addr := weightAddr(m)
+	if m.mem == nil {
+		t.Fatal("no mapping")
+	}
+	c := *m // shares the owner
+	m = nil
+	x := randVec(k, 3)
+	y := make([]float32, n)
+	for range 3 {
+		FreeUnused()
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, found := anonHugeKB(t, addr); !found {
+		t.Fatal("mapping freed while a copy of its matrix is alive")
+	}
+	c.MatMul(y, x, 1) // c's last use: from here nothing holds the owner
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		FreeUnused()
+		if _, found := anonHugeKB(t, addr); !found {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("mapping at %#x still present 5s after its last matrix was dropped", addr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// BenchmarkDecodeStream streams one-row bf16 products over Qwen3-0.6B's weights (28 layers of
+// q, k, v, o, gate, up, down and the 151936-row output matrix, about 1.2 GB), as a decode step
+// does, with the weights on the Go heap (4 KiB pages) and in huge-page mappings, alternating the
+// two each iteration (the machine may be shared: alternation keeps their conditions alike), and
+// the probe over the same two placements. Each iteration is one step of each placement and a
+// short probe of each, in ABBA order; the metrics are medians over iterations of the figures and
+// of the per-iteration ratios (use -benchtime=Nx). "probe" in a ratio is the heap probe, which
+// is what ProbeBandwidth measures.
+func BenchmarkDecodeStream(b *testing.B) {
+	if !hugeWeights {
+		b.Skip("DFLASH_HUGEPAGES=0")
+	}
+	shapes := []struct{ n, k int }{{2048, 1024}, {1024, 1024}, {1024, 1024}, {1024, 2048}, {3072, 1024}, {3072, 1024}, {1024, 3072}}
+	var layer []*Matrix
+	for _, s := range shapes {
+		layer = append(layer, benchMatrix(BF16, s.n, s.k, 0)[0])
+	}
+	out := benchMatrix(BF16, 151936, 1024, 0)[0]
+	place := func(m *Matrix, huge bool) *Matrix {
+		c := *m
+		if huge {
+			c.mem = nil
+			c.bf16 = allocWeights[uint16](&c, len(m.bf16))
+			copy(c.bf16, m.bf16)
+			if c.mem == nil {
+				b.Fatal("no mapping for a large matrix")
+			}
+			return &c
+		}
+		return heapCopy(m)
+	}
+	sets := make([][]*Matrix, 2) // 0: heap, 1: huge
+	var stepBytes int64
+	for h := range sets {
+		for range 28 {
+			for _, m := range layer {
+				sets[h] = append(sets[h], place(m, h == 1))
+			}
+		}
+		sets[h] = append(sets[h], place(out, h == 1))
+	}
+	for _, m := range sets[0] {
+		stepBytes += m.Bytes()
+	}
+	threads := runtime.GOMAXPROCS(0)
+	per := 512 << 20 / 4 / threads
+	probes := make([][][]float32, 2)
+	for t := 0; t < threads; t++ {
+		probes[0] = append(probes[0], make([]float32, per))
+		probes[1] = append(probes[1], allocWeights[float32](&Matrix{}, per))
+	}
+	x, y := randVec(3072, 1), make([]float32, 151936)
+	step := func(ms []*Matrix) float64 {
+		start := time.Now()
+		for _, m := range ms {
+			m.MatMul(y[:m.N], x[:m.K], 1)
+		}
+		return float64(stepBytes) / time.Since(start).Seconds() / 1e9
+	}
+	for h := range sets {
+		step(sets[h]) // warm: pages faulted in, pool started
+	}
+	var gbs, probe [2][]float64
+	var ratio, probeRatio []float64 // huge over heap, per round
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		order := [2]int{0, 1}
+		if i%2 == 1 {
+			order = [2]int{1, 0} // ABBA: drift in the host's load falls on both alike
+		}
+		for _, h := range order {
+			gbs[h] = append(gbs[h], step(sets[h]))
+		}
+		for _, h := range order {
+			probe[h] = append(probe[h], probeBuffers(probes[h], 100*time.Millisecond))
+		}
+		ratio = append(ratio, gbs[1][i]/gbs[0][i])
+		probeRatio = append(probeRatio, probe[1][i]/probe[0][i])
+	}
+	b.StopTimer()
+	med := func(v []float64) float64 { v = slices.Clone(v); slices.Sort(v); return v[len(v)/2] }
+	for h, name := range []string{"heap", "huge"} {
+		b.ReportMetric(med(gbs[h]), name+"GB/s")
+		b.ReportMetric(med(probe[h]), name+"ProbeGB/s")
+		b.Logf("%s: step GB/s %.1f-%.1f, probe GB/s %.1f-%.1f over %d rounds", name,
+			slices.Min(gbs[h]), slices.Max(gbs[h]), slices.Min(probe[h]), slices.Max(probe[h]), b.N)
+	}
+	var heapOfProbe, hugeOfProbe []float64
+	for i := range gbs[0] {
+		heapOfProbe = append(heapOfProbe, gbs[0][i]/probe[0][i])
+		hugeOfProbe = append(hugeOfProbe, gbs[1][i]/probe[0][i])
+	}
+	b.ReportMetric(med(ratio), "huge/heap")
+	b.ReportMetric(med(probeRatio), "hugeProbe/heapProbe")
+	b.ReportMetric(med(heapOfProbe), "heap/probe")
+	b.ReportMetric(med(hugeOfProbe), "huge/probe")
+	b.Logf("per round huge/heap step %.2f-%.2f, probe %.2f-%.2f", slices.Min(ratio), slices.Max(ratio), slices.Min(probeRatio), slices.Max(probeRatio))
+	runtime.KeepAlive(probes)
+}
