@@ -9,6 +9,7 @@ import (
 
 	"github.com/dflash/dflash/cache"
 	"github.com/dflash/dflash/engine"
+	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/model/transformer"
 	"github.com/dflash/dflash/runner"
 	"github.com/dflash/dflash/server"
@@ -372,9 +373,19 @@ func (m *Model) LastStats() runner.Stats {
 }
 
 // Close implements server.Model: it waits for running generations (the server closes a model
-// only when none runs), closes every drafting session and drops the engine, caches and draft
-// for the GC to free.
+// only when none runs), closes every drafting session and drops the engine, caches and draft,
+// then has the GC collect them: the weights live in mappings outside the Go heap (kernel's
+// huge-page weight memory), so dropping them alone would not make a collection due and an
+// unloaded model's memory would stay with the process until some later one.
 func (m *Model) Close() error {
+	if err := m.close(); err != nil {
+		return err
+	}
+	kernel.FreeUnused()
+	return nil
+}
+
+func (m *Model) close() error {
 	for range m.parallel {
 		m.slots <- struct{}{}
 	}
