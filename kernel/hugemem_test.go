@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"runtime"
 	"slices"
@@ -118,8 +119,67 @@ func TestHugeWeights(t *testing.T) {
 			}
 		})
 	}
-	if small := NewBF16(wb[:64*k], 64, k); small.mem != nil {
-		t.Errorf("a %d-byte matrix got a mapping, want the Go heap", small.Bytes())
+	if tiny := NewBF16(wb[:8*1024], 8, 1024); tiny.mem != nil { // one panel, 32 KiB: below arenaMin
+		t.Errorf("a %d-byte matrix got a mapping, want the Go heap", tiny.Bytes())
+	}
+}
+
+// TestSmallWeightsShareArena checks that matrices below a huge page share one arena of huge
+// pages, page-aligned and apart, that products on them equal products on the heap bitwise,
+// and that the arena goes back to the OS once none of its matrices is held.
+func TestSmallWeightsShareArena(t *testing.T) {
+	if runtime.GOOS != "linux" || !hugeWeights {
+		t.Skip("weight mappings are Linux-only and on (DFLASH_HUGEPAGES unset)")
+	}
+	FreeUnused()           // no arena left over from other tests: a fresh one starts here
+	const n, k = 500, 1024 // 1000 KiB of bf16 each, not a whole number of pages
+	var ms [3]*Matrix
+	for i := range ms {
+		w := randVec(n*k, uint64(20+i))
+		wb := make([]uint16, n*k)
+		for j, v := range w {
+			wb[j] = F32ToBF16(v)
+		}
+		ms[i] = NewBF16(wb, n, k)
+	}
+	for i, m := range ms {
+		if m.mem == nil || m.mem != ms[0].mem {
+			t.Fatalf("matrix %d: owner %p, want the arena %p of matrix 0", i, m.mem, ms[0].mem)
+		}
+		if a := weightAddr(m); a%arenaAlign != 0 {
+			t.Fatalf("matrix %d at %#x, want 4 KiB alignment", i, a)
+		}
+		if i > 0 && weightAddr(m) < weightAddr(ms[i-1])+uintptr(ms[i-1].Bytes()) {
+			t.Fatalf("matrix %d at %#x overlaps matrix %d", i, weightAddr(m), i-1)
+		}
+		x := randVec(2*k, 9)
+		got, want := make([]float32, 2*n), make([]float32, 2*n)
+		m.MatMul(got, x, 2)
+		heapCopy(m).MatMul(want, x, 2)
+		if !slices.Equal(got, want) {
+			t.Fatalf("matrix %d: product in the arena differs from the same weights on the heap", i)
+		}
+	}
+	addr := weightAddr(ms[0])
+	kb, found := anonHugeKB(t, addr)
+	if !found {
+		t.Fatalf("no mapping holds %#x", addr)
+	}
+	t.Logf("arena AnonHugePages %d kB", kb)
+	if thpUsable() && kb < hugeAlign>>10 {
+		t.Errorf("arena holding %d bytes has AnonHugePages %d kB, want at least one 2 MiB page", 3*ms[0].Bytes(), kb)
+	}
+	ms = [3]*Matrix{}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		FreeUnused()
+		if _, found := anonHugeKB(t, addr); !found {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("arena at %#x still mapped 5s after its matrices were dropped", addr)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -174,56 +234,84 @@ func TestHugeWeightsFreed(t *testing.T) {
 	}
 }
 
-// BenchmarkDecodeStream streams one-row bf16 products over Qwen3-0.6B's weights (28 layers of
-// q, k, v, o, gate, up, down and the 151936-row output matrix, about 1.2 GB), as a decode step
-// does, with the weights on the Go heap (4 KiB pages) and in huge-page mappings, alternating the
-// two each iteration (the machine may be shared: alternation keeps their conditions alike), and
-// the probe over the same two placements. Each iteration is one step of each placement and a
-// short probe of each, in ABBA order; the metrics are medians over iterations of the figures and
-// of the per-iteration ratios (use -benchtime=Nx). "probe" in a ratio is the heap probe, which
-// is what ProbeBandwidth measures.
+// BenchmarkDecodeStream streams one-row products over Qwen3-0.6B's weights (28 layers of q, k,
+// v, o, gate, up, down and the 151936-row output matrix; 1.2 GB in bf16), as a decode step does,
+// per dtype: with the weights on the Go heap (4 KiB pages) and in huge-page mappings, both on
+// all threads, and in mappings on one thread (a dtype whose one-thread figure is near its
+// all-thread one is bound by memory; near half of it, by the cores). Each iteration is one step
+// of each and a short ProbeBandwidth-style probe over heap and over mapped buffers, alternated
+// ABBA (the machine may be shared: alternation keeps their conditions alike); the metrics are
+// medians over iterations of the figures and of per-iteration ratios (use -benchtime=Nx).
+// "probe" in a ratio is the heap probe, which is what ProbeBandwidth measures.
 func BenchmarkDecodeStream(b *testing.B) {
 	if !hugeWeights {
 		b.Skip("DFLASH_HUGEPAGES=0")
 	}
-	shapes := []struct{ n, k int }{{2048, 1024}, {1024, 1024}, {1024, 1024}, {1024, 2048}, {3072, 1024}, {3072, 1024}, {1024, 3072}}
+	for _, dt := range []DType{BF16, Q8_0, Q4_K} {
+		b.Run(dt.String(), func(b *testing.B) { benchDecodeStream(b, dt) })
+		FreeUnused()
+	}
+}
+
+func benchDecodeStream(b *testing.B, dt DType) {
+	shapes := []struct{ n, k int }{{2048, 1024}, {1024, 1024}, {1024, 1024}, {1024, 2048}, {3072, 1024}, {3072, 1024}, {1024, 3072}, {151936, 1024}}
+	build := func(n, k int) *Matrix {
+		if dt == BF16 {
+			return benchMatrix(BF16, n, k, 0)[0]
+		}
+		qt := qinfos[dt].t
+		m, err := NewQuant(qt, randBlocks(qt, n, k, uint64(n+k), true), n, k)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return m
+	}
 	var layer []*Matrix
 	for _, s := range shapes {
-		layer = append(layer, benchMatrix(BF16, s.n, s.k, 0)[0])
+		layer = append(layer, build(s.n, s.k))
 	}
-	out := benchMatrix(BF16, 151936, 1024, 0)[0]
 	place := func(m *Matrix, huge bool) *Matrix {
+		if !huge {
+			return heapCopy(m)
+		}
 		c := *m
-		if huge {
-			c.mem = nil
+		c.mem = nil
+		switch {
+		case m.bf16 != nil:
 			c.bf16 = allocWeights[uint16](&c, len(m.bf16))
 			copy(c.bf16, m.bf16)
-			if c.mem == nil {
-				b.Fatal("no mapping for a large matrix")
-			}
-			return &c
+		default:
+			c.q = allocWeights[byte](&c, len(m.q))
+			copy(c.q, m.q)
 		}
-		return heapCopy(m)
+		return &c
 	}
 	sets := make([][]*Matrix, 2) // 0: heap, 1: huge
-	var stepBytes int64
+	var stepBytes, mappedSet int64
 	for h := range sets {
-		for range 28 {
-			for _, m := range layer {
+		for l := range 28 {
+			for _, m := range layer[:len(layer)-1] {
 				sets[h] = append(sets[h], place(m, h == 1))
 			}
+			if l == 27 {
+				sets[h] = append(sets[h], place(layer[len(layer)-1], h == 1))
+			}
 		}
-		sets[h] = append(sets[h], place(out, h == 1))
 	}
-	for _, m := range sets[0] {
+	for _, m := range sets[1] {
 		stepBytes += m.Bytes()
+		if m.mem != nil {
+			mappedSet += m.Bytes()
+		}
 	}
+	b.Logf("%v: %.2f GB per step, %.0f%% of it in mappings", dt, float64(stepBytes)/1e9, 100*float64(mappedSet)/float64(stepBytes))
 	threads := runtime.GOMAXPROCS(0)
 	per := 512 << 20 / 4 / threads
 	probes := make([][][]float32, 2)
+	holders := make([]Matrix, threads) // own the probe's mappings until the end
 	for t := 0; t < threads; t++ {
 		probes[0] = append(probes[0], make([]float32, per))
-		probes[1] = append(probes[1], allocWeights[float32](&Matrix{}, per))
+		probes[1] = append(probes[1], allocWeights[float32](&holders[t], per))
 	}
 	x, y := randVec(3072, 1), make([]float32, 151936)
 	step := func(ms []*Matrix) float64 {
@@ -233,11 +321,16 @@ func BenchmarkDecodeStream(b *testing.B) {
 		}
 		return float64(stepBytes) / time.Since(start).Seconds() / 1e9
 	}
+	one := func() float64 {
+		prev := SetMaxThreads(1)
+		defer SetMaxThreads(prev)
+		return step(sets[1])
+	}
 	for h := range sets {
 		step(sets[h]) // warm: pages faulted in, pool started
 	}
 	var gbs, probe [2][]float64
-	var ratio, probeRatio []float64 // huge over heap, per round
+	var single, ratio, probeRatio, heapOfProbe, hugeOfProbe, oneOfAll []float64
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		order := [2]int{0, 1}
@@ -247,29 +340,27 @@ func BenchmarkDecodeStream(b *testing.B) {
 		for _, h := range order {
 			gbs[h] = append(gbs[h], step(sets[h]))
 		}
+		single = append(single, one())
 		for _, h := range order {
 			probe[h] = append(probe[h], probeBuffers(probes[h], 100*time.Millisecond))
 		}
 		ratio = append(ratio, gbs[1][i]/gbs[0][i])
 		probeRatio = append(probeRatio, probe[1][i]/probe[0][i])
+		heapOfProbe = append(heapOfProbe, gbs[0][i]/probe[0][i])
+		hugeOfProbe = append(hugeOfProbe, gbs[1][i]/probe[0][i])
+		oneOfAll = append(oneOfAll, single[i]/gbs[1][i])
 	}
 	b.StopTimer()
 	med := func(v []float64) float64 { v = slices.Clone(v); slices.Sort(v); return v[len(v)/2] }
-	for h, name := range []string{"heap", "huge"} {
-		b.ReportMetric(med(gbs[h]), name+"GB/s")
-		b.ReportMetric(med(probe[h]), name+"ProbeGB/s")
-		b.Logf("%s: step GB/s %.1f-%.1f, probe GB/s %.1f-%.1f over %d rounds", name,
-			slices.Min(gbs[h]), slices.Max(gbs[h]), slices.Min(probe[h]), slices.Max(probe[h]), b.N)
-	}
-	var heapOfProbe, hugeOfProbe []float64
-	for i := range gbs[0] {
-		heapOfProbe = append(heapOfProbe, gbs[0][i]/probe[0][i])
-		hugeOfProbe = append(hugeOfProbe, gbs[1][i]/probe[0][i])
-	}
-	b.ReportMetric(med(ratio), "huge/heap")
-	b.ReportMetric(med(probeRatio), "hugeProbe/heapProbe")
-	b.ReportMetric(med(heapOfProbe), "heap/probe")
-	b.ReportMetric(med(hugeOfProbe), "huge/probe")
-	b.Logf("per round huge/heap step %.2f-%.2f, probe %.2f-%.2f", slices.Min(ratio), slices.Max(ratio), slices.Min(probeRatio), slices.Max(probeRatio))
-	runtime.KeepAlive(probes)
+	span := func(v []float64) string { return fmt.Sprintf("%.2f [%.2f-%.2f]", med(v), slices.Min(v), slices.Max(v)) }
+	b.ReportMetric(med(gbs[0]), "heapGB/s")
+	b.ReportMetric(med(gbs[1]), "hugeGB/s")
+	b.ReportMetric(med(single), "huge1thrGB/s")
+	b.ReportMetric(med(probe[0]), "probeGB/s")
+	b.ReportMetric(med(probe[1]), "hugeProbeGB/s")
+	b.Logf("%v over %d rounds, median [range]: GB/s heap %s, huge %s, huge on 1 thread %s, probe %s, huge probe %s",
+		dt, b.N, span(gbs[0]), span(gbs[1]), span(single), span(probe[0]), span(probe[1]))
+	b.Logf("%v ratios: huge/heap %s, hugeProbe/probe %s, heap/probe %s, huge/probe %s, 1 thread/all %s",
+		dt, span(ratio), span(probeRatio), span(heapOfProbe), span(hugeOfProbe), span(oneOfAll))
+	runtime.KeepAlive(holders)
 }
