@@ -235,14 +235,15 @@ func TestHugeWeightsFreed(t *testing.T) {
 }
 
 // BenchmarkDecodeStream streams one-row products over Qwen3-0.6B's weights (28 layers of q, k,
-// v, o, gate, up, down and the 151936-row output matrix; 1.2 GB in bf16), as a decode step does,
-// per dtype: with the weights on the Go heap (4 KiB pages) and in huge-page mappings, both on
-// all threads, and in mappings on one thread (a dtype whose one-thread figure is near its
-// all-thread one is bound by memory; near half of it, by the cores). Each iteration is one step
-// of each and a short ProbeBandwidth-style probe over heap and over mapped buffers, alternated
-// ABBA (the machine may be shared: alternation keeps their conditions alike); the metrics are
-// medians over iterations of the figures and of per-iteration ratios (use -benchtime=Nx).
-// "probe" in a ratio is the heap probe, which is what ProbeBandwidth measures.
+// v, o, gate, up, down and the 151936-row output matrix; 1.2 GB in bf16) as a decode step does,
+// handing them to the pool as a forward does (q, k and v in one MatMulEach, gate and up in
+// another), per dtype: with the weights on the Go heap (4 KiB pages) and in huge-page mappings,
+// both on all threads, and in mappings on one thread (where all threads read much more than one,
+// one core's compute or outstanding misses limit it, not the memory system alone). Each
+// iteration is one step of each and a short ProbeBandwidth-style probe over heap and over mapped
+// buffers, alternated ABBA (the machine may be shared: alternation keeps their conditions
+// alike); the metrics are medians over iterations of the figures and of per-iteration ratios
+// (use -benchtime=Nx). "probe" in a ratio is the heap probe, which ProbeBandwidth measures.
 func BenchmarkDecodeStream(b *testing.B) {
 	if !hugeWeights {
 		b.Skip("DFLASH_HUGEPAGES=0")
@@ -314,11 +315,24 @@ func benchDecodeStream(b *testing.B, dt DType) {
 		probes[1] = append(probes[1], allocWeights[float32](&holders[t], per))
 	}
 	x, y := randVec(3072, 1), make([]float32, 151936)
+	// A step hands products to the pool as a forward does: q, k, v together, o, gate and up
+	// together, down, and the output matrix.
+	ys := make([]float32, 4*3072)
 	step := func(ms []*Matrix) float64 {
 		start := time.Now()
-		for _, m := range ms {
-			m.MatMul(y[:m.N], x[:m.K], 1)
+		for l := 0; l+7 <= len(ms); l += 7 {
+			q, k, v, o, gate, up, down := ms[l], ms[l+1], ms[l+2], ms[l+3], ms[l+4], ms[l+5], ms[l+6]
+			if err := MatMulEach(x[:1024], 1, Product{q, ys[:q.N]}, Product{k, ys[3072 : 3072+k.N]}, Product{v, ys[6144 : 6144+v.N]}); err != nil {
+				b.Fatal(err)
+			}
+			o.MatMul(y[:o.N], x[:o.K], 1)
+			if err := MatMulEach(x[:1024], 1, Product{gate, ys[:gate.N]}, Product{up, ys[3072 : 3072+up.N]}); err != nil {
+				b.Fatal(err)
+			}
+			down.MatMul(y[:down.N], x[:down.K], 1)
 		}
+		out := ms[len(ms)-1]
+		out.MatMul(y[:out.N], x[:out.K], 1)
 		return float64(stepBytes) / time.Since(start).Seconds() / 1e9
 	}
 	one := func() float64 {
