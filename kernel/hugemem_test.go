@@ -243,7 +243,8 @@ func TestHugeWeightsFreed(t *testing.T) {
 // iteration is one step of each and a short ProbeBandwidth-style probe over heap and over mapped
 // buffers, alternated ABBA (the machine may be shared: alternation keeps their conditions
 // alike); the metrics are medians over iterations of the figures and of per-iteration ratios
-// (use -benchtime=Nx). "probe" in a ratio is the heap probe, which ProbeBandwidth measures.
+// (use -benchtime=Nx). The heap probe is what ProbeBandwidth measured before weights moved to
+// huge pages; the huge one is what it measures now.
 func BenchmarkDecodeStream(b *testing.B) {
 	if !hugeWeights {
 		b.Skip("DFLASH_HUGEPAGES=0")
@@ -361,7 +362,7 @@ func benchDecodeStream(b *testing.B, dt DType) {
 		ratio = append(ratio, gbs[1][i]/gbs[0][i])
 		probeRatio = append(probeRatio, probe[1][i]/probe[0][i])
 		heapOfProbe = append(heapOfProbe, gbs[0][i]/probe[0][i])
-		hugeOfProbe = append(hugeOfProbe, gbs[1][i]/probe[0][i])
+		hugeOfProbe = append(hugeOfProbe, gbs[1][i]/probe[1][i])
 		oneOfAll = append(oneOfAll, single[i]/gbs[1][i])
 	}
 	b.StopTimer()
@@ -370,11 +371,11 @@ func benchDecodeStream(b *testing.B, dt DType) {
 	b.ReportMetric(med(gbs[0]), "heapGB/s")
 	b.ReportMetric(med(gbs[1]), "hugeGB/s")
 	b.ReportMetric(med(single), "huge1thrGB/s")
-	b.ReportMetric(med(probe[0]), "probeGB/s")
+	b.ReportMetric(med(probe[0]), "heapProbeGB/s")
 	b.ReportMetric(med(probe[1]), "hugeProbeGB/s")
-	b.Logf("%v over %d rounds, median [range]: GB/s heap %s, huge %s, huge on 1 thread %s, probe %s, huge probe %s",
+	b.Logf("%v over %d rounds, median [range]: GB/s heap %s, huge %s, huge on 1 thread %s, heap probe %s, huge probe %s",
 		dt, b.N, span(gbs[0]), span(gbs[1]), span(single), span(probe[0]), span(probe[1]))
-	b.Logf("%v ratios: huge/heap %s, hugeProbe/probe %s, heap/probe %s, huge/probe %s, 1 thread/all %s",
+	b.Logf("%v ratios: huge/heap %s, hugeProbe/heapProbe %s, heap/heapProbe %s, huge/hugeProbe %s, 1 thread/all %s",
 		dt, span(ratio), span(probeRatio), span(heapOfProbe), span(hugeOfProbe), span(oneOfAll))
 	runtime.KeepAlive(holders)
 }

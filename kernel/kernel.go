@@ -21,6 +21,12 @@
 // split never changes a bit of the result. ProbeBandwidth measures the memory-read ceiling that
 // matrix-vector products are bounded by.
 //
+// Weight buffers of 64 KiB and more live outside the Go heap, in anonymous mappings advised as
+// transparent huge pages on Linux (hugemem.go): a decode step streams every weight once, and in
+// 4 KiB pages that costs a page walk per page. A mapping is freed by the garbage collector once
+// no Matrix holds it; FreeUnused collects at once (an unloaded model). DFLASH_HUGEPAGES=0 keeps
+// weights on the heap.
+//
 // Quantized weights (NewQuant: GGUF blocks of Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) stay quantized,
 // repacked into 16-row panel blocks of about the file's size (qmatrix.go). Their products
 // quantize each activation row per block as ggml's vec_dot does for the type (Q8_0-style
