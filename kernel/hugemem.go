@@ -50,8 +50,12 @@ const arenaAlign = 4 << 10
 // heap (for comparisons, or a host where mappings misbehave).
 var hugeWeights = os.Getenv("DFLASH_HUGEPAGES") != "0"
 
-// mappedBytes counts the bytes of mappings currently held for weights (tests, diagnostics).
+// mappedBytes counts the bytes of mappings currently held for weights.
 var mappedBytes atomic.Int64
+
+// MappedBytes is the size of the huge-page mappings currently holding weights (whole arenas
+// included): memory the process holds outside the Go heap, which heap statistics do not show.
+func MappedBytes() int64 { return mappedBytes.Load() }
 
 // weightMem owns one mapping; its cleanup unmaps it. It carries no Go pointers and is larger
 // than the tiny-allocator size, so the cleanup runs as soon as the owner is unreachable.

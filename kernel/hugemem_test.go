@@ -209,6 +209,9 @@ func TestHugeWeightsFreed(t *testing.T) {
 	if m.mem == nil {
 		t.Fatal("no mapping")
 	}
+	if got := MappedBytes(); got < m.Bytes() { // other tests' mappings may come and go
+		t.Fatalf("MappedBytes %d with a mapped matrix of %d bytes alive", got, m.Bytes())
+	}
 	c := *m // shares the owner
 	m = nil
 	x := randVec(k, 3)
