@@ -373,19 +373,9 @@ func (m *Model) LastStats() runner.Stats {
 }
 
 // Close implements server.Model: it waits for running generations (the server closes a model
-// only when none runs), closes every drafting session and drops the engine, caches and draft,
-// then has the GC collect them: the weights live in mappings outside the Go heap (kernel's
-// huge-page weight memory), so dropping them alone would not make a collection due and an
-// unloaded model's memory would stay with the process until some later one.
+// only when none runs), closes every drafting session and drops the engine, caches and draft
+// for the GC to free.
 func (m *Model) Close() error {
-	if err := m.close(); err != nil {
-		return err
-	}
-	kernel.FreeUnused()
-	return nil
-}
-
-func (m *Model) close() error {
 	for range m.parallel {
 		m.slots <- struct{}{}
 	}
@@ -408,5 +398,8 @@ func (m *Model) close() error {
 	}
 	m.idle, m.made = nil, 0
 	m.e, m.draft, m.batcher, m.tmpl = nil, nil, nil, engine.Template{}
+	// The weights live outside the Go heap (kernel's huge-page mappings), so dropping them does
+	// not make a collection due: collect now so an unloaded model's memory goes back to the OS.
+	kernel.FreeUnused()
 	return nil
 }
