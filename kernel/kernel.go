@@ -80,12 +80,14 @@ const Panel = 16
 // Matrix is a weight matrix ready for the kernels. It is immutable after construction and safe
 // for concurrent use.
 type Matrix struct {
+	// mem owns the mapping that holds the weights, nil when they are on the Go heap (hugemem.go).
+	mem *weightMem
+
 	N, K  int
 	DType DType
-	f32   []float32  // panels (see Panel) when DType == F32
-	bf16  []uint16   // pair-interleaved panels (see Panel) when DType == BF16
-	q     []byte     // panel blocks (see qmatrix.go) when DType.Quantized()
-	mem   *weightMem // owner of the mapping holding the weights, nil on the Go heap (hugemem.go)
+	f32   []float32 // panels (see Panel) when DType == F32
+	bf16  []uint16  // pair-interleaved panels (see Panel) when DType == BF16
+	q     []byte    // panel blocks (see qmatrix.go) when DType.Quantized()
 }
 
 // NewF32 repacks row-major f32 weights w[N*K] into panels (see Panel). The input is not
