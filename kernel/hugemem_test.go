@@ -237,29 +237,49 @@ func TestHugeWeightsFreed(t *testing.T) {
 	}
 }
 
-// BenchmarkDecodeStream streams one-row products over Qwen3-0.6B's weights (28 layers of q, k,
-// v, o, gate, up, down and the 151936-row output matrix; 1.2 GB in bf16) as a decode step does,
-// handing them to the pool as a forward does (q, k and v in one MatMulEach, gate and up in
-// another), per dtype: with the weights on the Go heap (4 KiB pages) and in huge-page mappings,
-// both on all threads, and in mappings on one thread (where all threads read much more than one,
-// one core's compute or outstanding misses limit it, not the memory system alone). Each
-// iteration is one step of each and a short ProbeBandwidth-style probe over heap and over mapped
-// buffers, alternated ABBA (the machine may be shared: alternation keeps their conditions
-// alike); the metrics are medians over iterations of the figures and of per-iteration ratios
-// (use -benchtime=Nx). The heap probe is what ProbeBandwidth measured before weights moved to
-// huge pages; the huge one is what it measures now.
+// BenchmarkDecodeStream streams one-row products over a model's weights as a decode step does:
+// Qwen3-0.6B's (28 layers of q, k, v, o, gate, up, down and the 151936-row output matrix; 1.2
+// GB in bf16) and 12 layers of Qwen3-4B's (3.2 GB in bf16: its K of 2560 and 9728 make chunks
+// of several MB; this variant needs about 7 GB of memory), handing them to the pool as a forward
+// does (q, k and v in one MatMulEach, gate and up in another), per dtype: with the weights on
+// the Go heap (4 KiB pages) and in huge-page mappings, both on all threads, and in mappings on
+// one thread (where all threads read much more than one, one core's compute or outstanding
+// misses limit it, not the memory system alone). Each iteration is one step of each and a short
+// ProbeBandwidth-style probe over heap and over mapped buffers, alternated ABBA (the machine may
+// be shared: alternation keeps their conditions alike); the metrics are medians over iterations
+// of the figures and of per-iteration ratios (use -benchtime=Nx). The heap probe is what
+// ProbeBandwidth measured before weights moved to huge pages; the huge one is what it measures
+// now.
 func BenchmarkDecodeStream(b *testing.B) {
 	if !hugeWeights {
 		b.Skip("DFLASH_HUGEPAGES=0")
 	}
-	for _, dt := range []DType{BF16, Q8_0, Q4_K} {
-		b.Run(dt.String(), func(b *testing.B) { benchDecodeStream(b, dt) })
-		FreeUnused()
+	for _, sh := range []streamShape{qwen3_06b, qwen3_4b12} {
+		for _, dt := range []DType{BF16, Q8_0, Q4_K} {
+			if sh.name != qwen3_06b.name && dt == Q8_0 {
+				continue // bf16 and Q4_K bracket it
+			}
+			b.Run(sh.name+"/"+dt.String(), func(b *testing.B) { benchDecodeStream(b, sh, dt) })
+			FreeUnused()
+		}
 	}
 }
 
-func benchDecodeStream(b *testing.B, dt DType) {
-	shapes := []struct{ n, k int }{{2048, 1024}, {1024, 1024}, {1024, 1024}, {1024, 2048}, {3072, 1024}, {3072, 1024}, {1024, 3072}, {151936, 1024}}
+// streamShape is the weights of a decode step: layers of q, k, v, o, gate, up, down over a
+// hidden size, then the output matrix.
+type streamShape struct {
+	name                         string
+	layers, hidden, q, kv, inter int
+}
+
+var (
+	qwen3_06b  = streamShape{"qwen3-0.6b", 28, 1024, 2048, 1024, 3072}
+	qwen3_4b12 = streamShape{"qwen3-4b-12layers", 12, 2560, 4096, 1024, 9728}
+)
+
+func benchDecodeStream(b *testing.B, sh streamShape, dt DType) {
+	h := sh.hidden
+	shapes := []struct{ n, k int }{{sh.q, h}, {sh.kv, h}, {sh.kv, h}, {h, sh.q}, {sh.inter, h}, {sh.inter, h}, {h, sh.inter}, {151936, h}}
 	build := func(n, k int) *Matrix {
 		if dt == BF16 {
 			return benchMatrix(BF16, n, k, 0)[0]
@@ -293,13 +313,13 @@ func benchDecodeStream(b *testing.B, dt DType) {
 	}
 	sets := make([][]*Matrix, 2) // 0: heap, 1: huge
 	var stepBytes, mappedSet int64
-	for h := range sets {
-		for l := range 28 {
+	for pl := range sets {
+		for l := range sh.layers {
 			for _, m := range layer[:len(layer)-1] {
-				sets[h] = append(sets[h], place(m, h == 1))
+				sets[pl] = append(sets[pl], place(m, pl == 1))
 			}
-			if l == 27 {
-				sets[h] = append(sets[h], place(layer[len(layer)-1], h == 1))
+			if l == sh.layers-1 {
+				sets[pl] = append(sets[pl], place(layer[len(layer)-1], pl == 1))
 			}
 		}
 	}
@@ -309,7 +329,7 @@ func benchDecodeStream(b *testing.B, dt DType) {
 			mappedSet += m.Bytes()
 		}
 	}
-	b.Logf("%v: %.2f GB per step, %.0f%% of it in mappings", dt, float64(stepBytes)/1e9, 100*float64(mappedSet)/float64(stepBytes))
+	b.Logf("%s %v: %.2f GB per step, %.0f%% of it in mappings", sh.name, dt, float64(stepBytes)/1e9, 100*float64(mappedSet)/float64(stepBytes))
 	threads := runtime.GOMAXPROCS(0)
 	per := 512 << 20 / 4 / threads
 	probes := make([][][]float32, 2)
@@ -318,19 +338,20 @@ func benchDecodeStream(b *testing.B, dt DType) {
 		probes[0] = append(probes[0], make([]float32, per))
 		probes[1] = append(probes[1], allocWeights[float32](&holders[t], per))
 	}
-	x, y := randVec(3072, 1), make([]float32, 151936)
+	wide := max(sh.q, sh.inter)
+	x, y := randVec(wide, 1), make([]float32, 151936)
 	// A step hands products to the pool as a forward does: q, k, v together, o, gate and up
 	// together, down, and the output matrix.
-	ys := make([]float32, 4*3072)
+	ys := make([]float32, 3*wide)
 	step := func(ms []*Matrix) float64 {
 		start := time.Now()
 		for l := 0; l+7 <= len(ms); l += 7 {
 			q, k, v, o, gate, up, down := ms[l], ms[l+1], ms[l+2], ms[l+3], ms[l+4], ms[l+5], ms[l+6]
-			if err := MatMulEach(x[:1024], 1, Product{q, ys[:q.N]}, Product{k, ys[3072 : 3072+k.N]}, Product{v, ys[6144 : 6144+v.N]}); err != nil {
+			if err := MatMulEach(x[:h], 1, Product{q, ys[:q.N]}, Product{k, ys[wide : wide+k.N]}, Product{v, ys[2*wide : 2*wide+v.N]}); err != nil {
 				b.Fatal(err)
 			}
 			o.MatMul(y[:o.N], x[:o.K], 1)
-			if err := MatMulEach(x[:1024], 1, Product{gate, ys[:gate.N]}, Product{up, ys[3072 : 3072+up.N]}); err != nil {
+			if err := MatMulEach(x[:h], 1, Product{gate, ys[:gate.N]}, Product{up, ys[wide : wide+up.N]}); err != nil {
 				b.Fatal(err)
 			}
 			down.MatMul(y[:down.N], x[:down.K], 1)
@@ -344,8 +365,8 @@ func benchDecodeStream(b *testing.B, dt DType) {
 		defer SetMaxThreads(prev)
 		return step(sets[1])
 	}
-	for h := range sets {
-		step(sets[h]) // warm: pages faulted in, pool started
+	for pl := range sets {
+		step(sets[pl]) // warm: pages faulted in, pool started
 	}
 	var gbs, probe [2][]float64
 	var single, ratio, probeRatio, heapOfProbe, hugeOfProbe, oneOfAll []float64
@@ -355,12 +376,12 @@ func benchDecodeStream(b *testing.B, dt DType) {
 		if i%2 == 1 {
 			order = [2]int{1, 0} // ABBA: drift in the host's load falls on both alike
 		}
-		for _, h := range order {
-			gbs[h] = append(gbs[h], step(sets[h]))
+		for _, pl := range order {
+			gbs[pl] = append(gbs[pl], step(sets[pl]))
 		}
 		single = append(single, one())
-		for _, h := range order {
-			probe[h] = append(probe[h], probeBuffers(probes[h], 100*time.Millisecond))
+		for _, pl := range order {
+			probe[pl] = append(probe[pl], probeBuffers(probes[pl], 100*time.Millisecond))
 		}
 		ratio = append(ratio, gbs[1][i]/gbs[0][i])
 		probeRatio = append(probeRatio, probe[1][i]/probe[0][i])
