@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"sync"
 	"time"
+	"unsafe"
 )
 
 // sumF32 is the read loop of ProbeBandwidth; len(a) must be a multiple of 64. amd64 replaces it
@@ -17,7 +18,9 @@ var probeSink float32
 // goroutines each stream their own share of a bytes-sized buffer over and over for about d.
 // bytes should exceed the last-level cache (1 GiB is a safe choice) so the figure is DRAM's.
 // The buffer is written once first so every page is backed by real memory, not the zero page.
-// It returns 0 if bytes or d is too small to measure.
+// It lives where large weights do (huge pages, see hugemem.go; the Go heap with
+// DFLASH_HUGEPAGES=0), so the ceiling is measured under the same page walks as the products it
+// bounds, and it is unmapped before returning. It returns 0 if bytes or d is too small to measure.
 func ProbeBandwidth(bytes int64, d time.Duration) float64 {
 	threads := runtime.GOMAXPROCS(0)
 	per := bytes / 4 / int64(threads) / 64 * 64 // float32s per thread, whole loop blocks
@@ -26,7 +29,23 @@ func ProbeBandwidth(bytes int64, d time.Duration) float64 {
 	}
 	bufs := make([][]float32, threads)
 	for t := range bufs {
+		if size := int(per) * 4; hugeWeights && size >= hugeMin {
+			if b, region, ok := mapHuge(size); ok {
+				defer unmapHuge(region)
+				bufs[t] = unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(b))), per)
+				continue
+			}
+		}
 		bufs[t] = make([]float32, per)
+	}
+	return probeBuffers(bufs, d)
+}
+
+// probeBuffers is ProbeBandwidth over the given buffers, one goroutine each (tests pass buffers
+// in other memory, such as huge pages, to see what the placement costs).
+func probeBuffers(bufs [][]float32, d time.Duration) float64 {
+	threads := len(bufs)
+	for t := range bufs {
 		for i := range bufs[t] {
 			bufs[t][i] = 1
 		}

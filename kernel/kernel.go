@@ -24,6 +24,12 @@
 // split never changes a bit of the result. ProbeBandwidth measures the memory-read ceiling that
 // matrix-vector products are bounded by.
 //
+// Weight buffers of 64 KiB and more live outside the Go heap, in anonymous mappings advised as
+// transparent huge pages on Linux (hugemem.go): a decode step streams every weight once, and in
+// 4 KiB pages that costs a page walk per page. A mapping is freed by the garbage collector once
+// no Matrix holds it; FreeUnused collects at once (an unloaded model). DFLASH_HUGEPAGES=0 keeps
+// weights on the heap.
+//
 // Quantized weights (NewQuant: GGUF blocks of Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) stay quantized,
 // repacked into 16-row panel blocks of about the file's size (qmatrix.go). Their products
 // quantize each activation row per block as ggml's vec_dot does for the type (Q8_0-style
@@ -38,6 +44,7 @@ package kernel
 
 import (
 	"fmt"
+	"runtime"
 
 	"github.com/dflash/dflash/kernel/quant"
 )
@@ -76,6 +83,9 @@ const Panel = 16
 // Matrix is a weight matrix ready for the kernels. It is immutable after construction and safe
 // for concurrent use.
 type Matrix struct {
+	// mem owns the mapping that holds the weights, nil when they are on the Go heap (hugemem.go).
+	mem *weightMem
+
 	N, K  int
 	DType DType
 	f32   []float32 // panels (see Panel) when DType == F32
@@ -97,7 +107,7 @@ func NewF32(w []float32, n, k int) *Matrix {
 		panic(fmt.Sprintf("kernel.NewF32: len %d != %d*%d", len(w), n, k))
 	}
 	m := &Matrix{N: n, K: k, DType: F32}
-	m.f32 = make([]float32, m.panels()*m.panelLen())
+	m.f32 = allocWeights[float32](m, m.panels()*m.panelLen())
 	for j := 0; j < n; j++ {
 		for i, v := range w[j*k : (j+1)*k] {
 			m.f32[m.index(j, i)] = v
@@ -113,7 +123,7 @@ func NewBF16(w []uint16, n, k int) *Matrix {
 		panic(fmt.Sprintf("kernel.NewBF16: len %d != %d*%d", len(w), n, k))
 	}
 	m := &Matrix{N: n, K: k, DType: BF16}
-	m.bf16 = make([]uint16, m.panels()*m.panelLen())
+	m.bf16 = allocWeights[uint16](m, m.panels()*m.panelLen())
 	for j := 0; j < n; j++ {
 		for i, v := range w[j*k : (j+1)*k] {
 			m.bf16[m.index(j, i)] = v
@@ -139,6 +149,7 @@ func (m *Matrix) LoadF32(w []float32) error {
 	if len(w) != m.N*m.K {
 		return fmt.Errorf("kernel: LoadF32: len %d != %d*%d", len(w), m.N, m.K)
 	}
+	defer runtime.KeepAlive(m) // the weights may be mapped memory m's owner frees (hugemem.go)
 	for j := 0; j < m.N; j++ {
 		for i, v := range w[j*m.K : (j+1)*m.K] {
 			m.f32[m.index(j, i)] = v
@@ -193,6 +204,7 @@ func (m *Matrix) Bytes() int64 {
 // dequantized bitwise as quant.Dequantize does). Used for embedding lookups and by tests; it
 // allocates nothing.
 func (m *Matrix) Row(dst []float32, j int) {
+	defer runtime.KeepAlive(m) // the weights may be mapped memory m's owner frees (hugemem.go)
 	if qi, ok := qinfos[m.DType]; ok {
 		var nat [256]byte // one ggml block (at most Q6_K's 210 bytes)
 		bb := qi.t.BlockBytes()
@@ -229,6 +241,7 @@ func (m *Matrix) MatMul(y, x []float32, rows int) {
 		return
 	}
 	matmul(active, m, y[:rows*m.N], x[:rows*m.K], rows)
+	runtime.KeepAlive(m) // the kernels hold raw pointers into memory m's owner may free (hugemem.go)
 }
 
 // BF16ToF32 widens a bf16 bit pattern exactly (kernel/quant's conversion, so every path agrees).
@@ -279,5 +292,6 @@ func MatMulEach(x []float32, rows int, ps ...Product) error {
 		}
 	}
 	matmulEach(active, x[:rows*k], rows, tight[:n]...)
+	runtime.KeepAlive(ps) // the kernels hold raw pointers into memory the owners may free (hugemem.go)
 	return nil
 }

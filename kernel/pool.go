@@ -208,10 +208,20 @@ func (w *worker) finish(stall time.Duration) (stalled bool) {
 	return !start.IsZero() && time.Since(start) > stall
 }
 
-// stallWait is a join wait no chunk explains: a chunk is at most maxChunkBytes of weights, about
-// ten microseconds of streaming, so a worker that takes this long lost its core to another
-// process.
+// stallWait is a join wait no chunk explains: a chunk of maxChunkBytes of work (see work) takes
+// about ten microseconds of streaming, so a worker that takes this long lost its core to another
+// process. Chunks hold at least 8 panels, which for a large K is far more work (a 1-row bf16
+// 2560x9728 product's chunk is 2.5 MB): a job's wait scales with its largest chunk (chunkStall).
 const stallWait = 50 * time.Microsecond
+
+// chunkStall is the join wait that counts as a stall for a job whose largest chunk is w of work:
+// stallWait per maxChunkBytes. With stallWait alone, the caller's ordinary wait for the
+// worker's last chunk of such a product (a hundred microseconds and more) read as a stall on
+// nearly every product, so products of Qwen3-4B's shapes ran on one thread, the backoff at its
+// cap (one measurement: 2 stalls in 4 split products, then 878 products unsplit).
+func chunkStall(w int64) time.Duration {
+	return max(stallWait, time.Duration(int64(stallWait)*w/maxChunkBytes))
+}
 
 // After a stall the next products run on the caller alone, for a backoff that doubles with each
 // stall (from stallBackoffMin up to stallBackoffMax) and halves after every cleanBeforeShrink
@@ -265,8 +275,9 @@ func acquire(want int) int {
 
 // runJob runs pool.job, already set up, on the caller and helpers workers, joins them and
 // updates the stall backoff; the caller still holds pool.mu and releases it after clearing
-// the job. With ownTime, a join is a stall only past the caller's own share of the time too.
-func runJob(helpers int, ownTime bool) {
+// the job. A join is a stall past minStall (at least stallWait) and, with ownTime, past the
+// caller's own share of the time too.
+func runJob(helpers int, minStall time.Duration, ownTime bool) {
 	j := &pool.job
 	j.next.Store(0)
 	for _, w := range pool.workers[:helpers] {
@@ -274,9 +285,9 @@ func runJob(helpers int, ownTime bool) {
 	}
 	t0 := time.Now()
 	j.claim()
-	stall := stallWait
+	stall := max(stallWait, minStall)
 	if ownTime {
-		stall = max(stallWait, time.Since(t0))
+		stall = max(stall, time.Since(t0))
 	}
 	stalled := false
 	for _, w := range pool.workers[:helpers] {
@@ -373,7 +384,11 @@ func matmulEach(p *impl, x []float32, rows int, ps ...Product) {
 		s.chunks = int64((s.np + s.per - 1) / s.per)
 		j.nchunks += s.chunks
 	}
-	runJob(helpers, false)
+	var longest int64 // work of the job's largest chunk
+	for _, s := range j.seg[:j.nseg] {
+		longest = max(longest, int64(s.per)*work(s.m, rows)/int64(s.np))
+	}
+	runJob(helpers, chunkStall(longest), false)
 	j.x = nil // drop references to the caller's buffers
 	for k := range j.seg[:j.nseg] {
 		j.seg[k].m, j.seg[k].y, j.seg[k].a, j.seg[k].h = nil, nil, nil, nil
@@ -411,7 +426,7 @@ func Parallel(parts int, fn func(part int)) (split bool) {
 	// A part may be long (a layer of many rows), and parts of equal rows need not take equal
 	// time: a join counts as a stall only when a worker takes longer again than the caller's
 	// whole share did, beyond the usual stallWait.
-	runJob(helpers, true)
+	runJob(helpers, stallWait, true)
 	j.fn = nil
 	pool.mu.Unlock()
 	return true

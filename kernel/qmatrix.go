@@ -97,7 +97,7 @@ func NewQuant(t quant.Type, blocks []byte, n, k int) (*Matrix, error) {
 	m := &Matrix{N: n, K: k, DType: dt}
 	qi := qinfos[dt]
 	nb := k / qi.block
-	m.q = make([]byte, m.panels()*nb*qi.pbytes)
+	m.q = allocWeights[byte](m, m.panels()*nb*qi.pbytes)
 	bb := t.BlockBytes()
 	for j := 0; j < n; j++ {
 		row := blocks[j*rowBytes : (j+1)*rowBytes]

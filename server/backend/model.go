@@ -9,6 +9,7 @@ import (
 
 	"github.com/dflash/dflash/cache"
 	"github.com/dflash/dflash/engine"
+	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/model/transformer"
 	"github.com/dflash/dflash/runner"
 	"github.com/dflash/dflash/sample/grammar"
@@ -413,5 +414,8 @@ func (m *Model) Close() error {
 	}
 	m.idle, m.made = nil, 0
 	m.e, m.draft, m.batcher, m.tmpl = nil, nil, nil, engine.Template{}
+	// The weights live outside the Go heap (kernel's huge-page mappings), so dropping them does
+	// not make a collection due: collect now so an unloaded model's memory goes back to the OS.
+	kernel.FreeUnused()
 	return nil
 }
