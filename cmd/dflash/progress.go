@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/dflash/dflash/kernel"
 )
 
 // progressDelay is how long a step runs before its progress line appears: a load that takes
@@ -16,8 +18,8 @@ const progressDelay = 400 * time.Millisecond
 
 // startProgress shows on w, a terminal, that a long step (loading weights, building random ones)
 // is under way: one line rewritten in place every tick with the step's name, the bytes allocated
-// since it began (weights land on the heap as they are read or drawn, so the count grows with the
-// work) and the time taken. stop erases the line. The engine gives no callbacks, so the line
+// since it began (weights land on the heap or, when large, in kernel's huge-page mappings as they
+// are read or drawn, so the count of both grows with the work) and the time taken. stop erases the line. The engine gives no callbacks, so the line
 // measures the process, not the loader: it promises movement, not a fraction.
 func startProgress(w io.Writer, what string, delay, tick time.Duration) (stop func()) {
 	sample := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
@@ -26,7 +28,7 @@ func startProgress(w io.Writer, what string, delay, tick time.Duration) (stop fu
 		if sample[0].Value.Kind() != metrics.KindUint64 {
 			return 0
 		}
-		return sample[0].Value.Uint64()
+		return sample[0].Value.Uint64() + uint64(kernel.MappedBytes())
 	}
 	base := allocated()
 	return startStatus(w, what, delay, tick, func() string { return formatBytes(allocated() - base) })
