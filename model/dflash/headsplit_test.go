@@ -30,7 +30,7 @@ func TestHeadSplitBlockBitwise(t *testing.T) {
 		saved := d.partScores
 		d.partScores = make(nn.PartScratch, 3) // NewCache sizes the buffers
 		run := func(t *testing.T, rowMajor bool, minRows int, block []int) []float32 {
-			defer nn.SetHeadSplitMinRows(nn.SetHeadSplitMinRows(minRows))
+			defer nn.SetHeadSplit(nn.SetHeadSplit(minRows, 0))
 			c := d.NewCache(32)
 			if rowMajor {
 				c = cache.NewKV(cfg.Layers, 32, cfg.KVHeads*cfg.HeadDim)

@@ -30,7 +30,7 @@ func TestHeadSplitBlockBitwise(t *testing.T) {
 		ctx := randomFloats(9*width, 32)
 		block := []int{7, 96, 96, 96, 96, 96}
 		propose := func(t *testing.T, minRows int) (ids []int32, scores []float32) {
-			defer nn.SetHeadSplitMinRows(nn.SetHeadSplitMinRows(minRows))
+			defer nn.SetHeadSplit(nn.SetHeadSplit(minRows, 0))
 			wk, err := d.Forward(d.NewCache(32), ctx, 9, block)
 			if err != nil {
 				t.Fatal(err)

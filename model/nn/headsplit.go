@@ -6,21 +6,35 @@ import (
 	"github.com/dflash/dflash/kernel"
 )
 
-// defaultHeadSplitMinRows is the least rows whose attention HeadSplit spreads over the cores. A
-// decode step (one row) stays on the caller: its attention is a few microseconds per layer,
-// about what a hand-off costs.
-const defaultHeadSplitMinRows = 2
+// The attention HeadSplit spreads over the cores is that of at least defaultHeadSplitMinRows rows
+// with at least defaultHeadSplitMinWork multiply-adds (keys seen times query heads times head
+// size, twice: scores and values). A decode step (one row) stays on the caller, and so does
+// attention too small to pay for the hand-off: on this project's 2-core AMX host a layer of
+// Qwen3-0.6B's shape (16 query heads of 128) took about 12 us for 1 row over 65 keys, 24 us for 2
+// rows over 66 and 600 us for 16 rows over 272, on one core; a hand-off to a spinning worker
+// costs a microsecond or two, to a parked one several. At 512Ki multiply-adds (about 25 us
+// there) a 2-row verification of that shape splits from about 128 cached keys, a 16-row one
+// from 16.
+const (
+	defaultHeadSplitMinRows = 2
+	defaultHeadSplitMinWork = 1 << 19
+)
 
-// headSplitMinRows is the threshold in force (SetHeadSplitMinRows).
-var headSplitMinRows atomic.Int64
+// headSplitMinRows and headSplitMinWork are the thresholds in force (SetHeadSplit).
+var headSplitMinRows, headSplitMinWork atomic.Int64
 
-func init() { headSplitMinRows.Store(defaultHeadSplitMinRows) }
+func init() {
+	headSplitMinRows.Store(defaultHeadSplitMinRows)
+	headSplitMinWork.Store(defaultHeadSplitMinWork)
+}
 
-// SetHeadSplitMinRows sets the least rows whose attention HeadSplit spreads over the cores and
-// returns the previous value: 0 spreads every call, a value past any forward's rows turns the
-// split off. It lets tests force the split either way and a measurement compare the two; the
-// bits are the same.
-func SetHeadSplitMinRows(rows int) int { return int(headSplitMinRows.Swap(int64(rows))) }
+// SetHeadSplit sets the least rows and the least multiply-adds whose attention HeadSplit spreads
+// over the cores, and returns the previous values: 0, 0 spreads every call, a row count past any
+// forward's turns the split off. It lets tests force the split either way and a measurement
+// compare the two; the bits are the same.
+func SetHeadSplit(minRows, minWork int) (prevRows, prevWork int) {
+	return int(headSplitMinRows.Swap(int64(minRows))), int(headSplitMinWork.Swap(int64(minWork)))
+}
 
 // HeadSplit runs the attention of a forward's rows with its key/value heads spread over the
 // cores (kernel.Parallel), each core with its own buffer of a PartScratch. It is for forwards
@@ -49,7 +63,7 @@ type HeadSplit struct {
 
 // Attend is Heads.Attend of rows [first, end) of an n-row forward at positions [pos, pos+n) over
 // layer li of c (out and q start at row first), spread over scratch's buffers when it has several
-// and the rows are enough (SetHeadSplitMinRows); scratch[0] serves a call that is not spread.
+// and the rows and their work are enough (SetHeadSplit); scratch[0] serves a call that is not spread.
 func (s *HeadSplit) Attend(h *Heads, out, q []float32, first, end, n int, c KV, li, pos int, vis Visibility, scratch PartScratch) {
 	s.one[0] = Seq{KV: c, Lo: 0, Hi: n, Pos: pos}
 	s.AttendSeqs(h, out, q, first, end, s.one[:], li, vis, scratch)
@@ -62,7 +76,8 @@ func (s *HeadSplit) Attend(h *Heads, out, q []float32, first, end, n int, c KV, 
 // value heads of every sequence, so a batch of several sequences costs one hand-off too.
 func (s *HeadSplit) AttendSeqs(h *Heads, out, q []float32, lo, hi int, seqs []Seq, li int, vis Visibility, scratch PartScratch) {
 	parts := 1
-	if int64(hi-lo) >= headSplitMinRows.Load() && h.KVHeads > 0 && h.Heads%h.KVHeads == 0 {
+	if len(scratch) > 1 && int64(hi-lo) >= headSplitMinRows.Load() && h.KVHeads > 0 && h.Heads%h.KVHeads == 0 &&
+		attentionWork(h, lo, hi, seqs, vis) >= headSplitMinWork.Load() {
 		parts = min(len(scratch), h.KVHeads)
 	}
 	s.h, s.out, s.q, s.lo, s.hi, s.seqs, s.li, s.vis, s.scratch, s.parts = h, out, q, lo, hi, seqs, li, vis, scratch, parts
@@ -97,4 +112,20 @@ func (s *HeadSplit) part(i int) {
 		r := (a - s.lo) * qw
 		h.attendHeads(s.out[r:], s.q[r:], a-sq.Lo, b-sq.Lo, sq.Hi-sq.Lo, sq.KV, s.li, sq.Pos, s.vis, s.scratch[i], h0, h1)
 	}
+}
+
+// attentionWork bounds the multiply-adds of chunk rows [lo, hi) of seqs: each row is taken to see
+// as many keys as the last row of its sequence in the chunk (later causal rows see no fewer).
+func attentionWork(h *Heads, lo, hi int, seqs []Seq, vis Visibility) int64 {
+	var keys int64
+	for k := range seqs {
+		sq := &seqs[k]
+		a, b := sq.overlap(lo, hi)
+		if a >= b {
+			continue
+		}
+		klo, khi := vis.Span(sq.Pos+b-1-sq.Lo, sq.Pos, sq.Pos+sq.Hi-sq.Lo)
+		keys += int64(b-a) * int64(khi-klo)
+	}
+	return 2 * keys * int64(h.Heads) * int64(h.HeadDim)
 }

@@ -16,7 +16,7 @@ import (
 // forwards and a part of one, more buffers than key/value heads and uneven shares. Two sequences
 // stacked in one chunk (AttendSeqs) each get the bits of a forward alone.
 func TestHeadSplitBitwise(t *testing.T) {
-	defer SetHeadSplitMinRows(SetHeadSplitMinRows(0))
+	defer SetHeadSplit(SetHeadSplit(0, 0))
 	type shape struct{ heads, kvHeads, d int }
 	shapes := []shape{{16, 8, 64}, {8, 2, 64}, {16, 8, 128}, {8, 2, 128}, {16, 8, 72}, {8, 2, 72}, {4, 2, 8}, {6, 3, 16}}
 	kerneltest.ForEachPath(t, func(t *testing.T) {
@@ -86,10 +86,11 @@ func checkHeadSplit(t *testing.T, name string, a Attention, committed int, vis V
 	}
 }
 
-// TestHeadSplitThreshold: below SetHeadSplitMinRows rows attention stays on the caller's buffer,
-// leaving the others untouched; from it on, every buffer up to the key/value heads is used.
+// TestHeadSplitThreshold: below SetHeadSplit's rows or multiply-adds attention stays on the
+// caller's buffer, leaving the others untouched; from them on, every buffer up to the key/value
+// heads is used. Rows r after 30 causal rows count r*(30+r) keys of 8 heads of 128, twice.
 func TestHeadSplitThreshold(t *testing.T) {
-	defer SetHeadSplitMinRows(SetHeadSplitMinRows(4))
+	defer SetHeadSplit(SetHeadSplit(0, 0))
 	a := NewAttention(8, 2, 128)
 	h := &Heads{Attention: a}
 	kv, _ := AsKV(a.NewKV(1, 40))
@@ -98,9 +99,13 @@ func TestHeadSplitThreshold(t *testing.T) {
 	copy(kv.V[0], randVec(r, len(kv.V[0])))
 	q := randVec(r, 8*a.Heads*a.HeadDim)
 	out := make([]float32, len(q))
-	for _, c := range []struct{ rows, used int }{{3, 1}, {4, 2}, {8, 2}} {
-		scratch := NewPartScratch(40)
-		scratch = append(scratch[:1], make([]float32, ScratchLen(40)), make([]float32, ScratchLen(40)))
+	work := func(rows int) int { return 2 * rows * (30 + rows) * 8 * 128 }
+	for _, c := range []struct{ rows, minRows, minWork, used int }{
+		{3, 4, 0, 1}, {4, 4, 0, 2}, {8, 4, 0, 2}, {1, 0, 0, 2},
+		{4, 2, work(4) + 1, 1}, {4, 2, work(4), 2}, {5, 2, work(4) + 1, 2},
+	} {
+		SetHeadSplit(c.minRows, c.minWork)
+		scratch := PartScratch{make([]float32, ScratchLen(40)), make([]float32, ScratchLen(40)), make([]float32, ScratchLen(40))}
 		var s HeadSplit
 		s.Attend(h, out, q, 0, c.rows, c.rows, kv, 0, 30, Causal, scratch)
 		used := 0
@@ -110,7 +115,7 @@ func TestHeadSplitThreshold(t *testing.T) {
 			}
 		}
 		if used != c.used {
-			t.Errorf("%d rows: %d buffers written, want %d", c.rows, used, c.used)
+			t.Errorf("%+v: %d buffers written, want %d", c, used, c.used)
 		}
 	}
 }

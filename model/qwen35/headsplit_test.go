@@ -28,11 +28,11 @@ func TestHeadSplitBitwise(t *testing.T) {
 			for _, batched := range []bool{false, true} {
 				var want, got []batchOutputs
 				func() {
-					defer nn.SetHeadSplitMinRows(nn.SetHeadSplitMinRows(1 << 30))
+					defer nn.SetHeadSplit(nn.SetHeadSplit(1<<30, 0))
 					want = runBatch(t, m, batchShapes, batched)
 				}()
 				func() {
-					defer nn.SetHeadSplitMinRows(nn.SetHeadSplitMinRows(0))
+					defer nn.SetHeadSplit(nn.SetHeadSplit(0, 0))
 					got = runBatch(t, m, batchShapes, batched)
 				}()
 				for i := range want {

@@ -26,7 +26,7 @@ func TestHeadSplitForwardBitwise(t *testing.T) {
 		saved := m.partScores
 		m.partScores = make(nn.PartScratch, 3) // NewCache sizes the buffers
 		run := func(t *testing.T, minRows, rows int) (logits, taps, kv []float32) {
-			defer nn.SetHeadSplitMinRows(nn.SetHeadSplitMinRows(minRows))
+			defer nn.SetHeadSplit(nn.SetHeadSplit(minRows, 0))
 			c := m.NewCache(96)
 			toks := testTokens(40+rows, cfg.Vocab)
 			if _, err := m.Forward(c, model.Request{Tokens: toks[:40]}); err != nil {
@@ -54,11 +54,11 @@ func TestHeadSplitForwardBitwise(t *testing.T) {
 			}
 			var want, got []batchOutputs
 			func() {
-				defer nn.SetHeadSplitMinRows(nn.SetHeadSplitMinRows(1 << 30))
+				defer nn.SetHeadSplit(nn.SetHeadSplit(1<<30, 0))
 				want = runBatch(t, m, batchShapes, true)
 			}()
 			func() {
-				defer nn.SetHeadSplitMinRows(nn.SetHeadSplitMinRows(0))
+				defer nn.SetHeadSplit(nn.SetHeadSplit(0, 0))
 				got = runBatch(t, m, batchShapes, true)
 			}()
 			for i := range want {
