@@ -58,6 +58,7 @@ type HeadSplit struct {
 	vis     Visibility
 	scratch PartScratch
 	parts   int
+	next    atomic.Int64 // the next key/value head a part of a spread call claims
 	fn      func(part int)
 }
 
@@ -75,11 +76,7 @@ func (s *HeadSplit) Attend(h *Heads, out, q []float32, first, end, n int, c KV, 
 // cache as the rows of a forward of it alone. Spread over the cores, every core takes its key/
 // value heads of every sequence, so a batch of several sequences costs one hand-off too.
 func (s *HeadSplit) AttendSeqs(h *Heads, out, q []float32, lo, hi int, seqs []Seq, li int, vis Visibility, scratch PartScratch) {
-	parts := 1
-	if len(scratch) > 1 && int64(hi-lo) >= headSplitMinRows.Load() && h.KVHeads > 0 && h.Heads%h.KVHeads == 0 &&
-		attentionWork(h, lo, hi, seqs, vis) >= headSplitMinWork.Load() {
-		parts = min(len(scratch), h.KVHeads)
-	}
+	parts := headSplitParts(h, lo, hi, seqs, vis, len(scratch))
 	s.h, s.out, s.q, s.lo, s.hi, s.seqs, s.li, s.vis, s.scratch, s.parts = h, out, q, lo, hi, seqs, li, vis, scratch, parts
 	if parts <= 1 {
 		s.part(0)
@@ -87,21 +84,36 @@ func (s *HeadSplit) AttendSeqs(h *Heads, out, q []float32, lo, hi int, seqs []Se
 		if s.fn == nil {
 			s.fn = s.part
 		}
+		s.next.Store(0)
 		kernel.Parallel(parts, s.fn)
 	}
 	s.h, s.out, s.q, s.seqs, s.scratch = nil, nil, nil, nil, nil
 }
 
-// part is the attention of part i's key/value heads (all heads for a call not spread) over every
-// sequence, with scratch buffer i.
+// part is part i of a call: all heads for a call not spread, else the key/value heads it claims,
+// over every sequence, with scratch buffer i.
 func (s *HeadSplit) part(i int) {
 	h := s.h
-	h0, h1 := 0, h.Heads
-	if s.parts > 1 {
-		g0, g1 := PartRows(i, s.parts, h.KVHeads)
-		group := h.Heads / h.KVHeads
-		h0, h1 = g0*group, g1*group
+	if s.parts <= 1 {
+		s.heads(0, 0, h.Heads)
+		return
 	}
+	// Key/value heads are claimed one at a time rather than dealt out, so that a core the
+	// machine deschedules mid-call holds up the others by one head at most, and a part that
+	// starts late (or, run on the caller after the others, not at all) takes what is left.
+	group := h.Heads / h.KVHeads
+	for {
+		g := int(s.next.Add(1) - 1)
+		if g >= h.KVHeads {
+			return
+		}
+		s.heads(i, g*group, (g+1)*group)
+	}
+}
+
+// heads is the attention of query heads [h0, h1) over every sequence, with scratch buffer i.
+func (s *HeadSplit) heads(i, h0, h1 int) {
+	h := s.h
 	qw := h.Heads * h.HeadDim
 	for k := range s.seqs {
 		sq := &s.seqs[k]
@@ -112,6 +124,17 @@ func (s *HeadSplit) part(i int) {
 		r := (a - s.lo) * qw
 		h.attendHeads(s.out[r:], s.q[r:], a-sq.Lo, b-sq.Lo, sq.Hi-sq.Lo, sq.KV, s.li, sq.Pos, s.vis, s.scratch[i], h0, h1)
 	}
+}
+
+// headSplitParts is how many parts AttendSeqs spreads its call over, given buffers buffers: 1
+// below the thresholds (SetHeadSplit) or for shapes whose query heads do not group evenly
+// (attention then runs head by head, rowEach), else a part per buffer up to the key/value heads.
+func headSplitParts(h *Heads, lo, hi int, seqs []Seq, vis Visibility, buffers int) int {
+	if buffers < 2 || int64(hi-lo) < headSplitMinRows.Load() || h.KVHeads <= 0 || h.Heads%h.KVHeads != 0 ||
+		attentionWork(h, lo, hi, seqs, vis) < headSplitMinWork.Load() {
+		return 1
+	}
+	return min(buffers, h.KVHeads)
 }
 
 // attentionWork bounds the multiply-adds of chunk rows [lo, hi) of seqs: each row is taken to see

@@ -86,36 +86,27 @@ func checkHeadSplit(t *testing.T, name string, a Attention, committed int, vis V
 	}
 }
 
-// TestHeadSplitThreshold: below SetHeadSplit's rows or multiply-adds attention stays on the
-// caller's buffer, leaving the others untouched; from them on, every buffer up to the key/value
-// heads is used. Rows r after 30 causal rows count r*(30+r) keys of 8 heads of 128, twice.
+// TestHeadSplitThreshold: below SetHeadSplit's rows or multiply-adds, or with one buffer,
+// attention is not spread; from them on it is, over a part per buffer up to the key/value heads.
+// Rows r after 30 causal rows count r*(30+r) keys of 8 heads of 128, twice.
 func TestHeadSplitThreshold(t *testing.T) {
 	defer SetHeadSplit(SetHeadSplit(0, 0))
-	a := NewAttention(8, 2, 128)
-	h := &Heads{Attention: a}
-	kv, _ := AsKV(a.NewKV(1, 40))
-	r := rand.New(rand.NewPCG(1, 2))
-	copy(kv.K[0], randVec(r, len(kv.K[0])))
-	copy(kv.V[0], randVec(r, len(kv.V[0])))
-	q := randVec(r, 8*a.Heads*a.HeadDim)
-	out := make([]float32, len(q))
+	h := &Heads{Attention: NewAttention(8, 2, 128)}
 	work := func(rows int) int { return 2 * rows * (30 + rows) * 8 * 128 }
-	for _, c := range []struct{ rows, minRows, minWork, used int }{
-		{3, 4, 0, 1}, {4, 4, 0, 2}, {8, 4, 0, 2}, {1, 0, 0, 2},
-		{4, 2, work(4) + 1, 1}, {4, 2, work(4), 2}, {5, 2, work(4) + 1, 2},
+	for _, c := range []struct{ rows, minRows, minWork, buffers, parts int }{
+		{3, 4, 0, 3, 1}, {4, 4, 0, 3, 2}, {8, 4, 0, 2, 2}, {1, 0, 0, 2, 2}, {8, 0, 0, 1, 1},
+		{4, 2, work(4) + 1, 2, 1}, {4, 2, work(4), 2, 2}, {5, 2, work(4) + 1, 2, 2},
 	} {
 		SetHeadSplit(c.minRows, c.minWork)
-		scratch := PartScratch{make([]float32, ScratchLen(40)), make([]float32, ScratchLen(40)), make([]float32, ScratchLen(40))}
-		var s HeadSplit
-		s.Attend(h, out, q, 0, c.rows, c.rows, kv, 0, 30, Causal, scratch)
-		used := 0
-		for _, b := range scratch {
-			if slices.ContainsFunc(b, func(x float32) bool { return x != 0 }) {
-				used++
-			}
+		seqs := []Seq{{Lo: 0, Hi: c.rows, Pos: 30}}
+		if got := headSplitParts(h, 0, c.rows, seqs, Causal, c.buffers); got != c.parts {
+			t.Errorf("%+v: %d parts, want %d", c, got, c.parts)
 		}
-		if used != c.used {
-			t.Errorf("%+v: %d buffers written, want %d", c, used, c.used)
-		}
+	}
+	// A shape whose heads do not group evenly is never spread.
+	odd := &Heads{Attention: NewAttention(6, 4, 16)}
+	SetHeadSplit(0, 0)
+	if got := headSplitParts(odd, 0, 8, []Seq{{Lo: 0, Hi: 8, Pos: 30}}, Causal, 2); got != 1 {
+		t.Errorf("6 heads over 4: %d parts, want 1", got)
 	}
 }
