@@ -82,12 +82,13 @@ type Draft struct {
 // workspace holds a forward's buffers for rows = max(nn.ChunkRows, BlockSize) rows: a context
 // chunk or the block.
 type workspace struct {
-	x, xn, xc, tmp, ctx []float32 // rows x hidden
-	q, att              []float32 // rows x heads*headDim
-	gate, up            []float32 // rows x intermediate
-	delta               []float32 // rows x 2*taps*groups
-	scores              []float32
-	logits              []float32 // (block-1) x vocab, grown on first use
+	x, xn, xc, tmp, ctx []float32      // rows x hidden
+	q, att              []float32      // rows x heads*headDim
+	gate, up            []float32      // rows x intermediate
+	delta               []float32      // rows x 2*taps*groups
+	scratch             nn.PartScratch // attention scratch, one buffer per core (split)
+	split               nn.HeadSplit   // the block's attention, its key/value heads over the cores
+	logits              []float32      // (block-1) x vocab, grown on first use
 }
 
 var (
@@ -123,9 +124,7 @@ func (d *Draft) NewCache(capacity int) cache.Cache {
 	if d.heads.Rope.MaxPos() < capacity {
 		d.heads.Rope.Grow(capacity)
 	}
-	if need := nn.ScratchLen(capacity); len(d.ws.scores) < need {
-		d.ws.scores = make([]float32, need)
-	}
+	d.ws.scratch.Grow(capacity)
 	// The same layout as DFlash's draft and the target: head-major K/V copies for small heads,
 	// so attention runs on the vectorised path.
 	return d.heads.NewKV(d.cfg.Layers, capacity)
@@ -224,8 +223,8 @@ func (d *Draft) init(inv []float64) {
 		tmp: make([]float32, rows*h), ctx: make([]float32, rows*h),
 		q: make([]float32, rows*qw), att: make([]float32, rows*qw),
 		gate: make([]float32, rows*c.Intermediate), up: make([]float32, rows*c.Intermediate),
-		delta:  make([]float32, rows*2*c.ConvKernel*c.Groups()),
-		scores: make([]float32, nn.ScratchLen(256)),
+		delta:   make([]float32, rows*2*c.ConvKernel*c.Groups()),
+		scratch: nn.NewPartScratch(256),
 	}
 	k, r := c.SelectorTopK, c.SelectorRank
 	d.walk = walk{
@@ -271,9 +270,7 @@ func (d *Draft) Forward(cc cache.Cache, ctx []float32, ctxRows int, block []int)
 	if d.heads.Rope.MaxPos() < pos+total {
 		d.heads.Rope.Grow(pos + total)
 	}
-	if need := nn.ScratchLen(pos + total); len(d.ws.scores) < need {
-		d.ws.scores = make([]float32, need)
-	}
+	d.ws.scratch.Grow(pos + total)
 	for start := 0; start < ctxRows; start += nn.ChunkRows {
 		rows := min(nn.ChunkRows, ctxRows-start)
 		d.context(kv, ctx[start*width:(start+rows)*width], rows, pos+start)
@@ -307,7 +304,7 @@ func (d *Draft) context(kv nn.KV, taps []float32, rows, pos int) {
 // anchor row's output feeds no slot, so it gets no final norm and no logits). The
 // convolutions on both sides of attention read each row's taps-1 predecessors, so a row split
 // (nn.Phases) would need more than one join per layer: the block runs on the caller, layer after
-// layer.
+// layer, and only its attention spreads over the cores, by key/value head (nn.HeadSplit).
 func (d *Draft) block(kv nn.KV, block []int, pos int) {
 	cfg := &d.cfg
 	ws := &d.ws
@@ -336,7 +333,7 @@ func (d *Draft) block(kv nn.KV, block []int, pos int) {
 		// Every block row's key is in the cache before any block row attends (DFlash's order).
 		d.heads.Project(ws.q, kv, li, &l.attn, xc, n, pos)
 		kv.Publish(li, pos, n)
-		d.heads.Attend(ws.att, ws.q, 0, n, n, kv, li, pos, cfg.Visibility(li), ws.scores)
+		ws.split.Attend(&d.heads, ws.att, ws.q, 0, n, n, kv, li, pos, cfg.Visibility(li), ws.scratch)
 		l.attn.O.MatMul(tmp, ws.att, n)
 		GroupedConv(xc, tmp, delta[side1:], l.attnConv.base[taps*h:], n, n, h, taps, group, stride)
 		nn.Add(x, xc)

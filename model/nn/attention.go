@@ -65,20 +65,29 @@ func (a Attention) Rows(out, q []float32, n int, k, v []float32, pos int, vis Vi
 // queries: a verification of n rows then reads each cached key and value once, not once per
 // row and query head. Batching changes no bit (rowEach is the reference it is tested against).
 func (a Attention) RowsPart(out, q []float32, first, end, n int, k, v []float32, pos int, vis Visibility, scores []float32) {
+	a.rowsHeads(out, q, first, end, n, k, v, pos, vis, scores, 0, a.Heads)
+}
+
+// rowsHeads is RowsPart for the query heads [h0, h1) only: the output of the other heads is left
+// alone. Each head's arithmetic is that of RowsPart, so cores computing disjoint head ranges of
+// the same rows (HeadSplit) together give RowsPart's bits. When the shape is batched (grouped
+// heads, not 8 wide) h0 and h1 must be multiples of the group (whole key/value heads).
+func (a Attention) rowsHeads(out, q []float32, first, end, n int, k, v []float32, pos int, vis Visibility, scores []float32, h0, h1 int) {
 	if a.HeadDim == 8 || a.KVHeads <= 0 || a.Heads%a.KVHeads != 0 {
 		for i := first; i < end; i++ {
-			a.rowEach(out, q, i, first, n, k, v, pos, vis, scores)
+			a.rowEach(out, q, i, first, n, k, v, pos, vis, scores, h0, h1)
 		}
 		return
 	}
-	a.rowsBatched(out, q, first, end, n, k, v, pos, vis, scores)
+	group := a.Heads / a.KVHeads
+	a.rowsBatched(out, q, first, end, n, k, v, pos, vis, scores, h0/group, h1/group)
 }
 
-// rowEach is attention for row i of RowsPart's rows, one query head at a time: each head's scores
+// rowEach is attention for row i of RowsPart's rows, query heads [h0, h1) one at a time: each head's scores
 // are Dot(q, k_t) * Scale over the row's span, its softmax runs over them, and its output takes
 // Axpy(out, p_t, v_t) for t in order onto zeros. The batched path keeps exactly these operations
 // per query, so this is the definition of a row's bits.
-func (a Attention) rowEach(out, q []float32, i, first, n int, k, v []float32, pos int, vis Visibility, scores []float32) {
+func (a Attention) rowEach(out, q []float32, i, first, n int, k, v []float32, pos int, vis Visibility, scores []float32, h0, h1 int) {
 	d := a.HeadDim
 	w := a.KVHeads * d
 	group := a.Heads / a.KVHeads
@@ -86,7 +95,7 @@ func (a Attention) rowEach(out, q []float32, i, first, n int, k, v []float32, po
 	lo, hi := vis.Span(pos+i, pos, pos+n)
 	sc := scores[:hi-lo]
 	r := i - first
-	for h := 0; h < a.Heads; h++ {
+	for h := h0; h < h1; h++ {
 		qh := q[r*qw+h*d : r*qw+h*d+d]
 		oh := out[r*qw+h*d : r*qw+h*d+d]
 		koff := (h / group) * d
@@ -120,7 +129,7 @@ const (
 // enough that a tile read from memory for the first pair of queries is still in L1 for the next.
 const valueTile = 4096
 
-// rowsBatched is RowsPart over passes: for each key/value head, the queries of consecutive rows
+// rowsBatched is RowsPart over passes: for each key/value head of [g0, g1), the queries of consecutive rows
 // that share their first key go together, up to batchQueries and what scores holds. A pass
 // stages its queries, computes their scores with kernel.DotsRows (each key loaded once for all),
 // runs each query's softmax over its own span, and sums values with kernel.AxpyRows in tiles.
@@ -128,17 +137,17 @@ const valueTile = 4096
 // every query of the pass sees, then those that all but the first row's see, and so on. A query
 // is thus given exactly the keys of its span, in increasing order, with the operations rowEach
 // gives it: its bits depend neither on n nor on the rows in its pass.
-func (a Attention) rowsBatched(out, q []float32, first, end, n int, k, v []float32, pos int, vis Visibility, scores []float32) {
+func (a Attention) rowsBatched(out, q []float32, first, end, n int, k, v []float32, pos int, vis Visibility, scores []float32, g0, g1 int) {
 	d := a.HeadDim
 	w := a.KVHeads * d
 	group := a.Heads / a.KVHeads
 	qw := a.Heads * d
 	tile := max(1, valueTile/d)
-	for g := 0; g < a.KVHeads; g++ {
+	for g := g0; g < g1; g++ {
 		for r0 := first; r0 < end; {
 			lo, hi := vis.Span(pos+r0, pos, pos+n)
 			if group*(hi-lo+2*d) > len(scores) {
-				a.rowEach(out, q, r0, first, n, k, v, pos, vis, scores) // too little scratch to batch
+				a.rowEach(out, q, r0, first, n, k, v, pos, vis, scores, g*group, (g+1)*group) // too little scratch to batch
 				r0++
 				continue
 			}
@@ -312,8 +321,15 @@ func (a Attention) RowsHeadMajor(out, q []float32, n int, kt, vt, v []float32, l
 // WeightedRows8 adds without changing a bit. So decoding (one row) and verification (many)
 // agree bitwise on this path too.
 func (a Attention) RowsHeadMajorPart(out, q []float32, first, end, n int, kt, vt, v []float32, l HeadMajor, pos int, vis Visibility, scores []float32) {
+	a.rowsHeadMajorHeads(out, q, first, end, n, kt, vt, v, l, pos, vis, scores, 0, a.Heads)
+}
+
+// rowsHeadMajorHeads is RowsHeadMajorPart for the query heads [h0, h1) only, as rowsHeads is
+// for RowsPart; on the fused path h0 and h1 must be multiples of the group.
+func (a Attention) rowsHeadMajorHeads(out, q []float32, first, end, n int, kt, vt, v []float32, l HeadMajor, pos int, vis Visibility, scores []float32, h0, h1 int) {
 	if FusedHeadMajor(a.Heads, a.KVHeads, a.HeadDim) && v != nil && len(kt) >= l.Len() {
-		a.fused(out, q, first, end, n, kt, v, l, pos, vis, scores)
+		group := a.Heads / a.KVHeads
+		a.fused(out, q, first, end, n, kt, v, l, pos, vis, scores, h0/group, h1/group)
 		return
 	}
 	d := a.HeadDim
@@ -323,7 +339,7 @@ func (a Attention) RowsHeadMajorPart(out, q []float32, first, end, n int, kt, vt
 		lo, hi := vis.Span(pos+i, pos, pos+n)
 		sc := scores[:hi-lo]
 		r := i - first
-		for h := 0; h < a.Heads; h++ {
+		for h := h0; h < h1; h++ {
 			qh := q[r*qw+h*d : r*qw+h*d+d]
 			oh := out[r*qw+h*d : r*qw+h*d+d]
 			base := (h/group)*d*l.Capacity + lo
@@ -337,8 +353,8 @@ func (a Attention) RowsHeadMajorPart(out, q []float32, first, end, n int, kt, vt
 	}
 }
 
-// fused is RowsHeadMajorPart's fused path (see there).
-func (a Attention) fused(out, q []float32, first, end, n int, kt, v []float32, l HeadMajor, pos int, vis Visibility, scratch []float32) {
+// fused is RowsHeadMajorPart's fused path (see there) for the key/value heads [g0, g1).
+func (a Attention) fused(out, q []float32, first, end, n int, kt, v []float32, l HeadMajor, pos int, vis Visibility, scratch []float32, g0, g1 int) {
 	d := a.HeadDim
 	group := a.Heads / a.KVHeads
 	qw := a.Heads * d
@@ -352,7 +368,7 @@ func (a Attention) fused(out, q []float32, first, end, n int, kt, v []float32, l
 	qt, rest := rest[:fusedQueries*d], rest[fusedQueries*FusedMaxHead:]
 	ob, rest := rest[:fusedQueries*8], rest[fusedQueries*8:]
 	inv := rest[:fusedQueries]
-	for g := 0; g < a.KVHeads; g++ {
+	for g := g0; g < g1; g++ {
 		for r0 := first; r0 < end; {
 			lo, _ := vis.Span(pos+r0, pos, pos+n)
 			r1 := r0 + 1

@@ -66,21 +66,18 @@ func PublishSeqs(seqs []Seq, li int) {
 	}
 }
 
-// AttentionResidualSeqs is AttentionResidual for a part of a chunk whose rows belong to seqs:
-// each sequence's rows attend over its own cache, as the rows of a forward of that sequence
-// alone (its chunk rows are the forward's rows), then the output product runs over all the
-// part's rows at once.
+// AttendSeqs is the attention of a part of a chunk whose rows belong to seqs, into Att: each
+// sequence's rows attend over layer li of its own cache, as the rows of a forward of that
+// sequence alone (its chunk rows are the forward's rows). In a forward of one part the key/value
+// heads are spread over the cores (see Part.Scratch).
+func (p *Part) AttendSeqs(h *Heads, seqs []Seq, li int, vis Visibility) {
+	p.split.AttendSeqs(h, p.Att, p.Q, p.Lo, p.Hi, seqs, li, vis, p.scratch())
+}
+
+// AttentionResidualSeqs is AttendSeqs followed by the output product over all the part's rows
+// at once and the residual add.
 func (p *Part) AttentionResidualSeqs(h *Heads, seqs []Seq, li int, o *kernel.Matrix, vis Visibility) {
-	qw := h.Heads * h.HeadDim
-	for i := range seqs {
-		s := &seqs[i]
-		a, b := s.overlap(p.Lo, p.Hi)
-		if a >= b {
-			continue
-		}
-		r := (a - p.Lo) * qw
-		h.Attend(p.Att[r:], p.Q[r:], a-s.Lo, b-s.Lo, s.Hi-s.Lo, s.KV, li, s.Pos, vis, p.Scores)
-	}
+	p.AttendSeqs(h, seqs, li, vis)
 	o.MatMul(p.Tmp, p.Att, p.Rows)
 	Add(p.X, p.Tmp)
 }

@@ -153,13 +153,19 @@ func (h *Heads) finish(w *AttnWeights, q, kc []float32, rows, pos int) {
 // bits are those of a one-part forward, whatever part it falls in; a cache gives the same bits
 // whatever the batching of its writes, but the two layouts differ in rounding.
 func (h *Heads) Attend(out, q []float32, first, end, n int, c KV, li, pos int, vis Visibility, scores []float32) {
+	h.attendHeads(out, q, first, end, n, c, li, pos, vis, scores, 0, h.Heads)
+}
+
+// attendHeads is Attend for the query heads [h0, h1) only (whole key/value heads of a grouped
+// shape): see rowsHeads.
+func (h *Heads) attendHeads(out, q []float32, first, end, n int, c KV, li, pos int, vis Visibility, scores []float32, h0, h1 int) {
 	if c.hm != nil {
 		var vt []float32
 		if c.hm.vt != nil {
 			vt = c.hm.vt[li]
 		}
-		h.RowsHeadMajorPart(out, q, first, end, n, c.hm.kt[li], vt, c.V[li], c.hm.layout, pos, vis, scores)
+		h.rowsHeadMajorHeads(out, q, first, end, n, c.hm.kt[li], vt, c.V[li], c.hm.layout, pos, vis, scores, h0, h1)
 		return
 	}
-	h.RowsPart(out, q, first, end, n, c.K[li], c.V[li], pos, vis, scores)
+	h.rowsHeads(out, q, first, end, n, c.K[li], c.V[li], pos, vis, scores, h0, h1)
 }

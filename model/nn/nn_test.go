@@ -237,7 +237,7 @@ func TestAttentionRowsBatchedBitwise(t *testing.T) {
 					for n := 1; n <= 16; n++ {
 						want := make([]float32, n*qw)
 						for i := 0; i < n; i++ {
-							a.rowEach(want, q, i, 0, n, k, v, committed, vis, make([]float32, capacity))
+							a.rowEach(want, q, i, 0, n, k, v, committed, vis, make([]float32, capacity), 0, sh.heads)
 						}
 						for _, sc := range [][]float32{full, small} {
 							out := make([]float32, n*qw)

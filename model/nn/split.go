@@ -74,9 +74,24 @@ type Stack interface {
 // Part is one part of a row-split forward: rows [Lo, Hi) of the forward, the workspace viewed
 // at them (Rows = Hi-Lo) and, as Scores, the part's own attention scratch; Index is the part's
 // number among those of the forward.
+//
+// Scratch is the attention scratch the part's rows may use, Scores first: in a forward of one
+// part, every core's buffer, and attention (AttentionResidual, AttendSeqs) spreads its key/value
+// heads over the cores (HeadSplit); in a forward of several parts, the part's own buffer only,
+// since the other cores are busy with their own rows.
 type Part struct {
 	Index, Lo, Hi int
 	Workspace
+	Scratch PartScratch
+	split   HeadSplit
+}
+
+// scratch is p.Scratch, or Scores alone for a part not set up by Phases (which allocates).
+func (p *Part) scratch() PartScratch {
+	if len(p.Scratch) == 0 {
+		return PartScratch{p.Scores}
+	}
+	return p.Scratch
 }
 
 // ProjectAttention is the half of a pre-norm attention sublayer before the join, for the part's
@@ -90,7 +105,7 @@ func (p *Part) ProjectAttention(h *Heads, c KV, li int, w *AttnWeights, norm []f
 // AttentionResidual is the half after the join: the part's rows attend over layer li of c
 // (n rows in the forward, the first at position pos) and X += O(attention). It uses Att and Tmp.
 func (p *Part) AttentionResidual(h *Heads, c KV, li int, o *kernel.Matrix, n, pos int, vis Visibility) {
-	h.Attend(p.Att, p.Q, p.Lo, p.Hi, n, c, li, pos, vis, p.Scores)
+	p.split.Attend(h, p.Att, p.Q, p.Lo, p.Hi, n, c, li, pos, vis, p.scratch())
 	o.MatMul(p.Tmp, p.Att, p.Rows)
 	Add(p.X, p.Tmp)
 }
@@ -125,6 +140,10 @@ func (ph *Phases) Run(scratch PartScratch, rows int) {
 		p.Lo, p.Hi = PartRows(i, ph.parts, rows)
 		ph.ws.view(&p.Workspace, p.Lo, p.Hi)
 		p.Scores = scratch[i]
+		p.Scratch = scratch[i : i+1]
+		if ph.parts == 1 {
+			p.Scratch = scratch
+		}
 	}
 	for l := 0; l <= ph.layers; l++ {
 		ph.layer = l

@@ -291,7 +291,7 @@ func (m *Model) forwardBatch(items []model.BatchItem, batch bool) ([]model.Resul
 	it, ir := 0, 0
 	for start := 0; start < total; {
 		rows := min(nn.ChunkRows, total-start)
-		f.seqs = f.seqs[:0]
+		f.seqs, f.attSeqs = f.seqs[:0], f.attSeqs[:0]
 		for lo := 0; lo < rows; {
 			st := &m.items[it]
 			toks := items[it].Tokens
@@ -301,6 +301,7 @@ func (m *Model) forwardBatch(items []model.BatchItem, batch bool) ([]model.Resul
 				s.snapRow, s.snapEnd = ir, len(toks)-1
 			}
 			f.seqs = append(f.seqs, s)
+			f.attSeqs = append(f.attSeqs, nn.Seq{KV: s.kv, Lo: s.lo, Hi: s.hi, Pos: s.pos})
 			f.tokens = append(f.tokens[:lo], toks[ir:ir+n]...)
 			lo += n
 			if ir += n; ir == len(toks) {
@@ -313,6 +314,7 @@ func (m *Model) forwardBatch(items []model.BatchItem, batch bool) ([]model.Resul
 		start += rows
 	}
 	clear(f.seqs[:cap(f.seqs)]) // drop the caches' views: the model must not keep them alive
+	clear(f.attSeqs[:cap(f.attSeqs)])
 	f.taps, f.logits, f.hidden, f.logitRow = nil, nil, nil, nil
 	for i := range m.items {
 		st := &m.items[i]
@@ -393,6 +395,7 @@ func (s *seq) overlap(lo, hi int) (a, b int) { return max(s.lo, lo), min(s.hi, h
 type forward struct {
 	m        *Model
 	seqs     []seq
+	attSeqs  []nn.Seq // seqs as full-attention layers read them (nn.Part.AttendSeqs)
 	tokens   []int
 	row0     int
 	taps     [][]float32
@@ -687,18 +690,10 @@ func (f *forward) Close(p *nn.Part, li int) {
 		nn.Add(p.X, p.Tmp)
 	} else {
 		hd, nh := cfg.HeadDim, cfg.Heads
-		qw := nh * hd
 		// Each sequence's rows attend over its own cache, as the rows of a forward of it
-		// alone (its chunk rows are that forward's rows).
-		for si := range f.seqs {
-			s := &f.seqs[si]
-			a, b := s.overlap(p.Lo, p.Hi)
-			if a >= b {
-				continue
-			}
-			r := (a - p.Lo) * qw
-			m.heads.Attend(p.Att[r:], p.Q[r:], a-s.lo, b-s.lo, s.hi-s.lo, s.kv, m.slot[li], s.pos, nn.Causal, p.Scores)
-		}
+		// alone (its chunk rows are that forward's rows); a forward of one part spreads the
+		// key/value heads over the cores.
+		p.AttendSeqs(&m.heads, f.attSeqs, m.slot[li], nn.Causal)
 		gw := 2 * nh * hd
 		for i := 0; i < p.Rows; i++ {
 			qg := m.ws.qg[(p.Lo+i)*gw:]
