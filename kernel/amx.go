@@ -50,6 +50,17 @@ import (
 // them). Kernels with one panel per pass (all 16 rows' planes in three A tiles, or a tile per
 // plane) were slower still: each A tile must feed several panels.
 //
+// Streaming (decode, 1 row): on weights far past L3 a 1-row amx product streams about 0.90-0.93x
+// the avx512 one-row kernel's bandwidth on one thread (BenchmarkAMXDecode: 1 GiB of 3072x1024
+// matrices, alternated; rough, shared machine), against 1.05x on weights in L2. Tried, none of
+// which closed the gap (each within the noise, or slower): software prefetch of each panel's
+// blocks 1-16 KiB ahead (PREFETCHT0 or T1, one per line, as the avx512 kernel does), T1
+// prefetch of the next pass's panels, demand loads ahead, TILELOADDT1, tiles double-buffered
+// by K-block parity (two panels per pass, so no load waits on a product to free its tile), and
+// one kernel call per thread part instead of per chunk (kept). With the products removed the
+// tile loads alone stream at about 0.955x the avx512 kernel: about half the gap is the tile
+// loads' own streaming, half the products'.
+//
 // Exactness: the amx path uses AMX for every row count, 1 included, and every output element
 // adds its plane's K-blocks in K order, then its planes in a fixed order: an order that
 // depends on K only, never on the rows (a tile row's sums do not depend on the tile's other
@@ -109,7 +120,8 @@ func enableAMX() error {
 // each group's planes stacked in one tile (amxBF16P2x2, or amxBF16P2 for a last lone group; P3
 // with three planes), the
 // same arithmetic per row in either. The panels go by L2-sized chunks so that a second pair of
-// groups finds the weights the first one read in cache.
+// groups finds the weights the first one read in cache; rows that fit one pass take all the
+// panels in one kernel call (one tile configuration per call, not per chunk).
 func panelsAMX(m *Matrix, y []float32, h []uint16, rows, p0, p1 int) {
 	n := m.N
 	full := p1 // panels with all Panel rows inside N
@@ -121,6 +133,9 @@ func panelsAMX(m *Matrix, y []float32, h []uint16, rows, p0, p1 int) {
 		step = 16
 	}
 	chunk := max(4, chunkBytes/(2*m.panelLen())/4*4)
+	if rows <= step {
+		chunk = full - p0 // one pass over the weights: no second group to find them in cache
+	}
 	for c0 := p0; c0 < full; c0 += chunk {
 		c1 := min(c0+chunk, full)
 		for r0 := 0; r0 < rows; r0 += step {
