@@ -118,10 +118,9 @@ func enableAMX() error {
 // panelsAMX computes panels [p0, p1) of all rows of a bf16 matrix from the split activations h
 // (splitBF16Go's layout for rows x m.K): by pairs of row groups of up to 16/amxPlanes rows,
 // each group's planes stacked in one tile (amxBF16P2x2, or amxBF16P2 for a last lone group; P3
-// with three planes), the
-// same arithmetic per row in either. The panels go by L2-sized chunks so that a second pair of
-// groups finds the weights the first one read in cache; rows that fit one pass take all the
-// panels in one kernel call (one tile configuration per call, not per chunk).
+// with three planes), the same arithmetic per row in either. The panels go by L2-sized chunks
+// so that a second pair of groups finds the weights the first one read in cache; rows that fit
+// one pass take all the panels in one kernel call (one tile configuration per call).
 func panelsAMX(m *Matrix, y []float32, h []uint16, rows, p0, p1 int) {
 	n := m.N
 	full := p1 // panels with all Panel rows inside N
