@@ -55,11 +55,13 @@ import (
 // matrices, alternated; rough, shared machine), against 1.05x on weights in L2. Tried, none of
 // which closed the gap (each within the noise, or slower): software prefetch of each panel's
 // blocks 1-16 KiB ahead (PREFETCHT0 or T1, one per line, as the avx512 kernel does), T1
-// prefetch of the next pass's panels, demand loads ahead, TILELOADDT1, tiles double-buffered
-// by K-block parity (two panels per pass, so no load waits on a product to free its tile), and
-// one kernel call per thread part instead of per chunk (kept). With the products removed the
-// tile loads alone stream at about 0.955x the avx512 kernel: about half the gap is the tile
-// loads' own streaming, half the products'.
+// prefetch of the next pass's panels (all of them, or their first 2-8 KiB at a pass's start),
+// demand loads ahead, TILELOADDT1, tiles double-buffered by K-block parity (two panels per
+// pass, so no load waits on a product to free its tile), and one kernel call per thread part
+// instead of per chunk (kept); every software prefetch made it slower. Probes with parts of the
+// kernel removed: the tile loads alone (4 or 8 panels per pass) stream at about 0.97-0.98x the
+// avx512 kernel, with each pass's tile stores and plane sums 0.955x, and the products take the
+// rest: each pass ends by waiting for its products to drain before the stores.
 //
 // Exactness: the amx path uses AMX for every row count, 1 included, and every output element
 // adds its plane's K-blocks in K order, then its planes in a fixed order: an order that
