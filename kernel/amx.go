@@ -20,33 +20,48 @@ import (
 // load reads past a panel (an odd K's last pair is the layout's zero pad times a zero
 // activation).
 //
-// Precision: AMX multiplies bf16 by bf16 into f32, so each activation is split into three
-// bf16 planes that sum to it exactly (bf16split.go; once per call, before the thread split, by
-// a generated AVX-512 splitter). Products of bf16 weights with bf16 planes are exact in f32;
-// only the f32 sums round, and the error stays inside the float32 bound every path is tested
-// against (times 1+2^-7). Two planes (hi + lo) would leave about 2^-17 |x| per activation,
-// outside that bound for short sums; one plane about 2^-9. Measured on random normal data (16
-// rows, 512 outputs), as the largest |y - y_go| / sum|w*x| against the portable path: K=64:
-// avx512 1.1e-7, amx 1.8e-7, two planes 2.3e-6, one plane 1.3e-3; K=1024: 6.1e-8, 2.3e-7,
-// 4.9e-7, 3.2e-4; K=3072: 4.6e-8, 2.5e-7, 3.5e-7, 1.7e-4 (AMX's own f32 accumulation is a
-// little coarser than an FMA chain, which at large K makes the third plane matter less).
+// Precision: AMX multiplies bf16 by bf16 into f32, so each activation is split into two bf16
+// planes, hi = x rounded to bf16 and lo = the remainder x - hi rounded to bf16 (bf16split.go;
+// once per call, before the thread split, by a generated AVX-512 splitter). Products of bf16
+// weights with bf16 planes are exact in f32; what the planes leave out of x is at most 2^-17
+// |x| (derived in bf16split.go), so a product's error is at most the float32 bound every path
+// is tested against (times 1+2^-7) plus 2^-17 sum|w*x|: the amx path's own bound (amxRel in
+// the tests). A third plane would make the activations exact, for about 20% more time at 16
+// rows; the tests keep that variant (amxPlanes = 3) checked. One plane leaves about 2^-9.
+// Measured on random normal data (16 rows, 512 outputs), as the largest |y - y_ref| / sum|w*x|
+// against a float64 reference: K=64: avx512 2.6e-7, amx 2.4e-6 (bound 1.2e-5), three planes
+// 7.4e-8, one plane 1.2e-3; K=1024: 1.8e-7, 4.3e-7 (6.9e-5), 3.3e-8, 3.7e-4; K=3072: 2.1e-7,
+// 2.7e-7 (1.9e-4), 3.8e-8, 2.1e-4 (AMX's f32 accumulation is a little more accurate than an
+// FMA chain here; the two planes' term dominates at small K only).
 //
-// Layout of the products: a row's three planes are three rows of the A tile (row r, plane p
-// at tile row 3r+p), so a tile holds the planes of up to 5 rows and each tile row sums its
-// plane's products over K on its own; after the last K-block the kernel adds a row's planes,
-// (p0 + p1) + p2, with AVX-512. A single row is then one product of 3 tile rows per K-block and
-// panel, no slower than the AVX-512 kernel on streamed weights; stacking the planes into one
-// accumulator row instead (C += hi*B, C += mid*B, C += lo*B) made it three dependent products
-// and a 1-row product about 1.3x the avx512 one (rough measurements, shared machine). The
-// kernels (_gen/amx.go) take two row groups of up to 5 rows per pass over the weights, so up
-// to 10 rows stream each weight once, and 2 or 4 panels per pass share each A tile load.
-// Sixteen rows are 48 tile rows per block and panel; on the machine this was written on that
-// made a 16-row product 2-2.2x a 1-row one (0.65-0.7x the avx512 16-row one, which is
-// 3.2-3.5x its 1-row one), bound by the tile products rather than memory, where two planes took
-// 1.6-1.8x and one plane 1.2-1.3x (rough, shared machine, one thread, Qwen3-0.6B's shapes;
-// TestAMXTimes with DFLASH_AMX_TIMES=1 measures them). Kernels with one panel per pass (all 16
-// rows' planes in three A tiles, or a tile per plane) were slower still: each A tile must
-// feed several panels.
+// Layout of the products: a row's planes are consecutive rows of the A tile (row r, plane p at
+// tile row amxPlanes*r+p), so a tile holds the planes of up to 8 rows (5 with three planes) and
+// each tile row sums its plane's products over K on its own; after the last K-block the kernel
+// adds a row's planes, p0 + p1 (or (p0 + p1) + p2), with AVX-512. A single row is then one
+// product of 2 tile rows per K-block and panel; stacking the planes into one accumulator row
+// instead (C += hi*B, C += lo*B) makes dependent products, and with three planes made a 1-row
+// product about 1.3x the avx512 one (rough measurements, shared machine). The kernels
+// (_gen/amx.go) take two row groups of up to 8 rows per pass over the weights, so up to 16
+// rows stream each weight once, and 2 or 4 panels per pass share each A tile load. Sixteen rows
+// are 32 tile rows per block and panel, bound by the tile products rather than memory: with
+// three planes (48 tile rows) a 16-row product took 2-2.2x a 1-row one, with two 1.6-1.8x and
+// one plane 1.2-1.3x (the avx512 16-row one takes 3.2-3.5x its 1-row one; rough, shared
+// machine, one thread, Qwen3-0.6B's shapes; TestAMXTimes with DFLASH_AMX_TIMES=1 measures
+// them). Kernels with one panel per pass (all 16 rows' planes in three A tiles, or a tile per
+// plane) were slower still: each A tile must feed several panels.
+//
+// Streaming (decode, 1 row): on weights far past L3 a 1-row amx product streams about 0.90-0.93x
+// the avx512 one-row kernel's bandwidth on one thread (BenchmarkAMXDecode: 1 GiB of 3072x1024
+// matrices, alternated; rough, shared machine), against 1.05x on weights in L2. Tried, none of
+// which closed the gap (each within the noise, or slower): software prefetch of each panel's
+// blocks 1-16 KiB ahead (PREFETCHT0 or T1, one per line, as the avx512 kernel does), T1
+// prefetch of the next pass's panels (all of them, or their first 2-8 KiB at a pass's start),
+// demand loads ahead, TILELOADDT1, tiles double-buffered by K-block parity (two panels per
+// pass, so no load waits on a product to free its tile), and one kernel call per thread part
+// instead of per chunk (kept); every software prefetch made it slower. Probes with parts of the
+// kernel removed: the tile loads alone (4 or 8 panels per pass) stream at about 0.97-0.98x the
+// avx512 kernel, with each pass's tile stores and plane sums 0.955x, and the products take the
+// rest: each pass ends by waiting for its products to drain before the stores.
 //
 // Exactness: the amx path uses AMX for every row count, 1 included, and every output element
 // adds its plane's K-blocks in K order, then its planes in a fixed order: an order that
@@ -56,7 +71,7 @@ import (
 // width and of the thread split. AMX treats denormal inputs as zero and flushes denormal
 // results (DAZ/FTZ, whatever MXCSR says): activations and weights of real models are far
 // above 2^-126, and the tests' random data too; only the low plane of an activation below
-// about 2^-110 is lost.
+// about 2^-117 is lost (bf16split.go bounds what that costs).
 //
 // Enabling: CPUID leaf 7 EDX (AMX-TILE bit 24, AMX-BF16 bit 22), XCR0 bits 17 and 18 (the OS
 // manages tile configuration and data), and Linux's permission request for tile data,
@@ -104,9 +119,10 @@ func enableAMX() error {
 
 // panelsAMX computes panels [p0, p1) of all rows of a bf16 matrix from the split activations h
 // (splitBF16Go's layout for rows x m.K): by pairs of row groups of up to 16/amxPlanes rows,
-// each group's planes stacked in one tile (amxBF16P3x2, or amxBF16P3 for a last lone group), the
-// same arithmetic per row in either. The panels go by L2-sized chunks so that a second pair of
-// groups finds the weights the first one read in cache.
+// each group's planes stacked in one tile (amxBF16P2x2, or amxBF16P2 for a last lone group; P3
+// with three planes), the same arithmetic per row in either. The panels go by L2-sized chunks
+// so that a second pair of groups finds the weights the first one read in cache; rows that fit
+// one pass take all the panels in one kernel call (one tile configuration per call).
 func panelsAMX(m *Matrix, y []float32, h []uint16, rows, p0, p1 int) {
 	n := m.N
 	full := p1 // panels with all Panel rows inside N
@@ -118,6 +134,9 @@ func panelsAMX(m *Matrix, y []float32, h []uint16, rows, p0, p1 int) {
 		step = 16
 	}
 	chunk := max(4, chunkBytes/(2*m.panelLen())/4*4)
+	if rows <= step {
+		chunk = full - p0 // one pass over the weights: no second group to find them in cache
+	}
 	for c0 := p0; c0 < full; c0 += chunk {
 		c1 := min(c0+chunk, full)
 		for r0 := 0; r0 < rows; r0 += step {

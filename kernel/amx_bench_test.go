@@ -4,11 +4,13 @@ package kernel
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"testing"
+	"time"
 )
 
-// BenchmarkAMX compares the amx path (with 3 activation planes, and 1 to price the split) and avx512 on bf16
+// BenchmarkAMX compares the amx path (with its 2 activation planes, and 1 to price the split) and avx512 on bf16
 // products of Qwen3-0.6B's shapes for 1 to 16 rows, one thread, weights cold (copies spanning
 // 128 MiB). The variants of one shape and row count run next to each other, so that a shared
 // machine's load shifts them alike. MB/s is weight bytes.
@@ -22,7 +24,7 @@ func BenchmarkAMX(b *testing.B) {
 		name   string
 		path   string
 		passes int
-	}{{"avx512", "avx512", 3}, {"amx3", "amx", 3}, {"amx1", "amx", 1}}
+	}{{"avx512", "avx512", 2}, {"amx", "amx", 2}, {"amx1", "amx", 1}}
 	for _, s := range []struct{ n, k int }{{4096, 1024}, {3072, 1024}, {1024, 3072}} {
 		ms := benchMatrix(BF16, s.n, s.k, 128<<20)
 		for _, rows := range []int{1, 4, 8, 16} {
@@ -82,7 +84,7 @@ func BenchmarkAMXWarm(b *testing.B) {
 			name   string
 			path   string
 			passes int
-		}{{"avx512", "avx512", 3}, {"amx3", "amx", 3}, {"amx1", "amx", 1}} {
+		}{{"avx512", "avx512", 2}, {"amx", "amx", 2}, {"amx1", "amx", 1}} {
 			b.Run(fmt.Sprintf("rows=%d/%s", rows, v.name), func(b *testing.B) {
 				if err := SetPath(v.path); err != nil {
 					b.Fatal(err)
@@ -95,4 +97,68 @@ func BenchmarkAMXWarm(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkAMXDecode streams one-row bf16 products over 1 GiB of 3072x1024 matrices in
+// huge-page weight memory (far past L3), as a decode step streams its weights, on avx512 and
+// amx in turn, ABBA within each iteration so that a shared machine's load falls on both
+// alike, on all threads and on one. The metrics are the medians over iterations of each
+// path's GB/s and of the per-iteration ratios amx/avx512 (use -benchtime=Nx).
+func BenchmarkAMXDecode(b *testing.B) {
+	if !slices.Contains(Paths(), "amx") {
+		b.Skipf("no amx path: %s", AMXStatus())
+	}
+	prevPath := Path()
+	defer SetPath(prevPath)
+	const n, k = 3072, 1024
+	m := benchMatrix(BF16, n, k, 0)[0]
+	var ms []*Matrix
+	for int64(len(ms))*m.Bytes() < 1<<30 {
+		c := *m
+		c.mem = nil
+		c.bf16 = allocWeights[uint16](&c, len(m.bf16))
+		copy(c.bf16, m.bf16)
+		ms = append(ms, &c)
+	}
+	x, y := randVec(k, 1), make([]float32, n)
+	paths := [2]string{"avx512", "amx"}
+	step := func(v int) float64 {
+		if err := SetPath(paths[v%2]); err != nil {
+			b.Fatal(err)
+		}
+		if v >= 2 {
+			defer SetMaxThreads(SetMaxThreads(1))
+		}
+		start := time.Now()
+		for _, m := range ms {
+			m.MatMul(y, x, 1)
+		}
+		return float64(len(ms)) * float64(m.Bytes()) / time.Since(start).Seconds() / 1e9
+	}
+	for v := range 2 {
+		step(v) // warm: pages faulted in, pool started
+	}
+	var gbs [4][]float64 // avx512, amx, then both on one thread
+	var ratio, ratio1 []float64
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		order := []int{0, 1, 2, 3}
+		if i%2 == 1 {
+			order = []int{3, 2, 1, 0}
+		}
+		for _, v := range order {
+			gbs[v] = append(gbs[v], step(v))
+		}
+		ratio = append(ratio, gbs[1][i]/gbs[0][i])
+		ratio1 = append(ratio1, gbs[3][i]/gbs[2][i])
+	}
+	b.StopTimer()
+	med := func(v []float64) float64 { v = slices.Clone(v); slices.Sort(v); return v[len(v)/2] }
+	b.ReportMetric(med(gbs[0]), "avx512GB/s")
+	b.ReportMetric(med(gbs[1]), "amxGB/s")
+	b.ReportMetric(med(ratio), "amx/avx512")
+	b.ReportMetric(med(gbs[2]), "avx512-1thrGB/s")
+	b.ReportMetric(med(gbs[3]), "amx-1thrGB/s")
+	b.ReportMetric(med(ratio1), "amx/avx512-1thr")
+	runtime.KeepAlive(ms)
 }

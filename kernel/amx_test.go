@@ -47,23 +47,25 @@ func amxShapes() (ns, ks []int) {
 }
 
 // TestAMXMatchesReference compares the amx path with a float64 reference for 1..32 rows, every
-// K tail and N tail. The products of bf16 weights with the three bf16 planes of an activation
-// are exact in f32 and the planes sum to the activation exactly; each plane's products are
-// summed over K in f32 (K-1 roundings, each at most 2^-24 of a partial sum of |w*plane|) and
-// the three sums added (2 more), and the planes' magnitudes sum to at most (1+2^-7)|x|: so
-// |error| <= (K+2)*(1+2^-7)*2^-24*sum|w*x|, the bound every path is held to in
-// TestMatMulMatchesReference but for the factor. A wrong lane, row, tail or plane is off by
-// O(sum|w*x|), and one plane alone (x rounded to bf16) by about 2^-9 of it
+// K tail and N tail, with two planes (hi + lo) and with three, each within its amxRel bound: the
+// float32 bound of TestMatMulMatchesReference times 1+2^-7, plus for two planes their
+// activation term 2^-17 sum|w*x| (derived in bf16split.go). A wrong lane, row, tail or plane is
+// off by O(sum|w*x|), and one plane alone (x rounded to bf16) by about 2^-9 of it
 // (TestAMXOnePlaneIsInexact shows that the bound catches it). The same pass checks that a
 // row's result is bitwise the same for every row count 1..32: the products with fewer rows
 // take a prefix of the 32 rows' inputs.
 func TestAMXMatchesReference(t *testing.T) {
 	withAMX(t, func() {
+		prev := amxPlanes
+		defer func() { amxPlanes = prev }()
 		ns, ks := amxShapes()
-		for _, n := range ns {
-			for _, k := range ks {
-				if bad := amxCheck(t, n, k); bad != "" {
-					t.Fatal(bad)
+		for _, planes := range []int{2, 3} {
+			amxPlanes = planes
+			for _, n := range ns {
+				for _, k := range ks {
+					if bad := amxCheck(t, n, k); bad != "" {
+						t.Fatalf("%d planes: %s", planes, bad)
+					}
 				}
 			}
 		}
@@ -71,24 +73,24 @@ func TestAMXMatchesReference(t *testing.T) {
 }
 
 // TestAMXOnePlaneIsInexact: with activations rounded to a single bf16 plane the amx products
-// leave TestAMXMatchesReference's bound, so that test would catch a kernel that dropped planes
+// leave TestAMXMatchesReference's bound, so that test would catch a kernel that dropped a plane
 // (the one-plane kernel reads each row's first plane only).
 func TestAMXOnePlaneIsInexact(t *testing.T) {
 	withAMX(t, func() {
-		prev := amxPasses
-		defer func() { amxPasses = prev }()
-		amxPasses = 1
+		prev, prevPlanes := amxPasses, amxPlanes
+		defer func() { amxPasses, amxPlanes = prev, prevPlanes }()
+		amxPasses, amxPlanes = 1, 2 // the two-plane bound, the looser one
 		if bad := amxCheck(t, 33, 130); bad == "" {
-			t.Fatal("one bf16 plane stayed within the bound of three: the reference check cannot see a lost plane")
+			t.Fatal("one bf16 plane stayed within the two-plane bound: the reference check cannot see a lost plane")
 		}
 	})
 }
 
 // amxCheck runs the n x k product for rows 1..32 with the active path and returns the first
-// disagreement with the float64 reference (TestAMXMatchesReference's bound) or with the
-// 32-row bits.
+// disagreement with the float64 reference (amxRel's bound for amxPlanes) or with the 32-row
+// bits.
 func amxCheck(t *testing.T, n, k int) string {
-	return amxCheckTol(t, n, k, float64(k+2)*(1+0x1p-7)*0x1p-24)
+	return amxCheckTol(t, n, k, amxRel(k, amxPlanes))
 }
 
 // amxCheckTol is amxCheck with the bound rel*sum|w*x|.
@@ -127,26 +129,6 @@ func amxCheckTol(t *testing.T, n, k int, rel float64) string {
 		}
 	}
 	return ""
-}
-
-// TestAMXTwoPlanes checks the benchmarks' two-plane variant (hi + lo, amxPlanes = 2) as
-// TestAMXMatchesReference does the amx path, with its looser bound: a plane pair leaves at most
-// 2^-17 |x| of each activation out (lo is the remainder rounded to bf16), so |error| <=
-// (2^-17 + (K+2)*(1+2^-7)*2^-24)*sum|w*x|.
-func TestAMXTwoPlanes(t *testing.T) {
-	withAMX(t, func() {
-		prev := amxPlanes
-		defer func() { amxPlanes = prev }()
-		amxPlanes = 2
-		ns, ks := amxShapes()
-		for _, n := range ns {
-			for _, k := range ks {
-				if bad := amxCheckTol(t, n, k, 0x1p-17+float64(k+2)*(1+0x1p-7)*0x1p-24); bad != "" {
-					t.Fatal(bad)
-				}
-			}
-		}
-	})
 }
 
 // TestAMXPanelRanges: computing a product by any split of its panels into calls gives the bits
@@ -202,7 +184,7 @@ func TestAMXNonFinite(t *testing.T) {
 	})
 }
 
-// TestSplitBF16Asm: the generated splitters (3 planes, and 2 for benchmarks) write
+// TestSplitBF16Asm: the generated splitters (2 planes, and 3 for tests and tools) write
 // splitBF16Go's planes bitwise, for every
 // tail of a row (masked loads, zero blocks) and for special values, denormals included.
 func TestSplitBF16Asm(t *testing.T) {
@@ -214,7 +196,7 @@ func TestSplitBF16Asm(t *testing.T) {
 		math.Float32frombits(0x7f7f8000), 0x1p-130, -0x1p-149, 0x1p-120, 0x1.fffffep-127, 1, 0x1.0081p0}
 	prev := amxPlanes
 	defer func() { amxPlanes = prev }()
-	for _, planes := range []int{3, 2} {
+	for _, planes := range []int{2, 3} {
 		amxPlanes = planes
 		testSplitBF16Asm(t, specials)
 	}

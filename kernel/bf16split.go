@@ -5,16 +5,32 @@ import "math"
 // Split bf16 activations, the input of the AMX path (amx.go); plain Go so that every build can
 // test it.
 //
-// AMX multiplies bf16 by bf16, so an f32 activation x enters as amxPlanes bf16 planes whose sum
-// is x: plane 0 is x rounded to bf16 (to nearest even), each next plane the rounded remainder.
-// A bf16 holds 8 significant bits and every remainder is exact in f32, so three planes carry
-// all 24 bits of x: hi + mid + lo == x exactly for any normal x whose low plane is not a
-// bf16 denormal (|x| >= about 2^-110; AMX treats denormal inputs as zero, which loses at most
-// the low bits of such tiny activations). The products of bf16 weights with each plane are
-// then exact in f32 and only the f32 accumulation rounds, as on the other paths; this is
-// what keeps the amx path inside the float32 error bound the tests hold every path to. Two
-// planes would leave a representation error of about 2^-17 |x|, above that bound for short
-// sums (K of a few dozen), and one plane (x as bf16) about 2^-9 |x|.
+// AMX multiplies bf16 by bf16, so an f32 activation x enters as amxPlanes bf16 planes: plane 0
+// is x rounded to bf16 (to nearest even), each next plane the rounded remainder. The products
+// of bf16 weights with each plane are exact in f32 (8 x 8 significant bits), so the planes'
+// only error is what they leave out of x, and the f32 accumulation rounds as on the other paths.
+//
+// Two planes (hi + lo, the amx path's setting): for a normal x with 2^e <= |x| < 2^(e+1), bf16
+// (8 significant bits) has spacing 2^(e-7) there, so r = x - hi is exact in f32 (a multiple of
+// x's ulp 2^(e-23), no larger than x) with |r| <= 2^(e-8); |r| = 2^(e-8) is a bf16 and then lo
+// = r exactly, otherwise |r| < 2^(e-8), r's exponent is at most e-9 and rounding it to bf16
+// errs by at most half its spacing, 2^(e-9-8). Hence
+//
+//	|x - hi - lo| <= 2^(e-17) <= 2^-17 |x|,	|hi| + |lo| <= |x| + 2*2^(e-8) <= (1+2^-7) |x|,
+//
+// and the first is nearly attained (x = 2^e (1 + 2^-9 + 2^-17): hi = 2^e, lo ties to even at
+// 2^(e-9), leaving 2^(e-17)).
+// A product's activation term is therefore at most 2^-17 sum|w*x|. The exceptions, none
+// reached by a model's activations: |x| > (2-2^-8)*2^127, where hi is truncated instead of
+// rounded (|r| < 2^(e-7), the term 2^-16 |x|); and AMX's DAZ/FTZ, which reads a denormal
+// plane as zero and flushes a denormal product: lo is denormal when |r| < 2^-126, so below
+// |x| ~ 2^-117 the term becomes |r| <= 2^-8 |x| but at most 2^-126 absolute, and products
+// below 2^-126 are lost (K*2^-126 per output at most).
+//
+// Three planes carry all 24 bits of x (hi + mid + lo == x for |x| >= about 2^-110), which only
+// the tests and measuring tools still use (amxPlanes = 3): the kernels are the same generator
+// with one more tile row per activation row. One plane (x as bf16) leaves 2^-8 |x|, what
+// TestAMXOnePlaneIsInexact shows the amx bound catches.
 //
 // A row's planes depend on that row only, so the batch-width invariant carries over. The planes
 // of a row are consecutive rows of the kernels' A tiles (amx.go), and the layout is by K-block
@@ -22,13 +38,13 @@ import "math"
 // (amxRowLen(k)/32 of them, zero-padded past k), the 32 values of each row's each plane, row
 // by row, planes within a row. A tile of activations never reads another row's values.
 
-// amxPlanes is the number of bf16 planes of an activation (see above): 3 on the amx path, 2
-// (hi + lo) only in benchmarks that price the third.
-var amxPlanes = 3
+// amxPlanes is the number of bf16 planes of an activation (see above): 2 (hi + lo) on the amx
+// path, 3 (exact) in the tests and measuring tools that price the third.
+var amxPlanes = 2
 
 // amxPasses is the number of planes the AMX kernels multiply: amxPlanes, or 1 (each row's
 // first plane, x as bf16) in benchmarks that price the split.
-var amxPasses = 3
+var amxPasses = 2
 
 // amxRowLen is the elements of one activation row of one plane: k rounded up to whole
 // 32-input K-blocks.
