@@ -20,19 +20,20 @@ import (
 // load reads past a panel (an odd K's last pair is the layout's zero pad times a zero
 // activation).
 //
-// Precision: AMX multiplies bf16 by bf16 into f32, so each activation is split into two bf16
-// planes, hi = x rounded to bf16 and lo = the remainder x - hi rounded to bf16 (bf16split.go;
+// Precision: AMX multiplies bf16 by bf16 into f32, so each activation is split into three
+// bf16 planes that sum to it exactly (hi = x rounded to bf16, then the remainders; bf16split.go,
 // once per call, before the thread split, by a generated AVX-512 splitter). Products of bf16
-// weights with bf16 planes are exact in f32; what the planes leave out of x is at most 2^-17
-// |x| (derived in bf16split.go), so a product's error is at most the float32 bound every path
-// is tested against (times 1+2^-7) plus 2^-17 sum|w*x|: the amx path's own bound (amxRel in
-// the tests). A third plane would make the activations exact, for about 20% more time at 16
-// rows; the tests keep that variant (amxPlanes = 3) checked. One plane leaves about 2^-9.
+// weights with bf16 planes are exact in f32; only the f32 sums round, inside the float32 bound
+// every path is tested against (times 1+2^-7). Two planes (hi + lo) leave up to 2^-17 |x| of
+// each activation out (derived in bf16split.go; the tests keep that variant, amxPlanes = 2,
+// checked against its own bound amxRel) and make a 16-row product about 20% cheaper, but a tiny
+// random Qwen3.5 target's logits then missed the reference test's 1e-4 (1.13e-4): the path
+// runs three. One plane leaves about 2^-9.
 // Measured on random normal data (16 rows, 512 outputs), as the largest |y - y_ref| / sum|w*x|
-// against a float64 reference: K=64: avx512 2.6e-7, amx 2.4e-6 (bound 1.2e-5), three planes
-// 7.4e-8, one plane 1.2e-3; K=1024: 1.8e-7, 4.3e-7 (6.9e-5), 3.3e-8, 3.7e-4; K=3072: 2.1e-7,
-// 2.7e-7 (1.9e-4), 3.8e-8, 2.1e-4 (AMX's f32 accumulation is a little more accurate than an
-// FMA chain here; the two planes' term dominates at small K only).
+// against a float64 reference: K=64: avx512 2.6e-7, three planes 7.4e-8, two 2.4e-6 (bound
+// 1.2e-5), one plane 1.2e-3; K=1024: 1.8e-7, 3.3e-8, 4.3e-7 (6.9e-5), 3.7e-4; K=3072: 2.1e-7,
+// 3.8e-8, 2.7e-7 (1.9e-4), 2.1e-4 (AMX's f32 accumulation is a little more accurate than an
+// FMA chain here).
 //
 // Layout of the products: a row's planes are consecutive rows of the A tile (row r, plane p at
 // tile row amxPlanes*r+p), so a tile holds the planes of up to 8 rows (5 with three planes) and
