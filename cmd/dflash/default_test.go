@@ -20,7 +20,7 @@ func TestRunDefaultPair(t *testing.T) {
 	if !strings.HasPrefix(out, "once upon a time") {
 		t.Errorf("output %q does not start with the default prompt", out)
 	}
-	if !strings.Contains(errs, "sampling: temperature 0.8, top-p 0.95, repeat penalty 1.1 over the last 64 tokens, seed 1 ") {
+	if !strings.Contains(errs, "sampling coupled: temperature 0.8, top-p 0.95, repeat penalty 1.1 over the last 64 tokens, seed 1 ") {
 		t.Errorf("the sampling settings and seed are not printed in %q", errs)
 	}
 	if !strings.Contains(errs, "summary: 40 tokens, tau ") || !strings.Contains(errs, "plain ") {
@@ -54,14 +54,14 @@ func TestDefaultSamplingFlags(t *testing.T) {
 		return sf.o, ok
 	}
 	o, ok := parse()
-	want := sample.Options{Temperature: 0.8, TopP: 0.95, RepeatPenalty: 1.1, Seed: defaultSeed}
+	want := sample.Options{Temperature: 0.8, TopP: 0.95, RepeatPenalty: 1.1, Seed: defaultSeed, Coupled: true}
 	if !ok || o != want {
 		t.Errorf("no flags: %+v (sampling %v), want %+v", o, ok, want)
 	}
 	if o.PenaltyWindow != 0 || sample.DefaultPenaltyWindow != 64 {
 		t.Errorf("penalty window %d (default %d), want ollama's 64", o.PenaltyWindow, sample.DefaultPenaltyWindow)
 	}
-	o, ok = parse("--seed", "7", "--temp", "1", "--repeat-penalty", "1")
+	o, ok = parse("--seed", "7", "--temp", "1", "--repeat-penalty", "1", "--coupled=false")
 	if want := (sample.Options{Temperature: 1, TopP: 0.95, RepeatPenalty: 1, Seed: 7}); !ok || o != want {
 		t.Errorf("flags given: %+v (sampling %v), want %+v", o, ok, want)
 	}
@@ -70,8 +70,8 @@ func TestDefaultSamplingFlags(t *testing.T) {
 	}
 }
 
-// The default run's seed reproduces its story (with the draft, whose depth a seeded run fixes),
-// and another seed tells another.
+// The default run's seed reproduces its story, with the draft at the controller's depths and
+// without the draft alike (coupled sampling), and another seed tells another.
 func TestRunDefaultSeedRepeats(t *testing.T) {
 	t.Setenv("DFLASH_CACHE", t.TempDir())
 	run := func(args ...string) string {
@@ -85,6 +85,9 @@ func TestRunDefaultSeedRepeats(t *testing.T) {
 	first, again := run(), run()
 	if first != again {
 		t.Fatalf("the default seed gave two outputs:\n%s\n%s", first, again)
+	}
+	if plain := run("--draft", "none"); plain != first {
+		t.Errorf("without the draft the default seed gave %q, with it %q", plain, first)
 	}
 	if explicit := run("--seed", "1"); explicit != first {
 		t.Errorf("--seed 1 (the default seed) gave %q, the default run %q", explicit, first)
