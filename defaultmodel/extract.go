@@ -10,13 +10,48 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 )
 
 // materialize copies every file of fsys into a folder named after the content's hash under
 // cacheRoot and returns it. A folder that already exists is trusted only if its manifest
 // matches, so an interrupted earlier copy is redone, never half-used. The copy goes to a temporary
 // folder first and is renamed into place, so concurrent first runs cannot see a partial model.
+// A binary with new files (a retrained draft) therefore never reads an older copy; the older
+// copies are removed once the new one is in place (pruneOthers).
 func materialize(fsys fs.FS, cacheRoot string) (string, error) {
+	dst, err := extract(fsys, cacheRoot)
+	if err != nil {
+		return "", err
+	}
+	pruneOthers(cacheRoot, filepath.Base(dst))
+	return dst, nil
+}
+
+// pruneOthers removes the folders of other versions of the default pair under cacheRoot: those
+// named default-* that hold a manifest (so only folders this package wrote), except keep. It is
+// best effort: a folder that cannot be removed costs disk space, not correctness. A process of an
+// older binary still running from such a folder has its weights in memory already; its next
+// start unpacks them again.
+func pruneOthers(cacheRoot, keep string) {
+	entries, err := os.ReadDir(cacheRoot)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if !e.IsDir() || name == keep || !strings.HasPrefix(name, "default-") {
+			continue
+		}
+		dir := filepath.Join(cacheRoot, name)
+		if _, err := os.Stat(filepath.Join(dir, manifestName)); err == nil {
+			os.RemoveAll(dir)
+		}
+	}
+}
+
+// extract is materialize without the pruning.
+func extract(fsys fs.FS, cacheRoot string) (string, error) {
 	files, sum, err := manifest(fsys)
 	if err != nil {
 		return "", err

@@ -45,6 +45,23 @@ func TestMaterializeCopiesOnceAndRedoesPartialCopies(t *testing.T) {
 	if err != nil || other == dir {
 		t.Errorf("changed content: %s, %v; want a new folder", other, err)
 	}
+	// The older version's folder is gone; a folder this package did not write stays.
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the older copy %s is still there (%v)", dir, err)
+	}
+	foreign := filepath.Join(root, "default-mine")
+	if err := os.MkdirAll(foreign, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := materialize(fsys, root); err != nil || again != other {
+		t.Fatalf("third call: %s, %v; want %s", again, err, other)
+	}
+	if _, err := os.Stat(foreign); err != nil {
+		t.Errorf("a folder without a manifest was removed: %v", err)
+	}
+	if got, err := os.ReadFile(filepath.Join(other, "target", "config.json")); err != nil || string(got) != `{"a":2}` {
+		t.Errorf("new copy holds %q, %v", got, err)
+	}
 	if _, err := materialize(fstest.MapFS{}, root); err == nil {
 		t.Error("an empty FS must be an error")
 	}

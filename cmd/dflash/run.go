@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -49,6 +50,7 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	defaultRun := false // sampling with the default pair's settings (defaultSampling)
 	// With no model named, run dflash's own default pair (embedded in the binary) with its draft,
 	// and measure plain decoding beside it so the summary shows what speculation bought.
 	if mf.model == "" && mf.synthetic == "" {
@@ -69,6 +71,7 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		if *prompt == "" && *promptIDs == "" && !*chatMode {
 			*prompt = defaultmodel.Prompt
 		}
+		defaultRun = defaultSampling(fs, &sf.o)
 	}
 	if df.draft == "none" {
 		df.draft = ""
@@ -82,6 +85,21 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	opts, err := sf.options()
 	if err != nil {
 		return err
+	}
+	if defaultRun {
+		window := "the last " + strconv.Itoa(sample.DefaultPenaltyWindow) + " tokens"
+		switch {
+		case opts.PenaltyWindow > 0:
+			window = "the last " + strconv.Itoa(opts.PenaltyWindow) + " tokens"
+		case opts.PenaltyWindow < 0:
+			window = "all tokens"
+		}
+		coupled := ""
+		if opts.Coupled {
+			coupled = " coupled"
+		}
+		fmt.Fprintf(stderr, "sampling%s: temperature %g, top-p %g, repeat penalty %g over %s, seed %d (--seed N tells another story, the same N repeats it; --temp 0 decodes greedily)\n",
+			coupled, opts.Temperature, opts.TopP, opts.RepeatPenalty, window, opts.Seed)
 	}
 	e, err := mf.open()
 	if err != nil {
@@ -189,8 +207,10 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	seq := runner.NewSequence(e.Target, capacity)
 	// An explicit --seed asks for a reproducible run: with a draft, a fixed depth (the default
-	// seed 0 also replays plain decoding, but leaves the depth to the controller).
-	req := runner.Request{Prompt: ids, Options: opts, MaxTokens: *n, Stop: e.Stop, StopStrings: stops, Seeded: flagSet(fs, "seed")}
+	// seed 0 also replays plain decoding, but leaves the depth to the controller). The default
+	// pair's sampled run prints its seed, so it is reproducible too.
+	seeded := flagSet(fs, "seed") || defaultRun
+	req := runner.Request{Prompt: ids, Options: opts, MaxTokens: *n, Stop: e.Stop, StopStrings: stops, Seeded: seeded}
 	if stream != nil {
 		req.Text = stream
 	}
@@ -214,7 +234,7 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return genErr
 	}
 	if *compare && genErr == nil {
-		line, err := compareRuns(ctx, e, drafter, learned, ids, stops, opts, *n, capacity)
+		line, err := compareRuns(ctx, e, drafter, learned, ids, stops, opts, seeded, *n, capacity)
 		if err != nil {
 			return fmt.Errorf("compare: %w", err)
 		}
@@ -228,12 +248,13 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 // medians reported. The streamed run above is not used for the figures: writing to a terminal is
 // not decoding. Every speculative run opens its own session and starts an adaptive policy
 // where the streamed run started (warm from the user cache, or cold), as a fresh `dflash run`
-// would; the drafter is loaded once.
-func compareRuns(ctx context.Context, e *engine.Engine, dr runner.Drafter, learned *learnedCache, ids []int, stops []string, opts sample.Options, n, capacity int) (string, error) {
+// would; the drafter is loaded once. A seeded request runs at the fixed depth the streamed run
+// used (runner.Request.Seeded), so the figures are those of the run the user saw.
+func compareRuns(ctx context.Context, e *engine.Engine, dr runner.Drafter, learned *learnedCache, ids []int, stops []string, opts sample.Options, seeded bool, n, capacity int) (string, error) {
 	speculative := dr != nil
 	// The same request as the streamed run, stop strings included (each run reads its own text).
 	request := func() runner.Request {
-		r := runner.Request{Prompt: ids, Options: opts, MaxTokens: n, Stop: e.Stop, StopStrings: stops}
+		r := runner.Request{Prompt: ids, Options: opts, MaxTokens: n, Stop: e.Stop, StopStrings: stops, Seeded: seeded}
 		if len(stops) > 0 {
 			s := tokenizer.NewStream(e.Tok)
 			for _, id := range ids {
@@ -267,6 +288,48 @@ func compareRuns(ctx context.Context, e *engine.Engine, dr runner.Drafter, learn
 	}
 	return line + fmt.Sprintf(", tau %.2f, speculative %.1f tok/s, plain %.1f tok/s (medians of 3 alternating runs): %.2fx",
 		tau, medianF(spec), medianF(plain), medianF(spec)/medianF(plain)), nil
+}
+
+// The default pair's run samples as a user would (ollama's default temperature is 0.8): these
+// are its settings, each taken only when its flag is not given. The repeat penalty is ollama's
+// default (1.1 over the last 64 tokens, sample.DefaultPenaltyWindow): the small target, sampled
+// without it, falls into repeating a sentence within a few hundred tokens. The seed is fixed so
+// the story is the same every run (it is printed, and --seed N tells another). The run samples
+// coupled (sample.Options.Coupled): the story is then a function of the seed and the target
+// alone, the same with the draft, without it (the plain runs of the comparison tell the same
+// story) and at whatever depths the controller picks, so the controller stays on. Under
+// rejection sampling a seeded run must draft a fixed depth (runner.Depth.Seeded), and at 0.8
+// every fixed depth of the shipped draft is slower than plain decoding (0.4-0.6x), where the
+// controller falls back to about 1x.
+const (
+	defaultTemperature   = 0.8
+	defaultTopP          = 0.95
+	defaultRepeatPenalty = 1.1
+	defaultSeed          = 1
+)
+
+// defaultSampling fills the sampling options of the default pair's run into o for every flag
+// the command line left unset, and reports whether the run samples with them. An explicit
+// --temp 0 is today's greedy run and takes none of them.
+func defaultSampling(fs *flag.FlagSet, o *sample.Options) bool {
+	if flagSet(fs, "temp") && o.Temperature == 0 {
+		return false
+	}
+	for _, d := range []struct {
+		flag string
+		set  func()
+	}{
+		{"temp", func() { o.Temperature = defaultTemperature }},
+		{"top-p", func() { o.TopP = defaultTopP }},
+		{"repeat-penalty", func() { o.RepeatPenalty = defaultRepeatPenalty }},
+		{"seed", func() { o.Seed = defaultSeed }},
+		{"coupled", func() { o.Coupled = true }},
+	} {
+		if !flagSet(fs, d.flag) {
+			d.set()
+		}
+	}
+	return true
 }
 
 func flagSet(fs *flag.FlagSet, name string) bool {
