@@ -392,6 +392,10 @@ func TestBatcherRefusesSharedSequence(t *testing.T) {
 // (one ForwardBatch a step) and in turns (the same Batcher over a target that hides
 // ForwardBatch, one forward per sequence a step, as hybrids ran before they batched).
 //
+// The "/oracle" rows give every stream an oracle drafter proposing its own greedy continuation
+// (computed alone first), so each round accepts all it drafts: the ceiling of speculation under
+// batching, where the Batcher caps a round's drafts as the batch widens (BatchDepth).
+//
 //	go test ./runner -run '^$' -bench BatchedDecode -benchtime 3x
 //	go test ./runner -run '^$' -bench 'BatchedDecode/qwen3.5' -benchtime 1x   # builds 1.7 GB
 func BenchmarkBatchedDecode(b *testing.B) {
@@ -441,7 +445,7 @@ func BenchmarkBatchedDecode(b *testing.B) {
 	for _, tg := range targets {
 		var target model.Target
 		for _, streams := range tg.streams {
-			modes := []string{""}
+			modes := []string{"", "/oracle"}
 			if tg.turns {
 				modes = []string{"/batched", "/turns"}
 			}
@@ -454,7 +458,7 @@ func BenchmarkBatchedDecode(b *testing.B) {
 					if mode == "/turns" {
 						t = unbatched{target}
 					}
-					benchStreams(b, t, streams, tg.tokens)
+					benchStreams(b, t, streams, tg.tokens, mode == "/oracle")
 				})
 			}
 		}
@@ -466,11 +470,22 @@ type unbatched struct{ model.Target }
 
 // benchStreams decodes tokens tokens on each of streams sequences together on one Batcher, all
 // joined before the first step, and reports the aggregate rate and the mean step width.
-func benchStreams(b *testing.B, target model.Target, streams, tokens int) {
+func benchStreams(b *testing.B, target model.Target, streams, tokens int, oracle bool) {
 	bt := runner.NewBatcher(target)
 	seqs := make([]*runner.Sequence, streams)
+	oracles := make([]*runner.OracleDrafter, streams)
 	for i := range seqs {
 		seqs[i] = runner.NewSequence(target, 256)
+		if oracle {
+			// A prompt that differs per stream, so no rows are reused.
+			prompt := []int{1, 10 + i, 20 + i}
+			var ids []int
+			if _, err := runner.Generate(context.Background(), runner.NewSequence(target, 256), runner.Request{Prompt: prompt, MaxTokens: tokens},
+				func(t runner.Token) error { ids = append(ids, t.ID); return nil }); err != nil {
+				b.Fatal(err)
+			}
+			oracles[i] = &runner.OracleDrafter{Tokens: append(prompt, ids...), Limit: 15}
+		}
 	}
 	var steps, width atomic.Int64
 	bt.OnStep = func(w int) { steps.Add(1); width.Add(int64(w)) }
@@ -483,6 +498,9 @@ func benchStreams(b *testing.B, target model.Target, streams, tokens int) {
 			wg.Go(func() {
 				// A prompt that differs per stream, so no rows are reused.
 				req := runner.Request{Prompt: []int{1, 10 + i, 20 + i}, MaxTokens: tokens}
+				if o := oracles[i]; o != nil {
+					req.Session, req.Depth = o.Open(256), o.Depth()
+				}
 				if _, err := bt.Generate(context.Background(), seqs[i], req, nil); err != nil {
 					b.Error(err)
 				}
