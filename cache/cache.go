@@ -32,7 +32,7 @@ type KV struct {
 	offset                  int
 }
 
-// NewKV allocates a cache for capacity positions.
+// NewKV allocates a cache for capacity positions: KVBytes(layers, capacity, width) bytes.
 func NewKV(layers, capacity, width int) *KV {
 	c := &KV{Layers: layers, Capacity: capacity, Width: width, K: make([][]float32, layers), V: make([][]float32, layers)}
 	for l := range c.K {
@@ -40,6 +40,21 @@ func NewKV(layers, capacity, width int) *KV {
 		c.V[l] = make([]float32, capacity*width)
 	}
 	return c
+}
+
+// KVBytes is the memory NewKV allocates: keys and values of layers x capacity rows of width
+// float32 each.
+func KVBytes(layers, capacity, width int) int64 {
+	return 2 * 4 * int64(layers) * int64(capacity) * int64(width)
+}
+
+// Bytes is the memory the cache holds, measured from its buffers (their capacities).
+func (c *KV) Bytes() int64 {
+	var n int64
+	for l := range c.K {
+		n += int64(cap(c.K[l]) + cap(c.V[l]))
+	}
+	return 4 * n
 }
 
 func (c *KV) Offset() int { return c.offset }

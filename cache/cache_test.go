@@ -64,3 +64,12 @@ func TestKVRoomAndRow(t *testing.T) {
 		t.Fatalf("Row(1, 2) does not alias layer 1 position 2")
 	}
 }
+
+// KVBytes is what NewKV allocates, measured from its buffers.
+func TestKVBytes(t *testing.T) {
+	for _, s := range [][3]int{{1, 1, 1}, {2, 8, 3}, {5, 100, 64}} {
+		if got, want := NewKV(s[0], s[1], s[2]).Bytes(), KVBytes(s[0], s[1], s[2]); got != want {
+			t.Errorf("NewKV%v holds %d bytes, KVBytes says %d", s, got, want)
+		}
+	}
+}

@@ -101,6 +101,9 @@ type DraftInfo struct {
 	// BlockSize is B: at most B-1 tokens are drafted a round.
 	BlockSize int
 	Layers    int
+	// Heads, KVHeads and HeadDim are the draft's attention shape, which its cache is laid out
+	// for (nn.Attention.NewKV); a draft need not share its target's.
+	Heads, KVHeads, HeadDim int
 
 	tensors []TensorShape // what the draft's loader reads, for Validate
 }
@@ -304,6 +307,7 @@ func DescribeDraft(dir string, target model.Config) (DraftInfo, error) {
 			return DraftInfo{}, fmt.Errorf("draft %s: config.json: %w", dir, err)
 		}
 		di.Arch, di.BlockSize, di.Layers, di.tensors = dflash2.Arch, c.BlockSize, c.Layers, draftTensors(c.Tensors())
+		di.Heads, di.KVHeads, di.HeadDim = c.Heads, c.KVHeads, c.HeadDim
 		return di, nil
 	}
 	c, err := dflash.FitConfig(hc, target)
@@ -311,6 +315,7 @@ func DescribeDraft(dir string, target model.Config) (DraftInfo, error) {
 		return DraftInfo{}, fmt.Errorf("draft %s: config.json: %w", dir, err)
 	}
 	di.Arch, di.BlockSize, di.Layers, di.tensors = dflash.Arch, c.BlockSize, c.Layers, draftTensors(c.Tensors())
+	di.Heads, di.KVHeads, di.HeadDim = c.Heads, c.KVHeads, c.HeadDim
 	return di, nil
 }
 

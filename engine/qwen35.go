@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/dflash/dflash/cache"
@@ -142,6 +143,18 @@ func (d *Description) CheckSpeculation() error {
 		return fmt.Errorf("model %s: %w", d.Name, ErrHybridSpeculation)
 	}
 	return nil
+}
+
+// Hybrid is the whole Qwen3.5 shape (layer types, Gated DeltaNet sizes) of a hybrid target, a
+// copy, or nil for any other target: what its cache holds (qwen35.Config.SequenceBytes) depends
+// on it, not only on Config.
+func (d *Description) Hybrid() *qwen35.Config {
+	if d.hybrid == nil {
+		return nil
+	}
+	c := *d.hybrid
+	c.LayerTypes = slices.Clone(c.LayerTypes)
+	return &c
 }
 
 // paramCount is the target's parameter count: exact for a Qwen3.5 shape, ParamCount's otherwise.

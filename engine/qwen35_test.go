@@ -349,6 +349,21 @@ func TestQwen35Drafts(t *testing.T) {
 	if len(d2.Drafts) != 1 || d2.Drafts[0].Arch != dflash.Arch || d2.Drafts[0].BlockSize != 8 {
 		t.Fatalf("drafts %+v: want the DFlash draft of block 8", d2.Drafts)
 	}
+	if dr := d2.Drafts[0]; dr.Heads != fit.Heads || dr.KVHeads != fit.KVHeads || dr.HeadDim != fit.HeadDim || dr.Layers != fit.Layers {
+		t.Errorf("draft described with %d layers, heads %d/%d of %d; its config has %d, %d/%d of %d", dr.Layers, dr.Heads, dr.KVHeads, dr.HeadDim, fit.Layers, fit.Heads, fit.KVHeads, fit.HeadDim)
+	}
+	// Hybrid is the shape the loader builds, and a copy.
+	hc := d2.Hybrid()
+	if hc == nil || !slices.Equal(hc.LayerTypes, []qwen35.LayerType{qwen35.Linear, qwen35.Full, qwen35.Linear, qwen35.Linear}) || hc.ConvKernel != 4 {
+		t.Fatalf("Hybrid() = %+v, want the folder's 4 layers (full attention second) and conv kernel 4", hc)
+	}
+	hc.LayerTypes[0] = qwen35.Full
+	if d2.Hybrid().LayerTypes[0] != qwen35.Linear {
+		t.Error("editing Hybrid()'s layer types changed the description's")
+	}
+	if dense, err := Describe(Options{Synthetic: "qwen3-0.6b"}); err != nil || dense.Hybrid() != nil {
+		t.Errorf("a dense target's Hybrid() = %v (err %v), want nil", dense.Hybrid(), err)
+	}
 	must(t, d2.Validate())
 	for name, c := range map[string]struct {
 		edit func(*dflash.Config)

@@ -28,15 +28,15 @@ type HeadMajorKV struct {
 
 // NewKV allocates the cache attention of shape a reads for capacity positions of layers layers:
 // a plain *cache.KV, or a *HeadMajorKV when the shape takes head-major copies (HeadMajorKeys).
-// Read and write it through AsKV.
+// Read and write it through AsKV. KVBytes is its memory.
 func (a Attention) NewKV(layers, capacity int) cache.Cache {
 	kv := cache.NewKV(layers, capacity, a.KVHeads*a.HeadDim)
-	if !a.HeadMajorKeys() {
+	copies, layout := a.headMajorCopies(capacity)
+	if copies == 0 {
 		return kv
 	}
-	c := &HeadMajorKV{KV: kv, layout: HeadMajor{KVHeads: a.KVHeads, HeadDim: a.HeadDim, Capacity: HeadMajorStride(capacity)},
-		kt: make([][]float32, layers)}
-	if !FusedHeadMajor(a.Heads, a.KVHeads, a.HeadDim) {
+	c := &HeadMajorKV{KV: kv, layout: layout, kt: make([][]float32, layers)}
+	if copies == 2 {
 		c.vt = make([][]float32, layers)
 	}
 	for l := range c.kt {
@@ -46,6 +46,44 @@ func (a Attention) NewKV(layers, capacity int) cache.Cache {
 		}
 	}
 	return c
+}
+
+// headMajorCopies is how many head-major copies per layer a cache of shape a for capacity
+// positions keeps (0: none; 1: the keys, when attention takes the fused path, which reads values
+// row-major; 2: keys and values) and their layout. NewKV allocates by it and KVBytes counts by
+// it, so the two cannot drift.
+func (a Attention) headMajorCopies(capacity int) (int, HeadMajor) {
+	if !a.HeadMajorKeys() {
+		return 0, HeadMajor{}
+	}
+	layout := HeadMajor{KVHeads: a.KVHeads, HeadDim: a.HeadDim, Capacity: HeadMajorStride(capacity)}
+	if FusedHeadMajor(a.Heads, a.KVHeads, a.HeadDim) {
+		return 1, layout
+	}
+	return 2, layout
+}
+
+// KVBytes is the memory NewKV(layers, capacity) allocates: the row-major keys and values
+// (cache.KVBytes) and the head-major copies of every layer, float32.
+func (a Attention) KVBytes(layers, capacity int) int64 {
+	n := cache.KVBytes(layers, capacity, a.KVHeads*a.HeadDim)
+	if copies, layout := a.headMajorCopies(capacity); copies > 0 {
+		n += 4 * int64(layers) * int64(copies) * int64(layout.Len())
+	}
+	return n
+}
+
+// Bytes is the memory the cache holds: its rows and its head-major copies, measured from the
+// buffers (their capacities), not from the shape.
+func (c *HeadMajorKV) Bytes() int64 {
+	n := c.KV.Bytes()
+	for l := range c.kt {
+		n += 4 * int64(cap(c.kt[l]))
+		if c.vt != nil {
+			n += 4 * int64(cap(c.vt[l]))
+		}
+	}
+	return n
 }
 
 // KV is what a forward reads and writes of a cache from NewKV or a plain *cache.KV: the

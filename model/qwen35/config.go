@@ -9,6 +9,7 @@ import (
 
 	"github.com/dflash/dflash/cache"
 	"github.com/dflash/dflash/model"
+	"github.com/dflash/dflash/model/nn"
 )
 
 // Architectures this package loads, and the MoE family it refuses by name.
@@ -79,6 +80,28 @@ func (c *Config) Memory(depth, checkpoints int) SequenceMemory {
 	st := cache.StateBytes(c.RecurrentShapes())
 	return SequenceMemory{Depth: depth, Checkpoints: checkpoints, State: st,
 		SnapshotBytes: int64(max(depth, 0)) * st, CheckpointBytes: int64(max(checkpoints, 0)) * st}
+}
+
+// Attention is the full-attention layers' shape, the one NewCache's key/value cache is laid out
+// for (nn.Attention.NewKV).
+func (c *Config) Attention() nn.Attention { return nn.NewAttention(c.Heads, c.KVHeads, c.HeadDim) }
+
+// CacheCapacity is the positions NewCache(capacity) holds: capacity clamped to [1, MaxSeq].
+func (c *Config) CacheCapacity(capacity int) int { return min(max(capacity, 1), c.MaxSeq) }
+
+// CacheBytes is the memory NewCache(capacity) allocates: keys and values (with their head-major
+// copies) for the full-attention layers only, and one live recurrent state. Snapshot slots and
+// checkpoints come on top (Memory, SequenceBytes).
+func (c *Config) CacheBytes(capacity int) int64 {
+	return c.Attention().KVBytes(c.count(Full), c.CacheCapacity(capacity)) + cache.StateBytes(c.RecurrentShapes())
+}
+
+// SequenceBytes is the memory one sequence of capacity positions holds at most: its cache
+// (CacheBytes), the snapshot slots of a depth-depth verify (0 without a draft) and checkpoints
+// prompt checkpoints. Each part is counted by the function its allocation follows.
+func (c *Config) SequenceBytes(capacity, depth, checkpoints int) int64 {
+	m := c.Memory(depth, checkpoints)
+	return c.CacheBytes(capacity) + m.SnapshotBytes + m.CheckpointBytes
 }
 
 // count returns how many layers are of type t.

@@ -115,7 +115,7 @@ func newModel(cfg Config, emb, head *kernel.Matrix, layers []Layer, norm []float
 			nLin++
 		}
 	}
-	m.heads = nn.Heads{Attention: nn.NewAttention(cfg.Heads, cfg.KVHeads, cfg.HeadDim), Eps: cfg.RMSEps}
+	m.heads = nn.Heads{Attention: cfg.Attention(), Eps: cfg.RMSEps}
 	m.rope = nn.NewRoPE(nn.RotateHalf, cfg.RotaryDim, nn.InvFreq(cfg.RotaryDim, cfg.RopeTheta), min(cfg.MaxSeq, 256))
 	r, c, vw := nn.ChunkRows, cfg.ConvChannels(), cfg.ValueHeads*cfg.ValueDim
 	m.ws = workspace{
@@ -160,8 +160,9 @@ func (m *Model) Layers() []Layer { return m.layers }
 // to 0. For speculation, call EnableSnapshots(1 + most drafts a round) once per sequence; a
 // Forward of at most that many rows then records the state after each row, and RestoreRow(k)
 // afterwards leaves the cache exactly as decoding rows 0..k one by one would (bitwise).
+// Config.CacheBytes is its memory.
 func (m *Model) NewCache(capacity int) cache.Cache {
-	capacity = min(max(capacity, 1), m.cfg.MaxSeq)
+	capacity = m.cfg.CacheCapacity(capacity)
 	m.grow(capacity)
 	kv := m.heads.NewKV(m.nFull, capacity)
 	return cache.NewHybrid(kv, m.cfg.RecurrentShapes())

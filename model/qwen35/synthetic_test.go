@@ -166,6 +166,46 @@ func TestSequenceMemory(t *testing.T) {
 	}
 }
 
+// TestSequenceBytes: SequenceBytes is what a sequence's buffers hold, measured from them: the
+// cache's keys and values for the full-attention layer only (heads of 32 take the fused path,
+// so a head-major key copy too), the live state, the snapshot slots a depth-7 verify enables and
+// three saved checkpoints; at capacities inside and past MaxSeq (clamped), with and without the
+// slots.
+func TestSequenceBytes(t *testing.T) {
+	m := tinySynthetic(t)
+	cfg := m.HybridConfig()
+	for _, capacity := range []int{1, 100, 1024, 5000} {
+		for _, depth := range []int{0, 7} {
+			c := m.NewCache(capacity).(*cache.Hybrid)
+			if depth > 0 {
+				c.EnableSnapshots(depth + 1)
+			}
+			kv, ok := c.KV.(interface{ Bytes() int64 })
+			if !ok {
+				t.Fatalf("the cache's %T does not measure its buffers", c.KV)
+			}
+			const checkpoints = 3
+			var cps int64
+			for range checkpoints {
+				var cp cache.Checkpoint
+				c.SaveCheckpoint(&cp)
+				cps += cp.Bytes()
+			}
+			var live int64
+			for l := range c.Conv {
+				live += 4 * int64(cap(c.Conv[l])+cap(c.State[l]))
+			}
+			got := kv.Bytes() + live + c.SnapshotBytes() + cps
+			if want := cfg.SequenceBytes(capacity, depth, checkpoints); got != want {
+				t.Errorf("capacity %d, depth %d: the buffers hold %d bytes, SequenceBytes says %d", capacity, depth, got, want)
+			}
+			if got, want := kv.Bytes()+live, cfg.CacheBytes(capacity); got != want {
+				t.Errorf("capacity %d: NewCache holds %d bytes, CacheBytes says %d", capacity, got, want)
+			}
+		}
+	}
+}
+
 // BenchmarkDecodeNarrowHead times a decode step through four layers of the 0.8B shape (three
 // Gated DeltaNet, one full attention) with a 1024-token vocabulary, so that the head does not
 // hide the layers: the figure to profile the recurrence, conv and gates with

@@ -8,6 +8,8 @@ import (
 
 	"github.com/dflash/dflash/engine"
 	"github.com/dflash/dflash/model/nn"
+	"github.com/dflash/dflash/model/qwen35"
+	"github.com/dflash/dflash/runner"
 )
 
 // MaxAutoParallel caps the generations a model decodes together when --parallel is not given.
@@ -26,13 +28,18 @@ func AutoParallel(seqBytes, avail int64) int {
 	return int(min(max(avail/2/seqBytes, 1), MaxAutoParallel))
 }
 
-// SequenceBytes estimates the memory one sequence of ctxLen positions holds: the target's keys
-// and values in float32 for every layer, their head-major copies where attention reads them
-// (heads of at most nn.FusedMaxHead elements: the keys, and the values too for llama2.c-sized
-// heads of 16 or less), and as much again for each draft layer (drafts share the target's
-// attention shape). A hybrid target's recurrent layers are counted as attention layers, which
-// over-estimates them.
+// SequenceBytes estimates the memory one sequence of ctxLen positions holds.
+//
+// For a dense target: the target's keys and values in float32 for every layer, their head-major
+// copies where attention reads them (heads of at most nn.FusedMaxHead elements: the keys, and
+// the values too for llama2.c-sized heads of 16 or less), and as much again for each draft layer
+// (drafts share the target's attention shape).
+//
+// For a hybrid (Qwen3.5) target it is exact, hybridSequenceBytes.
 func SequenceBytes(d *engine.Description, ctxLen int) int64 {
+	if hc := d.Hybrid(); hc != nil {
+		return hybridSequenceBytes(hc, d.Drafts, ctxLen)
+	}
 	c := d.Config
 	row := int64(c.KVHeads*c.HeadDim) * 4
 	copies := int64(2)
@@ -47,6 +54,24 @@ func SequenceBytes(d *engine.Description, ctxLen int) int64 {
 		layers += int64(dr.Layers)
 	}
 	return layers * int64(max(ctxLen, 1)) * row * copies
+}
+
+// hybridSequenceBytes is exactly what a Qwen3.5 sequence of ctxLen positions allocates at most
+// on the server, each part counted by the function its allocation follows: the target's cache
+// (keys and values for the full-attention layers only, the live recurrent state of the linear
+// ones; qwen35.Config.CacheBytes), runner.DefaultCheckpoints.Max prompt checkpoints of one state
+// each, and with a draft (the first one, the one the server opens) the snapshot slots of its
+// deepest verify (BlockSize-1 states: runner.Session.Limit drafts a round, the last row's state
+// being the live one) and its own key/value cache for ctxLen positions plus one block
+// (runner.NewBlockSession), laid out for the draft's attention shape.
+func hybridSequenceBytes(hc *qwen35.Config, drafts []engine.DraftInfo, ctxLen int) int64 {
+	depth, draft := 0, int64(0)
+	if len(drafts) > 0 {
+		dr := drafts[0]
+		depth = max(dr.BlockSize-1, 0)
+		draft = nn.NewAttention(dr.Heads, dr.KVHeads, dr.HeadDim).KVBytes(dr.Layers, max(ctxLen+dr.BlockSize, 1))
+	}
+	return hc.SequenceBytes(ctxLen, depth, runner.DefaultCheckpoints.Max) + draft
 }
 
 // memAvailable is the kernel's estimate of the memory available to a new process
