@@ -62,7 +62,12 @@ import (
 // instead of per chunk (kept); every software prefetch made it slower. Probes with parts of the
 // kernel removed: the tile loads alone (4 or 8 panels per pass) stream at about 0.97-0.98x the
 // avx512 kernel, with each pass's tile stores and plane sums 0.955x, and the products take the
-// rest: each pass ends by waiting for its products to drain before the stores.
+// rest: each pass ends by waiting for its products to drain before the stores. Dedicated
+// 1-row kernels (bitwise equal to these, tested, then not kept) were no faster either, within
+// about 2% either way: 3 panels per pass with 4 weight tiles rotated over a K loop unrolled by
+// 4; 2 panels with 2 A tiles double-buffered by block and 4 weight tiles; 4 panels with 3
+// rotated weight tiles; and each of these with a pass's plane sums deferred past the next
+// pass's first loads.
 //
 // Exactness: the amx path uses AMX for every row count, 1 included, and every output element
 // adds its plane's K-blocks in K order, then its planes in a fixed order: an order that
