@@ -110,6 +110,34 @@ func tdpbf16ps(c, a, b int) {
 	amxOp(fmt.Sprintf("TDPBF16PS tmm%d, tmm%d, tmm%d", c, a, b), append(vex3(0, 0, 0, b, 0x02), 0x5c, byte(0xc0|c<<3|a))...)
 }
 
+// amxKLoop emits the K loop of one group of width panels, shared by the kernels: nb whole
+// K-blocks from the panels at wp (block(width, pbytes) each, the activations at a advancing by
+// bs), then, when tw is not nil, the K tail block of each panel from tw (1 KiB apart), which it
+// advances past the group; it ends at the label pre+"store".
+func amxKLoop(pre string, width int, wp, bp, ap, bs, nb, blk, pbytes reg.Register, tw Mem, block func(int, reg.Register)) {
+	MOVQ(wp, bp)
+	Load(Param("a"), ap)
+	Load(Param("bs"), bs)
+	MOVQ(nb, blk)
+	Label(pre + "blk")
+	TESTQ(blk, blk)
+	JZ(LabelRef(pre + "tail"))
+	block(width, pbytes)
+	ADDQ(U32(1024), bp)
+	ADDQ(bs, ap)
+	DECQ(blk)
+	JMP(LabelRef(pre + "blk"))
+	Label(pre + "tail")
+	MOVQ(tw, bp)
+	TESTQ(bp, bp)
+	JZ(LabelRef(pre + "store"))
+	MOVQ(U32(1024), blk) // the tail blocks' panel stride
+	block(width, blk)
+	ADDQ(U32(uint32(1024*width)), bp)
+	MOVQ(bp, tw)
+	Label(pre + "store")
+}
+
 // amxBF16 emits amxBF16P<planes>(cfg, w, tw, a, y, c, nb, np, rows, lda, bs, pbytes, ldy):
 // for np whole bf16 panels from w (pbytes apart) and rows activation rows, y[r][p*16+l] (rows
 // ldy bytes apart) = sum over K of W[p][l][i] * x[r][i], where row r's activations x come as
@@ -180,27 +208,7 @@ func amxBF16(planes int) {
 		for i := 0; i < width; i++ {
 			tilezero(tC + i)
 		}
-		MOVQ(wp, bp)
-		Load(Param("a"), ap)
-		Load(Param("bs"), bs)
-		MOVQ(nb, blk)
-		Label(pre + "blk")
-		TESTQ(blk, blk)
-		JZ(LabelRef(pre + "tail"))
-		block(width, pbytes)
-		ADDQ(U32(1024), bp)
-		ADDQ(bs, ap)
-		DECQ(blk)
-		JMP(LabelRef(pre + "blk"))
-		Label(pre + "tail")
-		MOVQ(tw, bp)
-		TESTQ(bp, bp)
-		JZ(LabelRef(pre + "store"))
-		MOVQ(U32(1024), blk) // the tail blocks' panel stride
-		block(width, blk)
-		ADDQ(U32(uint32(1024*width)), bp)
-		MOVQ(bp, tw)
-		Label(pre + "store")
+		amxKLoop(pre, width, wp, bp, ap, bs, nb, blk, pbytes, tw, block)
 		cs := bs // the block stride is not needed again for this group: the register takes c
 		Load(Param("c"), cs)
 		if planes == 1 {
@@ -458,27 +466,7 @@ func amxBF16Pair(planes int) {
 			tilezero(i)
 			tilezero(2 + i)
 		}
-		MOVQ(wp, bp)
-		Load(Param("a"), ap)
-		Load(Param("bs"), bs)
-		MOVQ(nb, blk)
-		Label(pre + "blk")
-		TESTQ(blk, blk)
-		JZ(LabelRef(pre + "tail"))
-		block(width, pbytes)
-		ADDQ(U32(1024), bp)
-		ADDQ(bs, ap)
-		DECQ(blk)
-		JMP(LabelRef(pre + "blk"))
-		Label(pre + "tail")
-		MOVQ(tw, bp)
-		TESTQ(bp, bp)
-		JZ(LabelRef(pre + "store"))
-		MOVQ(U32(1024), blk) // the tail blocks' panel stride
-		block(width, blk)
-		ADDQ(U32(uint32(1024*width)), bp)
-		MOVQ(bp, tw)
-		Label(pre + "store")
+		amxKLoop(pre, width, wp, bp, ap, bs, nb, blk, pbytes, tw, block)
 		cs := bs // the block stride is not needed again for this group: the register takes c
 		Load(Param("c"), cs)
 		for g := 0; g < 2; g++ {
