@@ -1,8 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/dflash/dflash/internal/splitmix"
 	"github.com/dflash/dflash/sample"
@@ -36,11 +38,13 @@ type Config struct {
 const (
 	Marginal      = iota // q_j = marginal of the target's token j, from all M continuations
 	MarginalQuart        // the same from the first M/4 continuations: the estimate's convergence
+	Sharp                // q_j proportional to marginal^2: a sharper product than the marginal
+	Flat                 // q_j proportional to marginal^0.5: a flatter one
 	Mode                 // q_j one-hot at the marginal's most probable token (a greedy parallel draft)
 	nDrafters
 )
 
-var drafterNames = [nDrafters]string{"marginal", "marginal M/4", "marginal mode"}
+var drafterNames = [nDrafters]string{"marginal", "marginal M/4", "marginal^2", "marginal^0.5", "marginal mode"}
 
 // ContextResult is what one context measured. Every array indexed k holds, at k-1, an estimate
 // of P(the first k drafts are accepted), k = 1..D, so tau at depth d is 1 + the sum of the first
@@ -61,6 +65,129 @@ type ContextResult struct {
 	// (M): an upper bound on P(first k accepted) for that drafter under ANY verification rule
 	// that leaves the output distributed as the target's.
 	Overlap []float64
+	// PairBound bounds P(first 2 accepted) for EVERY product drafter q_1 x q_2 under every
+	// verification rule: sum min(P, q_1 x q_2) <= sum sqrt(P(a,b) q_1(a) q_2(b)) <= sigma_max of
+	// the matrix sqrt(P(a,b)), P(a,b) = p_1(a) p_2(b|a) computed exactly (one forward per
+	// first token a, over the most probable a carrying all but Tail of p_1's mass, Tail added).
+	// The largest singular value is bounded from above by the Collatz-Wielandt ratio of power
+	// iteration on S S^T, so the figure is rigorous, not an estimate.
+	PairBound float64
+	// Exact2 is P(first 2 accepted) for the marginal drafter under rejection sampling computed
+	// without sampling: sum_a p_1(a) sum_b min(p_2(b|a), q_2(b)), q_2 = sum_a p_1(a) p_2(.|a),
+	// on the same truncated support (a check of Reject[Marginal][1]).
+	Exact2 float64
+	Tail   float64 // p_1 mass left out of PairBound's and Exact2's sums
+}
+
+// pairMass is the p_1 mass the pair computation covers, and pairMaxTokens its most first tokens.
+const (
+	pairMass      = 0.999
+	pairMaxTokens = 512
+)
+
+// pairBound computes ContextResult's PairBound, Exact2 and Tail.
+func pairBound(t Branches, res *ContextResult, vocab int) error {
+	p1 := t.First()
+	type entry struct {
+		id int
+		p  float64
+	}
+	var es []entry
+	for i, p := range p1.P {
+		if p > 0 {
+			es = append(es, entry{p1.ID(i), float64(p)})
+		}
+	}
+	slices.SortFunc(es, func(a, b entry) int { return cmp.Compare(b.p, a.p) })
+	var cum float64
+	n := 0
+	for n < len(es) && n < pairMaxTokens && cum < pairMass {
+		cum += es[n].p
+		n++
+	}
+	es = es[:n]
+	res.Tail = max(0, 1-cum)
+	if err := t.Fork(n); err != nil {
+		return err
+	}
+	rows := make([][]int, n)
+	for i, e := range es {
+		rows[i] = []int{e.id}
+	}
+	out, err := t.Append(rows)
+	if err != nil {
+		return err
+	}
+	// Sparse rows of S = sqrt(p_1(a) p_2(b|a)), and the truncated q_2.
+	type srow struct {
+		ids []int32
+		v   []float64
+	}
+	S := make([]srow, n)
+	q2 := make([]float64, vocab)
+	for i, e := range es {
+		d := &out[i][0]
+		for k, p := range d.P {
+			if p > 0 {
+				S[i].ids = append(S[i].ids, int32(d.ID(k)))
+				S[i].v = append(S[i].v, math.Sqrt(e.p*float64(p)))
+				q2[d.ID(k)] += e.p * float64(p)
+			}
+		}
+	}
+	for b := range q2 {
+		q2[b] /= cum
+	}
+	for i, e := range es {
+		d := &out[i][0]
+		var m float64
+		for k, p := range d.P {
+			if p > 0 {
+				m += math.Min(float64(p), q2[d.ID(k)])
+			}
+		}
+		res.Exact2 += e.p * m
+	}
+	// Power iteration on A = S S^T (non-negative, positive diagonal p_1(a)), x > 0 throughout;
+	// rho(A) <= max_i (Ax)_i / x_i for any positive x (Collatz-Wielandt).
+	x := make([]float64, n)
+	for i := range x {
+		x[i] = 1
+	}
+	y := make([]float64, vocab)
+	ax := make([]float64, n)
+	upper := math.Inf(1)
+	for it := 0; it < 200; it++ {
+		clear(y)
+		for i, r := range S {
+			for k, b := range r.ids {
+				y[b] += r.v[k] * x[i]
+			}
+		}
+		hi, norm, xax, xx := 0.0, 0.0, 0.0, 0.0
+		for i, r := range S {
+			var s float64
+			for k, b := range r.ids {
+				s += r.v[k] * y[b]
+			}
+			ax[i] = s
+			hi = math.Max(hi, s/x[i])
+			norm = math.Max(norm, s)
+			xax += x[i] * s
+			xx += x[i] * x[i]
+		}
+		upper = math.Min(upper, hi)
+		// The Rayleigh quotient is a lower bound on rho(A): stop when the two meet.
+		if upper-xax/xx < 1e-4*upper {
+			break
+		}
+		for i := range x {
+			// Any positive x gives a valid bound: the floor only keeps it positive.
+			x[i] = max(ax[i]/norm, 1e-100)
+		}
+	}
+	res.PairBound = math.Min(1, math.Sqrt(upper)+res.Tail)
+	return nil
 }
 
 // Tau is 1 + the sum of the first d acceptance probabilities of acc.
@@ -83,15 +210,19 @@ func (a dense) add(d *sample.Distribution, w float64) {
 	}
 }
 
-// toDist normalises a into a dense sample.Distribution.
-func (a dense) toDist(dst *sample.Distribution) {
+// toDist writes a^power, normalised, into a dense sample.Distribution.
+func (a dense) toDist(dst *sample.Distribution, power float64) {
+	w := make([]float64, len(a))
 	var sum float64
-	for _, v := range a {
-		sum += v
+	for i, v := range a {
+		if v > 0 {
+			w[i] = math.Pow(v, power)
+		}
+		sum += w[i]
 	}
 	dst.IDs = nil
 	dst.P = make([]float32, len(a))
-	for i, v := range a {
+	for i, v := range w {
 		dst.P[i] = float32(v / sum)
 	}
 }
@@ -188,8 +319,10 @@ func EstimateContext(t Branches, cfg Config, vocab int, seed uint64) (ContextRes
 		q[v] = make([]sample.Distribution, D)
 	}
 	for j := 0; j < D; j++ {
-		qAll[j].toDist(&q[Marginal][j])
-		qQuart[j].toDist(&q[MarginalQuart][j])
+		qAll[j].toDist(&q[Marginal][j], 1)
+		qQuart[j].toDist(&q[MarginalQuart][j], 1)
+		qAll[j].toDist(&q[Sharp][j], 2)
+		qAll[j].toDist(&q[Flat][j], 0.5)
 		q[Mode][j].OneHot(qAll[j].mode())
 	}
 
@@ -204,6 +337,12 @@ func EstimateContext(t Branches, cfg Config, vocab int, seed uint64) (ContextRes
 			}
 			lr += math.Log(qk) - b.logP[k]
 			res.Overlap[k] += math.Min(1, math.Exp(lr)) / float64(len(bound))
+		}
+	}
+
+	if D >= 2 {
+		if err := pairBound(t, &res, vocab); err != nil {
+			return res, err
 		}
 	}
 

@@ -61,12 +61,15 @@ func TestPrefixFreeTargetAcceptsEverything(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for v := 0; v < Mode; v++ {
+	for _, v := range []int{Marginal, MarginalQuart} {
 		near(t, "rejection tau, "+drafterNames[v], Tau(r.Reject[v], cfg.D), 7, 1e-4)
 		near(t, "engine-coin tau, "+drafterNames[v], Tau(r.RejectFlip[v], cfg.D), 7, 1e-9)
 	}
 	near(t, "coupled tau", Tau(r.Coupled, cfg.D), 7, 1e-9)
 	near(t, "overlap bound", Tau(r.Overlap, cfg.D), 7, 1e-4)
+	// sqrt(pi(a) pi(b)) has rank one and singular value sum(pi) = 1.
+	near(t, "pair bound", r.PairBound, 1, 1e-4)
+	near(t, "exact P(acc>=2)", r.Exact2, 1, 1e-6)
 	// The mode drafter proposes token 0 always: accepted with probability 0.5 each.
 	want := 1.0
 	for k := 1; k <= cfg.D; k++ {
@@ -122,6 +125,10 @@ func TestCopyChainByHand(t *testing.T) {
 	near(t, "engine-coin tau", Tau(r.RejectFlip[Marginal], 2), 2.6, 0.02)
 	near(t, "coupled tau", Tau(r.Coupled, 2), 2.6, 0.02)
 	near(t, "overlap bound", Tau(r.Overlap, 2), 2.6, 0.02)
+	// Without sampling: P(acc>=2) = 0.6 exactly, and sqrt(P) = [[s, c], [c, s]] with
+	// s = sqrt(0.45), c = sqrt(0.05) has largest singular value s + c = 0.894.
+	near(t, "exact P(acc>=2)", r.Exact2, 0.6, 1e-6)
+	near(t, "pair bound", r.PairBound, math.Sqrt(0.45)+math.Sqrt(0.05), 1e-4)
 	// The mode drafter: q_1's tie goes to token 0, accepted with probability 1/2; q_2's mode is
 	// whichever token the estimate favours (a coin flip here), accepted after x_1 = 0 with
 	// probability a if it is 0 and 1-a if it is 1.
@@ -181,6 +188,42 @@ func TestThreeTokensAgainstEnumeration(t *testing.T) {
 	near(t, "engine-coin P(acc>=2)", r.RejectFlip[Marginal][1], rej, 0.006)
 	near(t, "overlap P(acc>=2)", r.Overlap[1], over, 0.006)
 	near(t, "coupled P(acc>=2)", r.Coupled[1], race, 0.006)
+	near(t, "exact P(acc>=2)", r.Exact2, rej, 1e-6)
+	// sigma_max of sqrt(P(a,b)) by plain power iteration, to convergence.
+	S := make([][]float64, 3)
+	for a := range S {
+		for b := 0; b < 3; b++ {
+			S[a] = append(S[a], math.Sqrt(p1[a]*p2[a][b]))
+		}
+	}
+	v := []float64{1, 1, 1}
+	var sigma float64
+	for it := 0; it < 1000; it++ {
+		u := make([]float64, 3)
+		for a := range S {
+			for b := range v {
+				u[a] += S[a][b] * v[b]
+			}
+		}
+		w := make([]float64, 3)
+		for b := range w {
+			for a := range u {
+				w[b] += S[a][b] * u[a]
+			}
+		}
+		sigma = math.Sqrt(math.Sqrt(w[0]*w[0]+w[1]*w[1]+w[2]*w[2]) / math.Sqrt(v[0]*v[0]+v[1]*v[1]+v[2]*v[2]))
+		n := math.Sqrt(w[0]*w[0] + w[1]*w[1] + w[2]*w[2])
+		for b := range v {
+			v[b] = w[b] / n
+		}
+	}
+	t.Logf("sigma_max(sqrt P) = %.4f", sigma)
+	if r.PairBound < sigma-1e-9 || r.PairBound > sigma*(1+1e-3) {
+		t.Errorf("pair bound %.6f, want sigma_max %.6f (from above, within 0.1%%)", r.PairBound, sigma)
+	}
+	if r.PairBound < over {
+		t.Errorf("pair bound %.4f below the marginal product's overlap %.4f", r.PairBound, over)
+	}
 }
 
 // cloneKV must leave a branch exactly as a prefill of the context would: the next forward's

@@ -281,6 +281,14 @@ func measure(e *engine.Engine, drafter runner.Drafter, prompts [][]int, o sample
 	row("rejection, marginal, engine coin", func(r ContextResult) []float64 { return r.RejectFlip[Marginal] })
 	row("coupled, marginal", func(r ContextResult) []float64 { return r.Coupled })
 	row("BOUND: overlap of the marginal product", func(r ContextResult) []float64 { return r.Overlap })
+	if cfg.D >= 2 {
+		var pb, ex, tail []float64
+		for _, r := range results {
+			pb, ex, tail = append(pb, r.PairBound), append(ex, r.Exact2), append(tail, r.Tail)
+		}
+		fmt.Printf("\nP(acc>=2), no sampling: marginal drafter under rejection %s; BOUND for ANY product drafter and any verification %s (so tau <= 2 + (d-1) x bound); p_1 mass left out %.4f\n\n",
+			summarize(ex), summarize(pb), summarize(tail).Mean)
+	}
 	if drafter != nil {
 		t1 := time.Now()
 		for _, coupled := range []bool{false, true} {
