@@ -24,6 +24,16 @@ type Branches interface {
 	Append(rows [][]int) ([][]sample.Distribution, error)
 }
 
+// RawBranches is a Branches that also gives the raw logits behind its distributions, for the
+// soft-target drafter (drafterName says what it is). KeepRaw(true) asks the next Appends to keep
+// them; FirstLogits and Logits(i, r) (branch i, row r of the last Append) return them.
+type RawBranches interface {
+	Branches
+	KeepRaw(on bool)
+	FirstLogits() []float32
+	Logits(i, r int) []float32
+}
+
 // Config is what one estimate measures.
 type Config struct {
 	D       int            // block depth: drafts per round
@@ -32,19 +42,36 @@ type Config struct {
 	R       int            // speculative rounds simulated per drafter
 	Chunk   int            // branches per Fork while sampling continuations (memory bound)
 	Options sample.Options // the target's sampling: temperature, top-p (no penalties)
+	Powers  []float64      // extra drafters: marginal^power, normalised
 }
 
 // Drafter names the product proposals a context is measured with.
 const (
 	Marginal      = iota // q_j = marginal of the target's token j, from all M continuations
 	MarginalQuart        // the same from the first M/4 continuations: the estimate's convergence
-	Sharp                // q_j proportional to marginal^2: a sharper product than the marginal
-	Flat                 // q_j proportional to marginal^0.5: a flatter one
 	Mode                 // q_j one-hot at the marginal's most probable token (a greedy parallel draft)
-	nDrafters
+	// Drafter Mode+1+i is q_j proportional to marginal^Config.Powers[i]: sharper (power > 1)
+	// or flatter products than the marginal, to see whether the marginal is the best product.
 )
 
-var drafterNames = [nDrafters]string{"marginal", "marginal M/4", "marginal^2", "marginal^0.5", "marginal mode"}
+// drafterName names drafter v of cfg.
+func drafterName(cfg Config, v int) string {
+	switch v {
+	case Marginal:
+		return "marginal"
+	case MarginalQuart:
+		return "marginal M/4"
+	case Mode:
+		return "marginal mode"
+	}
+	if i := v - Mode - 1; i < len(cfg.Powers) {
+		return fmt.Sprintf("marginal^%g", cfg.Powers[i])
+	}
+	return "soft-target draft optimum"
+}
+
+// Drafters is how many drafters cfg measures.
+func (cfg Config) Drafters() int { return Mode + 1 + len(cfg.Powers) }
 
 // ContextResult is what one context measured. Every array indexed k holds, at k-1, an estimate
 // of P(the first k drafts are accepted), k = 1..D, so tau at depth d is 1 + the sum of the first
@@ -53,10 +80,10 @@ type ContextResult struct {
 	// Reject[v] is rejection sampling with drafter v, Rao-Blackwellised: each simulated round
 	// contributes the product of its accept probabilities min(1, p/q) rather than one coin flip
 	// per draft (the same expectation, less variance).
-	Reject [nDrafters][]float64
+	Reject [][]float64
 	// RejectFlip[v] is the same rounds decided by the engine's own accept test
 	// (sample.Sampler.Accept, one uniform per draft): the plain simulation.
-	RejectFlip [nDrafters][]float64
+	RejectFlip [][]float64
 	// Coupled is the Gumbel-coupled race of the engine's --coupled mode with the marginal
 	// drafter (M): the draft races q_j, the target races p_j with the same arrival times, and a
 	// draft is kept while it equals the target's winner.
@@ -227,6 +254,21 @@ func (a dense) toDist(dst *sample.Distribution, power float64) {
 	}
 }
 
+// addSoftmax adds softmax(logits) at temperature 1.
+func (a dense) addSoftmax(logits []float32) {
+	m := float32(math.Inf(-1))
+	for _, v := range logits {
+		m = max(m, v)
+	}
+	var sum float64
+	for _, v := range logits {
+		sum += math.Exp(float64(v - m))
+	}
+	for i, v := range logits {
+		a[i] += math.Exp(float64(v-m)) / sum
+	}
+}
+
 func (a dense) mode() int {
 	best := 0
 	for i, v := range a {
@@ -265,6 +307,20 @@ func EstimateContext(t Branches, cfg Config, vocab int, seed uint64) (ContextRes
 		logP []float64 // log p_j(y_j) along the sample
 	}
 	var bound []boundSample
+	// The soft-target drafter: what a draft trained by cross-entropy on the target's
+	// temperature-1 probabilities along T-sampled continuations converges to (their average,
+	// qSoft[j]), proposed as the runner proposes from a draft's logits: Distribution of
+	// log qSoft[j] at the request's temperature and top-p.
+	rb, raw := t.(RawBranches)
+	var qSoft []dense
+	if raw {
+		rb.KeepRaw(true)
+		defer rb.KeepRaw(false)
+		qSoft = make([]dense, D)
+		for j := range qSoft {
+			qSoft[j] = make(dense, vocab)
+		}
+	}
 	chunk := max(cfg.Chunk, 1)
 	total := cfg.M + cfg.B
 	for lo := 0; lo < total; lo += chunk {
@@ -288,6 +344,13 @@ func EstimateContext(t Branches, cfg Config, vocab int, seed uint64) (ContextRes
 					qAll[j].add(d, 1)
 					if m < quart {
 						qQuart[j].add(d, 1)
+					}
+					if raw {
+						lg := rb.FirstLogits()
+						if j > 0 {
+							lg = rb.Logits(i, 0)
+						}
+						qSoft[j].addSoftmax(lg)
 					}
 				}
 				y := s.Choose(d, pos(), sample.DrawToken)
@@ -314,16 +377,29 @@ func EstimateContext(t Branches, cfg Config, vocab int, seed uint64) (ContextRes
 			}
 		}
 	}
-	var q [nDrafters][]sample.Distribution
+	nd := cfg.Drafters()
+	if raw {
+		nd++
+	}
+	res.Reject, res.RejectFlip = make([][]float64, nd), make([][]float64, nd)
+	q := make([][]sample.Distribution, nd)
 	for v := range q {
 		q[v] = make([]sample.Distribution, D)
 	}
 	for j := 0; j < D; j++ {
 		qAll[j].toDist(&q[Marginal][j], 1)
 		qQuart[j].toDist(&q[MarginalQuart][j], 1)
-		qAll[j].toDist(&q[Sharp][j], 2)
-		qAll[j].toDist(&q[Flat][j], 0.5)
 		q[Mode][j].OneHot(qAll[j].mode())
+		for i, pw := range cfg.Powers {
+			qAll[j].toDist(&q[Mode+1+i][j], pw)
+		}
+		if raw {
+			lg := make([]float32, vocab)
+			for i, v := range qSoft[j] {
+				lg[i] = float32(math.Log(v))
+			}
+			s.Distribution(&q[nd-1][j], lg, nil)
+		}
 	}
 
 	// 2. The overlap bound: E_{y~P} min(1, Q(y_1..k) / P(y_1..k)) on fresh samples.
@@ -366,7 +442,7 @@ func EstimateContext(t Branches, cfg Config, vocab int, seed uint64) (ContextRes
 		}
 		return &out[r][j-1]
 	}
-	for v := 0; v < nDrafters; v++ {
+	for v := 0; v < nd; v++ {
 		res.Reject[v] = make([]float64, D)
 		res.RejectFlip[v] = make([]float64, D)
 		drafts := make([][]int, cfg.R)

@@ -62,8 +62,8 @@ func TestPrefixFreeTargetAcceptsEverything(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, v := range []int{Marginal, MarginalQuart} {
-		near(t, "rejection tau, "+drafterNames[v], Tau(r.Reject[v], cfg.D), 7, 1e-4)
-		near(t, "engine-coin tau, "+drafterNames[v], Tau(r.RejectFlip[v], cfg.D), 7, 1e-9)
+		near(t, "rejection tau, "+drafterName(cfg, v), Tau(r.Reject[v], cfg.D), 7, 1e-4)
+		near(t, "engine-coin tau, "+drafterName(cfg, v), Tau(r.RejectFlip[v], cfg.D), 7, 1e-9)
 	}
 	near(t, "coupled tau", Tau(r.Coupled, cfg.D), 7, 1e-9)
 	near(t, "overlap bound", Tau(r.Overlap, cfg.D), 7, 1e-4)
@@ -85,13 +85,13 @@ func TestDeterministicChainAcceptsEverything(t *testing.T) {
 		d.OneHot((len(prefix)*3 + 1) % 5)
 		return d
 	})
-	cfg := Config{D: 15, M: 4, B: 4, R: 8, Chunk: 4, Options: sample.Options{}}
+	cfg := Config{D: 15, M: 4, B: 4, R: 8, Chunk: 4, Options: sample.Options{}, Powers: []float64{0.5, 2}}
 	r, err := EstimateContext(f, cfg, 5, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for v := 0; v < nDrafters; v++ {
-		near(t, "tau, "+drafterNames[v], Tau(r.Reject[v], cfg.D), 16, 0)
+	for v := 0; v < cfg.Drafters(); v++ {
+		near(t, "tau, "+drafterName(cfg, v), Tau(r.Reject[v], cfg.D), 16, 0)
 	}
 	near(t, "coupled", Tau(r.Coupled, cfg.D), 16, 0)
 }
@@ -279,4 +279,39 @@ func TestCloneKVIsBitwisePrefill(t *testing.T) {
 			}
 		}
 	}
+}
+
+// rawFake is a prefix-free target given by logits, with the engine's sampler making p.
+type rawFake struct {
+	*fakeBranches
+	logits []float32
+}
+
+func (f *rawFake) KeepRaw(bool)              {}
+func (f *rawFake) FirstLogits() []float32    { return f.logits }
+func (f *rawFake) Logits(i, r int) []float32 { return f.logits }
+
+// The soft-target drafter on a prefix-free target: the average of the temperature-1
+// probabilities is softmax(z), and the runner's Distribution of its log at (T, top-p) is p
+// itself, so every draft is accepted at any temperature and top-p.
+func TestSoftTargetDrafterOnPrefixFreeTarget(t *testing.T) {
+	z := []float32{2, 1.5, 0.3, -1, 0.9, -3}
+	o := sample.Options{Temperature: 0.7, TopP: 0.8}
+	smp := sample.New(o, len(z))
+	var p sample.Distribution
+	smp.Distribution(&p, z, nil)
+	f := &rawFake{newFake(func([]int) sample.Distribution {
+		return sample.Distribution{IDs: slices.Clone(p.IDs), P: slices.Clone(p.P)}
+	}), z}
+	cfg := Config{D: 5, M: 16, B: 16, R: 64, Chunk: 16, Options: o}
+	r, err := EstimateContext(f, cfg, len(z), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := len(r.Reject) - 1
+	if v != cfg.Drafters() || drafterName(cfg, v) != "soft-target draft optimum" {
+		t.Fatalf("drafter %d is %q, want the soft-target one", v, drafterName(cfg, v))
+	}
+	near(t, "soft-target drafter tau", Tau(r.Reject[v], cfg.D), 6, 1e-4)
+	near(t, "marginal tau", Tau(r.Reject[Marginal], cfg.D), 6, 1e-4)
 }

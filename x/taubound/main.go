@@ -109,6 +109,7 @@ func run() error {
 	topPs := flag.String("top-ps", "0.95,1", "top-p values (1: off)")
 	seed := flag.Uint64("seed", 1, "seed of the prompts and every draw")
 	depthsFlag := flag.String("depths", "4,7,15", "depths tau is reported at")
+	powersFlag := flag.String("powers", "1.5,2,3,0.5", "extra product drafters: the marginal raised to these powers, normalised (empty: none)")
 	draftN := flag.Int("draft-n", 48, "tokens the shipped draft generates from each context")
 	flag.Parse()
 	if *modelPath == "" {
@@ -125,6 +126,16 @@ func run() error {
 	depths, err := ints(*depthsFlag)
 	if err != nil {
 		return fmt.Errorf("--depths: %w", err)
+	}
+	var powers []float64
+	if *powersFlag != "" {
+		ps, err := floats(*powersFlag)
+		if err != nil {
+			return fmt.Errorf("--powers: %w", err)
+		}
+		for _, p := range ps {
+			powers = append(powers, float64(p))
+		}
 	}
 	e, err := engine.Open(engine.Options{Model: *modelPath})
 	if err != nil {
@@ -155,7 +166,7 @@ func run() error {
 				continue // top-p changes nothing at T = 0
 			}
 			o := sample.Options{Temperature: T, TopP: tp}
-			if err := measure(e, drafter, prompts, o, capacity, *extra, Config{D: *D, M: *M, B: *B, R: *R, Chunk: *chunk, Options: o}, depths, *draftN, *seed); err != nil {
+			if err := measure(e, drafter, prompts, o, capacity, *extra, Config{D: *D, M: *M, B: *B, R: *R, Chunk: *chunk, Options: o, Powers: powers}, depths, *draftN, *seed); err != nil {
 				return err
 			}
 		}
@@ -274,9 +285,9 @@ func measure(e *engine.Engine, drafter runner.Drafter, prompts [][]int, o sample
 		}
 		fmt.Println(line)
 	}
-	for v := 0; v < nDrafters; v++ {
+	for v := 0; v < len(results[0].Reject); v++ {
 		v := v
-		row("rejection, "+drafterNames[v], func(r ContextResult) []float64 { return r.Reject[v] })
+		row("rejection, "+drafterName(cfg, v), func(r ContextResult) []float64 { return r.Reject[v] })
 	}
 	row("rejection, marginal, engine coin", func(r ContextResult) []float64 { return r.RejectFlip[Marginal] })
 	row("coupled, marginal", func(r ContextResult) []float64 { return r.Coupled })

@@ -27,7 +27,14 @@ type engineBranches struct {
 	n        int
 	dists    [][]sample.Distribution
 	items    []model.BatchItem
+	keepRaw  bool
+	firstRaw []float32
+	raw      [][]float32 // per branch, its rows' logits (keepRaw)
 }
+
+func (e *engineBranches) KeepRaw(on bool)           { e.keepRaw = on }
+func (e *engineBranches) FirstLogits() []float32    { return e.firstRaw }
+func (e *engineBranches) Logits(i, r int) []float32 { return e.raw[i][r*e.vocab : (r+1)*e.vocab] }
 
 func newEngineBranches(t model.Target, o sample.Options, capacity int) *engineBranches {
 	e := &engineBranches{t: t, vocab: t.Config().Vocab, capacity: capacity}
@@ -55,7 +62,8 @@ func (e *engineBranches) SetContext(ctx []int) error {
 		}
 		last = res.Logits
 	}
-	e.s.Distribution(&e.first, last[:e.vocab], nil)
+	e.firstRaw = append(e.firstRaw[:0], last[:e.vocab]...)
+	e.s.Distribution(&e.first, e.firstRaw, nil)
 	return nil
 }
 
@@ -110,6 +118,9 @@ func (e *engineBranches) Append(rows [][]int) ([][]sample.Distribution, error) {
 		e.dists = append(e.dists, nil)
 	}
 	out := e.dists[:e.n]
+	for len(e.raw) < e.n {
+		e.raw = append(e.raw, nil)
+	}
 	for lo := 0; lo < e.n; {
 		e.items = e.items[:0]
 		stacked := 0
@@ -142,6 +153,9 @@ func (e *engineBranches) Append(rows [][]int) ([][]sample.Distribution, error) {
 				out[b] = append(out[b], sample.Distribution{})
 			}
 			out[b] = out[b][:k]
+			if e.keepRaw {
+				e.raw[b] = append(e.raw[b][:0], r.Logits[:k*e.vocab]...)
+			}
 			for j := 0; j < k; j++ {
 				e.s.Distribution(&out[b][j], r.Logits[j*e.vocab:(j+1)*e.vocab], nil)
 			}
