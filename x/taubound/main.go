@@ -19,9 +19,12 @@
 // (sample.Sampler.Accept); tau at depth d is 1 + sum_{k<=d} P(first k accepted), so one depth-D
 // simulation gives every smaller depth. The same rounds are run with the Gumbel coupling of
 // --coupled (sample.Sampler.Race with the same arrival times for draft and target; a draft is
-// kept while it equals the target's winner). Two more product drafters show whether the marginal
-// is the right product: the marginal estimated from M/4 continuations (convergence of the
-// estimate) and the one-hot mode of each marginal (a greedy parallel draft).
+// kept while it equals the target's winner). More product drafters show whether the marginal is
+// the right product: the marginal estimated from M/4 continuations (convergence of the
+// estimate), the one-hot mode of each marginal (a greedy parallel draft), the marginal raised to
+// each --powers value, and the soft-target draft optimum: what a draft distilled on the target's
+// temperature-1 probabilities along T-sampled continuations converges to (their average),
+// proposed as the runner proposes from a draft's logits (temperature and top-p applied).
 //
 // Bound. Whatever the verification rule, if the output is distributed as the target's P and the
 // drafts as Q, the event "the first k drafts are accepted" implies X_1..k = Y_1..k for a coupling
@@ -29,8 +32,10 @@
 // (one minus the total variation). The command estimates that overlap for the marginal Q as
 // E_{y~P} min(1, Q(y)/P(y)) on B further target continuations: the tau no verification scheme
 // (block verification, tree search, any coupling) could exceed with the marginal drafter. It is
-// a bound for that Q only; the best product Q is not computed (the mode drafter is one
-// alternative measured).
+// a bound for that Q only. For every product q_1 x q_2 whatever, P(first 2 accepted) <=
+// sigma_max(sqrt(p_1(a) p_2(b|a))) (min <= sqrt, and sqrt q_1, sqrt q_2 are unit vectors),
+// computed without sampling (one forward per probable first token) and bounded from above by
+// the Collatz-Wielandt ratio of power iteration: rigorous, but loose.
 //
 // Contexts are built as BENCHMARKS.md section 5 builds held-out prompts (the first six words of
 // random lines of the validation corpus, lower-cased for stories260K) followed by a random
@@ -42,7 +47,7 @@
 // Example (the figures in the design note):
 //
 //	go run ./x/taubound --model defaultmodel/files/target --draft defaultmodel/files/draft \
-//	    --corpus ../shared/data/corpora/tinystories_val_800K.txt --contexts 32 --temps 0.8,1 --top-ps 0.95,1
+//	    --contexts 24 --m 1024 --b 256 --r 128 --temps 0.8,1 --top-ps 0.95,1
 package main
 
 import (
