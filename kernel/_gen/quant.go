@@ -45,9 +45,14 @@ type qtype struct {
 	// lines of the block about to be read, streamed Q4_K 12% and Q8_0 5% faster than 2048,
 	// whose lines the hardware prefetcher mostly fetches anyway; Q6_K, whose blocks are read
 	// in two places at once (nibbles and high bits), was flat from 768 to 2048 and 8% slower
-	// at 256, and takes 1024.
+	// at 256.
 	prefetch int
-	body     func(k *qk)
+	// spread issues the block's prefetches a share per sub-block (pfTick) rather than all at
+	// the block's start. Q6_K, 53 lines a block: spread at 2368 bytes ahead streamed 8% faster
+	// than all at the start 1024 ahead, on one thread and on two (alternated, one core busy
+	// with another process); Q4_K was best unspread at 256.
+	spread bool
+	body   func(k *qk)
 }
 
 // qk holds the registers of one kernel being emitted.
@@ -63,6 +68,19 @@ type qk struct {
 	acc    []reg.VecVirtual // per row: the f32 sums of the 16 output rows
 	mask0f reg.VecVirtual   // 0x0f in every byte
 	maskHi reg.VecVirtual   // the type's high-bit mask (0x10 Q5_K, 0x33 Q6_K), when it has one
+	pfq    []Mem            // prefetches the body still has to issue (pfTick)
+}
+
+// pfTick issues the share of the pending prefetches due at sub-block s of n.
+func (k *qk) pfTick(s, n int) {
+	if len(k.pfq) == 0 {
+		return
+	}
+	c := (len(k.pfq) + n - s - 1) / (n - s)
+	for _, m := range k.pfq[:c] {
+		PREFETCHT0(m)
+	}
+	k.pfq = k.pfq[c:]
 }
 
 // act is the address of byte off of the current activation block of row r.
@@ -105,7 +123,7 @@ var qtypes = []qtype{
 	{name: "Q4_0", pbytes: 288, abytes: 48, prefetch: 256, body: bodyQ4_0},
 	{name: "Q4_K", pbytes: 2368, abytes: 352, prefetch: 256, body: func(k *qk) { bodyQ45K(k, false) }},
 	{name: "Q5_K", pbytes: 2880, abytes: 352, prefetch: 256, body: func(k *qk) { bodyQ45K(k, true) }},
-	{name: "Q6_K", pbytes: 3360, abytes: 352, prefetch: 1024, body: bodyQ6_K},
+	{name: "Q6_K", pbytes: 3360, abytes: 352, prefetch: 2368, spread: true, body: bodyQ6_K},
 }
 
 func quantKernels() {
@@ -120,12 +138,16 @@ func quantKernels() {
 // panels of nb blocks each from w, activation rows at a + r*lda (bytes), outputs at
 // y + r*ldy (floats).
 func qpanels(t qtype, rows int) {
-	qpanelsNamed(t, rows, fmt.Sprintf("qpanels%sR%dx512", t.name, rows), xcfg{pf: t.prefetch, pk: 1})
+	xc := xcfg{pf: t.prefetch, pk: 1}
+	if t.spread {
+		xc.pft = 4
+	}
+	qpanelsNamed(t, rows, fmt.Sprintf("qpanels%sR%dx512", t.name, rows), xc)
 }
 
 // xcfg is one variant of a one-row kernel: prefetch distance (bytes, -1 the type's), prefetch
-// kind (0 t0, 1 t1, 2 t2, 3 nta), panels per pass of the K-quants, and body (0 the type's,
-// else xbodies[name+body]).
+// kind (0 t0, 1 t1, 2 t2, 3 nta, all at the block's start; 4 t0 spread over the sub-blocks),
+// panels per pass of the K-quants, and body (0 the type's, else xbodies[name+body]).
 type xcfg struct {
 	pf, pft, pk, body int
 }
@@ -155,12 +177,8 @@ func quantExperiments() {
 			if cc.pf < 0 {
 				cc.pf = tt.prefetch
 			}
-			if c.body != 0 {
-				b := xbodies[t+strconv.Itoa(c.body)]
-				if b == nil {
-					panic(fmt.Sprintf("QX %q: no body %d for %s", v, c.body, t))
-				}
-				tt.body = b
+			if b := xbodies[t+strconv.Itoa(c.body)]; c.body != 0 && b != nil {
+				tt.body = b // a type without that body keeps its own
 			}
 			qpanelsNamed(tt, 1, fmt.Sprintf("qx%sR1v%d", t, i), cc)
 		}
@@ -267,7 +285,14 @@ func qpanelsNamed(t qtype, rows int, name string, xc xcfg) {
 				// One row streams the weights once: prefetch the lines of the block
 				// t.prefetch bytes ahead, as the bf16 one-row kernels do.
 				pf := xc.pf
-				for off := 0; off < t.pbytes; off += 64 {
+				// Spread: the body issues them over its sub-blocks (pfTick), the rest
+				// after it.
+				if xc.pft == 4 {
+					for off := 0; off < t.pbytes; off += 64 {
+						k.pfq = append(k.pfq, k.wm(pf+off))
+					}
+				}
+				for off := 0; off < t.pbytes && xc.pft != 4; off += 64 {
 					switch xc.pft {
 					case 0:
 						PREFETCHT0(k.wm(pf + off))
@@ -281,6 +306,10 @@ func qpanelsNamed(t qtype, rows int, name string, xc xcfg) {
 				}
 			}
 			t.body(k)
+			for _, m := range k.pfq {
+				PREFETCHT0(m)
+			}
+			k.pfq = nil
 		}
 		k.pi = 0
 		ADDQ(U32(t.pbytes), k.w)
@@ -395,6 +424,7 @@ func bodyQ45K(k *qk, five bool) {
 		zeroZ(summ[r])
 	}
 	for j := 0; j < 8; j++ {
+		k.pfTick(j, 8)
 		t := make([]reg.VecVirtual, k.rows)
 		for r := range t {
 			t[r] = ZMM()
@@ -467,6 +497,7 @@ func bodyQ6_K(k *qk) {
 		zeroZ(sumi[r])
 	}
 	for s := 0; s < 16; s++ {
+		k.pfTick(s, 16)
 		t := make([]reg.VecVirtual, k.rows)
 		for r := range t {
 			t[r] = ZMM()
