@@ -147,7 +147,8 @@ func qpanels(t qtype, rows int) {
 
 // xcfg is one variant of a one-row kernel: prefetch distance (bytes, -1 the type's), prefetch
 // kind (0 t0, 1 t1, 2 t2, 3 nta, all at the block's start; 4 t0 spread over the sub-blocks),
-// panels per pass of the K-quants, and body (0 the type's, else xbodies[name+body]).
+// panels per pass (1..4; 1 means the type's default), and body (0 the type's, else
+// xbodies[name+body]).
 type xcfg struct {
 	pf, pft, pk, body int
 }
@@ -259,7 +260,7 @@ func qpanelsNamed(t qtype, rows int, name string, xc xcfg) {
 	if rows == 1 && qPanels1 > 1 && t.pbytes < 1024 {
 		passes = []int{qPanels1, 1}
 	}
-	if v := xc.pk; rows == 1 && t.pbytes >= 1024 && v > 1 {
+	if v := xc.pk; rows == 1 && v > 1 {
 		passes = []int{v, 1}
 	}
 	for _, np1 := range passes {
