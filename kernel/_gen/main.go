@@ -91,6 +91,7 @@ func main() {
 	cpuid()
 	xgetbv()
 	quantKernels()
+	quantExperiments()
 	quantKernels256()
 	quantActs()
 	quantActsY()

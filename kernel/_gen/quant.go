@@ -2,6 +2,10 @@ package main
 
 import (
 	"fmt"
+	"go/format"
+	"os"
+	"strconv"
+	"strings"
 
 	"github.com/mmcloughlin/avo/attr"
 	. "github.com/mmcloughlin/avo/build"
@@ -24,9 +28,6 @@ import (
 // are therefore stored unsigned (Q8_0 as q+128, nibbles as they are) and the activation blocks
 // carry the bias sums that undo the offsets.
 
-// qPrefetch is how far ahead (bytes) the one-row AVX-512 kernels prefetch weights (0: none).
-var qPrefetch = 2048
-
 // qPanels1 is how many panels the one-row AVX-512 kernels of the 32-block types stream at once
 // (1..4). Alternated runs (loaded machine, weights cold, one thread) gave Q8_0 and Q4_0 about
 // 10% more bandwidth over 4 panels than over 1, and the K-quants, whose blocks are 4-6 times
@@ -38,6 +39,19 @@ type qtype struct {
 	name   string
 	pbytes int // bytes of one panel block (qinfos in package kernel)
 	abytes int // bytes of one activation block (act32Bytes / act256Bytes)
+	// prefetch is how far ahead (bytes) the one-row kernel prefetches weights, every line of a
+	// block issued at the block's start (0: none). Alternated cold streams over 512 MB of
+	// 1024x1024 matrices, two threads (BENCHMARKS.md section 22): 256 bytes, i.e. mostly the
+	// lines of the block about to be read, streamed Q4_K 12% and Q8_0 5% faster than 2048,
+	// whose lines the hardware prefetcher mostly fetches anyway; Q6_K, whose blocks are read
+	// in two places at once (nibbles and high bits), was flat from 768 to 2048 and 8% slower
+	// at 256.
+	prefetch int
+	// spread issues the block's prefetches a share per sub-block (pfTick) rather than all at
+	// the block's start. Q6_K, 53 lines a block: spread at 2368 bytes ahead streamed 8% faster
+	// than all at the start 1024 ahead, on one thread and on two (alternated, one core busy
+	// with another process); Q4_K was best unspread at 256.
+	spread bool
 	body   func(k *qk)
 }
 
@@ -53,7 +67,20 @@ type qk struct {
 	pi     int              // panel of the pass the body works on (0..3)
 	acc    []reg.VecVirtual // per row: the f32 sums of the 16 output rows
 	mask0f reg.VecVirtual   // 0x0f in every byte
-	maskHi reg.VecVirtual   // the type's high-bit mask (0x10 Q5_K, 0x30 Q6_K), when it has one
+	maskHi reg.VecVirtual   // the type's high-bit mask (0x10 Q5_K, 0x33 Q6_K), when it has one
+	pfq    []Mem            // prefetches the body still has to issue (pfTick)
+}
+
+// pfTick issues the share of the pending prefetches due at sub-block s of n.
+func (k *qk) pfTick(s, n int) {
+	if len(k.pfq) == 0 {
+		return
+	}
+	c := (len(k.pfq) + n - s - 1) / (n - s)
+	for _, m := range k.pfq[:c] {
+		PREFETCHT0(m)
+	}
+	k.pfq = k.pfq[c:]
 }
 
 // act is the address of byte off of the current activation block of row r.
@@ -92,11 +119,11 @@ func bcastByte(b byte) reg.VecVirtual {
 }
 
 var qtypes = []qtype{
-	{name: "Q8_0", pbytes: 544, abytes: 48, body: bodyQ8_0},
-	{name: "Q4_0", pbytes: 288, abytes: 48, body: bodyQ4_0},
-	{name: "Q4_K", pbytes: 2368, abytes: 352, body: func(k *qk) { bodyQ45K(k, false) }},
-	{name: "Q5_K", pbytes: 2880, abytes: 352, body: func(k *qk) { bodyQ45K(k, true) }},
-	{name: "Q6_K", pbytes: 3360, abytes: 352, body: bodyQ6_K},
+	{name: "Q8_0", pbytes: 544, abytes: 48, prefetch: 256, body: bodyQ8_0},
+	{name: "Q4_0", pbytes: 288, abytes: 48, prefetch: 256, body: bodyQ4_0},
+	{name: "Q4_K", pbytes: 2368, abytes: 352, prefetch: 256, body: func(k *qk) { bodyQ45K(k, false) }},
+	{name: "Q5_K", pbytes: 2880, abytes: 352, prefetch: 256, body: func(k *qk) { bodyQ45K(k, true) }},
+	{name: "Q6_K", pbytes: 3360, abytes: 352, prefetch: 2368, spread: true, body: bodyQ6_K},
 }
 
 func quantKernels() {
@@ -111,7 +138,90 @@ func quantKernels() {
 // panels of nb blocks each from w, activation rows at a + r*lda (bytes), outputs at
 // y + r*ldy (floats).
 func qpanels(t qtype, rows int) {
-	name := fmt.Sprintf("qpanels%sR%dx512", t.name, rows)
+	xc := xcfg{pf: t.prefetch, pk: 1}
+	if t.spread {
+		xc.pft = 4
+	}
+	qpanelsNamed(t, rows, fmt.Sprintf("qpanels%sR%dx512", t.name, rows), xc)
+}
+
+// xcfg is one variant of a one-row kernel: prefetch distance (bytes, -1 the type's), prefetch
+// kind (0 t0, 1 t1, 2 t2, 3 nta, all at the block's start; 4 t0 spread over the sub-blocks),
+// panels per pass (1..4; 1 means the type's default), and body (0 the type's, else
+// xbodies[name+body]).
+type xcfg struct {
+	pf, pft, pk, body int
+}
+
+// quantExperiments is an A/B tool for the one-row kernels: with QX="pf:pft:pk:body;..." set it
+// also emits each listed variant of the Q8_0, Q4_K and Q6_K one-row kernels as qx<T>R1v<i>,
+// and writes their table to ../qx_vars_test.go (build tag qx), which BenchmarkQX (qx_test.go)
+// alternates pass by pass in one process:
+//
+//	cd kernel/_gen && QX="-1:0:1:0;256:0:1:0" go run . -out ../asm_amd64.s -stubs ../asm_amd64_stubs.go -pkg kernel
+//	cd .. && QXT=2 go test -tags qx -run XXX -bench QX -benchtime=10x .
+//
+// Regenerate without QX (go generate) before committing.
+func quantExperiments() {
+	spec := os.Getenv("QX")
+	if spec == "" {
+		return
+	}
+	vars := strings.Split(spec, ";")
+	for i, v := range vars {
+		var c xcfg
+		if _, err := fmt.Sscanf(v, "%d:%d:%d:%d", &c.pf, &c.pft, &c.pk, &c.body); err != nil {
+			panic(fmt.Sprintf("QX %q: %v", v, err))
+		}
+		for _, t := range xtypes {
+			tt, cc := qtypeByName(t), c
+			if cc.pf < 0 {
+				cc.pf = tt.prefetch
+			}
+			if b := xbodies[t+strconv.Itoa(c.body)]; c.body != 0 && b != nil {
+				tt.body = b // a type without that body keeps its own
+			}
+			qpanelsNamed(tt, 1, fmt.Sprintf("qx%sR1v%d", t, i), cc)
+		}
+	}
+	var b strings.Builder
+	b.WriteString("// Code generated by kernel/_gen with QX set (quantExperiments). DO NOT EDIT.\n\n//go:build amd64 && qx\n\npackage kernel\n\n")
+	fmt.Fprintf(&b, "// qxSpec is the QX the variants were generated from.\nconst qxSpec = %q\n\n", spec)
+	b.WriteString("var qxVariants = map[DType][]func(w, a *byte, y *float32, nb, np, lda, ldy int){\n")
+	for _, t := range xtypes {
+		fmt.Fprintf(&b, "\t%s: {", t)
+		for i := range vars {
+			fmt.Fprintf(&b, "qx%sR1v%d, ", t, i)
+		}
+		b.WriteString("},\n")
+	}
+	b.WriteString("}\n")
+	src, err := format.Source([]byte(b.String()))
+	if err != nil {
+		panic(err)
+	}
+	if err := os.WriteFile("../qx_vars_test.go", src, 0o644); err != nil {
+		panic(err)
+	}
+}
+
+// xtypes are the types quantExperiments emits variants of.
+var xtypes = []string{"Q8_0", "Q4_K", "Q6_K"}
+
+func qtypeByName(name string) qtype {
+	for _, t := range qtypes {
+		if t.name == name {
+			return t
+		}
+	}
+	panic(name)
+}
+
+// xbodies holds experimental bodies by type name and body number (quantExperiments).
+var xbodies = map[string]func(k *qk){}
+
+// qpanelsNamed emits the kernel qpanels describes under name, one-row variant xc.
+func qpanelsNamed(t qtype, rows int, name string, xc xcfg) {
 	TEXT(name, NOSPLIT, "func(w, a *byte, y *float32, nb, np, lda, ldy int)")
 	Pragma("noescape")
 	Doc(fmt.Sprintf("%s computes %d activation rows against np whole %s panels of nb blocks.", name, rows, t.name))
@@ -133,7 +243,7 @@ func qpanels(t qtype, rows int) {
 	case "Q5_K":
 		k.maskHi = bcastByte(0x10)
 	case "Q6_K":
-		k.maskHi = bcastByte(0x30)
+		k.maskHi = bcastByte(0x33) // crumbs 0 and 2 of each byte (bodyQ6_K)
 	}
 	k.a = GP64()
 	cnt := GP64()
@@ -149,6 +259,9 @@ func qpanels(t qtype, rows int) {
 	passes := []int{1}
 	if rows == 1 && qPanels1 > 1 && t.pbytes < 1024 {
 		passes = []int{qPanels1, 1}
+	}
+	if v := xc.pk; rows == 1 && v > 1 {
+		passes = []int{v, 1}
 	}
 	for _, np1 := range passes {
 		tag := fmt.Sprintf("P%d", np1)
@@ -169,14 +282,35 @@ func qpanels(t qtype, rows int) {
 		Label(L("block"))
 		for pi := 0; pi < np1; pi++ {
 			k.pi, k.acc = pi, accs[pi]
-			if rows == 1 && qPrefetch > 0 {
+			if rows == 1 && xc.pf > 0 {
 				// One row streams the weights once: prefetch the lines of the block
-				// qPrefetch bytes ahead, as the bf16 one-row kernels do.
-				for off := 0; off < t.pbytes; off += 64 {
-					PREFETCHT0(k.wm(qPrefetch + off))
+				// t.prefetch bytes ahead, as the bf16 one-row kernels do.
+				pf := xc.pf
+				// Spread: the body issues them over its sub-blocks (pfTick), the rest
+				// after it.
+				if xc.pft == 4 {
+					for off := 0; off < t.pbytes; off += 64 {
+						k.pfq = append(k.pfq, k.wm(pf+off))
+					}
+				}
+				for off := 0; off < t.pbytes && xc.pft != 4; off += 64 {
+					switch xc.pft {
+					case 0:
+						PREFETCHT0(k.wm(pf + off))
+					case 1:
+						PREFETCHT1(k.wm(pf + off))
+					case 2:
+						PREFETCHT2(k.wm(pf + off))
+					case 3:
+						PREFETCHNTA(k.wm(pf + off))
+					}
 				}
 			}
 			t.body(k)
+			for _, m := range k.pfq {
+				PREFETCHT0(m)
+			}
+			k.pfq = nil
 		}
 		k.pi = 0
 		ADDQ(U32(t.pbytes), k.w)
@@ -260,22 +394,24 @@ func bodyQ4_0(k *qk) {
 	k.scale32(s)
 }
 
-// highBits ORs into q (nibbles 0..15) the high bits of one group from hb, moved into place
-// (bit 4 for Q5_K's fifth bit, bits 4-5 for Q6_K's top pair) by a word shift of shift bits
-// (left if positive) and kept by maskHi: the bits the mask keeps never cross a byte.
+// highBits ORs into q (nibbles 0..15) Q5_K's fifth bit of one group from hb, moved to bit 4 by
+// a word shift of shift bits (left if positive) and kept by maskHi, in one vpternlogd: the bit
+// the mask keeps never crosses a byte.
 func (k *qk) highBits(hb reg.VecVirtual, shift int, q reg.VecVirtual) {
-	t := ZMM()
+	t := hb
 	switch {
 	case shift > 0:
+		t = ZMM()
 		VPSLLW(U8(shift), hb, t)
 	case shift < 0:
+		t = ZMM()
 		VPSRLW(U8(-shift), hb, t)
-	default:
-		VMOVDQA64(hb, t)
 	}
-	VPANDD(k.maskHi, t, t)
-	VPORD(t, q, q)
+	VPTERNLOGD(U8(orAnd), k.maskHi, t, q)
 }
+
+// orAnd is the vpternlogd immediate of dst = dst | (B & C) (B, C the second and third operands).
+const orAnd = 0xf8
 
 // bodyQ45K: per sub-block j, t = sum q*x (q the nibble plus, for Q5_K, the fifth bit),
 // sumi += sc_j*t; summ = sum m_j * sum32_j by word dot products on the min pairs; then
@@ -289,6 +425,7 @@ func bodyQ45K(k *qk, five bool) {
 		zeroZ(summ[r])
 	}
 	for j := 0; j < 8; j++ {
+		k.pfTick(j, 8)
 		t := make([]reg.VecVirtual, k.rows)
 		for r := range t {
 			t[r] = ZMM()
@@ -340,9 +477,20 @@ func bodyQ45K(k *qk, five bool) {
 	}
 }
 
+// selLo is the vpternlogd immediate of dst = C ? dst : B per bit (C the third operand): with
+// C = 0x0f per byte it keeps dst's low nibble and takes bits 4-7 from B.
+const selLo = 0xe4
+
 // bodyQ6_K: per sub-block s of 16, t = bias(-32*sum16 x) + sum q*x (q the nibble plus the two
-// high bits, group c's at bits 2c of the crumb vector), sumi += sc_s*t; then
-// acc += f32(sumi)*(d*dx).
+// high bits, group c's at bits 2c of the crumb vector hb), sumi += sc_s*t; then
+// acc += f32(sumi)*(d*dx). The crumb vector is split once per sub-block into hbm = hb & 0x33
+// (crumbs 0 and 2 at bits 0-1 and 4-5 of each byte) and hbm2 = (hb >> 2) & 0x33 (crumbs 1 and
+// 3); crumb c of a byte then sits at bits 4-5, bits 6-7 clear, in hbm<<4 (c=0), hbm2<<4 (c=1),
+// hbm (c=2) and hbm2 (c=3), and one vpternlogd per group merges it above the group's nibble
+// (selLo: bits 0-3 from the nibble, 4-7 from the crumb vector; the word shifts move bits across
+// bytes only into the bits the select drops). Against the previous body (nibbles masked, then
+// each group's crumbs shifted, masked and ORed in: 18 vector ALU instructions per sub-block
+// besides the dot products, now 11) the one-row kernel ran 16% faster from L2.
 func bodyQ6_K(k *qk) {
 	sumi := make([]reg.VecVirtual, k.rows)
 	for r := range sumi {
@@ -350,17 +498,25 @@ func bodyQ6_K(k *qk) {
 		zeroZ(sumi[r])
 	}
 	for s := 0; s < 16; s++ {
+		k.pfTick(s, 16)
 		t := make([]reg.VecVirtual, k.rows)
 		for r := range t {
 			t[r] = ZMM()
 			VPBROADCASTD(k.act(r, 280+4*s), t[r])
 		}
-		hb := ZMM()
-		VMOVDQU64(k.wm(2336+64*s), hb)
+		hbm, hbm2 := ZMM(), ZMM()
+		VPANDD(k.wm(2336+64*s), k.maskHi, hbm)
+		VPSRLW(U8(2), k.wm(2336+64*s), hbm2)
+		VPANDD(k.maskHi, hbm2, hbm2)
+		crumb := [4]reg.VecVirtual{ZMM(), ZMM(), hbm, hbm2}
+		VPSLLW(U8(4), hbm, crumb[0])
+		VPSLLW(U8(4), hbm2, crumb[1])
 		for v := 0; v < 2; v++ {
-			lo, hi := k.nibbles(288 + 128*s + 64*v)
-			k.highBits(hb, 4-2*(2*v), lo)
-			k.highBits(hb, 4-2*(2*v+1), hi)
+			lo, hi := ZMM(), ZMM()
+			VMOVDQU64(k.wm(288+128*s+64*v), lo)
+			VPSRLW(U8(4), lo, hi)
+			VPTERNLOGD(U8(selLo), k.mask0f, crumb[2*v], lo)
+			VPTERNLOGD(U8(selLo), k.mask0f, crumb[2*v+1], hi)
 			for r := range t {
 				vpdpbusdBcst(k.act(r, 16*s+4*(2*v)), lo, t[r])
 				vpdpbusdBcst(k.act(r, 16*s+4*(2*v+1)), hi, t[r])
