@@ -69,6 +69,15 @@ import (
 // rotated weight tiles; and each of these with a pass's plane sums deferred past the next
 // pass's first loads.
 //
+// Tried for 16 rows (2026-12-02, alternated on cold weights spanning 1 GiB, one thread, helpers
+// stopped), bitwise equal to these and not kept: a kernel with a tile per plane (three 16-row A
+// tiles loaded with a 192-byte stride, three C tiles, B double-buffered) covering 16 rows in one
+// pass instead of two: 0.82-0.91x (one panel a pass, so the A tiles load again for each panel and
+// one weight stream is in flight); and PREFETCHT1 of the next chunk's weights during the second
+// pass: 0.99-1.03x. Measured there: a TDPBF16PS costs about 5 ns whatever its tile height (16
+// rows or 2), a 16-row TILELOADD from L1 about 2.5 ns; a 16-row product cost 95-105 ns per 1 KiB
+// weight block against 62-73 ns for one row.
+//
 // Exactness: the amx path uses AMX for every row count, 1 included, and every output element
 // adds its plane's K-blocks in K order, then its planes in a fixed order: an order that
 // depends on K only, never on the rows (a tile row's sums do not depend on the tile's other
