@@ -54,6 +54,7 @@ type DeltaNetWeights struct {
 	Conv              []float32
 	DtBias, NegA      []float32
 	Norm              []float32
+	convT             []float32 // Conv transposed, [K][C] (newModel)
 }
 
 // Model is a loaded Qwen3.5 target. It is not safe for concurrent Forward calls: the workspace
@@ -107,6 +108,18 @@ func newModel(cfg Config, emb, head *kernel.Matrix, layers []Layer, norm []float
 	m := &Model{cfg: cfg, embedding: emb, head: head, layers: layers, norm: norm, slot: make([]int, cfg.Layers)}
 	var nLin int
 	for i, l := range layers {
+		if d := l.DeltaNet; d != nil {
+			c, kk := cfg.ConvChannels(), cfg.ConvKernel
+			if len(d.Conv) != c*kk {
+				return nil, fmt.Errorf("qwen35: layer %d: conv kernel of %d weights, want %d", i, len(d.Conv), c*kk)
+			}
+			d.convT = make([]float32, len(d.Conv))
+			for ch := 0; ch < c; ch++ {
+				for j := 0; j < kk; j++ {
+					d.convT[j*c+ch] = d.Conv[ch*kk+j]
+				}
+			}
+		}
 		if l.Type == Full {
 			m.slot[i] = m.nFull
 			m.nFull++
@@ -541,33 +554,36 @@ func (f *forward) convSeq(s *seq, part, u0, u1, c0, c1 int) {
 	hk, dk, kk := cfg.KeyHeads, cfg.KeyDim, cfg.ConvKernel
 	c := cfg.ConvChannels()
 	sl := m.slot[f.li]
-	w := m.layers[f.li].DeltaNet.Conv
+	w := m.layers[f.li].DeltaNet.convT
 	win := s.h.Conv[sl]
 	n := s.hi - s.lo
 	// The sequence's chunk rows, from its first.
 	mix, out := m.ws.mix[s.lo*c:s.hi*c], m.ws.conv[s.lo*c:s.hi*c]
-	// in is the conv input at the sequence's row s of the chunk (s < 0 reaches into the
-	// carried window).
-	in := func(s, ch int) float32 {
-		if s < 0 {
-			return win[(kk-1+s)*c+ch]
+	// in is the part's channels of the conv input at the sequence's row r of the chunk (r < 0
+	// reaches into the carried window).
+	in := func(r int) []float32 {
+		if r < 0 {
+			return win[(kk-1+r)*c+c0 : (kk-1+r)*c+c1]
 		}
-		return mix[s*c+ch]
+		return mix[r*c+c0 : r*c+c1]
 	}
 	unit := m.ws.unit[part][:c1-c0]
 	for t := 0; t < n; t++ {
-		for ch := c0; ch < c1; ch++ {
-			wc := w[ch*kk : (ch+1)*kk]
-			var acc float32
-			for j, wj := range wc {
-				acc += wj * in(t-kk+1+j, ch)
+		// Channel by channel acc = 0 + w[0]*x[t-K+1] + ... + w[K-1]*x[t], taps in order, as
+		// one pass per tap over the part's channels (the kernel transposed, convT).
+		o := out[t*c+c0 : t*c+c1]
+		clear(o)
+		for j := 0; j < kk; j++ {
+			x, wj := in(t-kk+1+j), w[j*c+c0:j*c+c1]
+			x, wj = x[:len(o)], wj[:len(o)]
+			for ch := range o {
+				o[ch] += wj[ch] * x[ch]
 			}
-			out[t*c+ch] = acc
 		}
 		// silu(acc) = 1*silu(acc), vectorised; each element's bits depend on it alone
 		// (kernel.ExpShift), not on where the part's channels start.
 		copy(unit, m.ws.ones)
-		kernel.SiluMul(out[t*c+c0:t*c+c1], unit)
+		kernel.SiluMul(o, unit)
 		for u := u0; u < u1 && u < 2*hk; u++ {
 			x := out[t*c+u*dk : t*c+(u+1)*dk]
 			scale := 1.0
@@ -579,18 +595,14 @@ func (f *forward) convSeq(s *seq, part, u0, u1, c0, c1 int) {
 		if g := s.snapRow + t; s.snapRow >= 0 && g < s.snapEnd {
 			snap, _ := s.h.Snapshot(g, sl)
 			for r := 0; r < kk-1; r++ {
-				for ch := c0; ch < c1; ch++ {
-					snap[r*c+ch] = in(t-kk+2+r, ch)
-				}
+				copy(snap[r*c+c0:r*c+c1], in(t-kk+2+r))
 			}
 		}
 	}
 	// Window row r becomes input n-(K-1)+r. In ascending r that reads window row n+r >= r (or a
 	// chunk row), never one already overwritten.
 	for r := 0; r < kk-1; r++ {
-		for ch := c0; ch < c1; ch++ {
-			win[r*c+ch] = in(n-kk+1+r, ch)
-		}
+		copy(win[r*c+c0:r*c+c1], in(n-kk+1+r))
 	}
 }
 
