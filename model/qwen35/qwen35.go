@@ -659,16 +659,10 @@ func (f *forward) recurPart(i int) {
 				for x := range u {
 					u[x] = beta * (v[x] - alpha*mem[x])
 				}
-				clear(o)
-				decay := alpha - 1
-				for e := 0; e < dk; e++ {
-					se := s[e*dv : (e+1)*dv]
-					// se += (α-1)·se is se·α, vectorised (with a fused multiply-add exactly
-					// round(α·se) whenever α >= 1/2, where α-1 is exact); then the delta.
-					kernel.Axpy(se, decay, se)
-					kernel.Axpy(se, k[e], u)
-					kernel.Axpy(o, q[e], se)
-				}
+				// Row by row se += (α-1)·se, which is se·α (with a fused multiply-add exactly
+				// round(α·se) whenever α >= 1/2, where α-1 is exact); then the delta se += k[e]·u
+				// and the read o += q[e]·se: one pass over S (kernel.DeltaRule).
+				kernel.DeltaRule(s, o, k, q, u, alpha-1)
 				y := ws.y[t*vw+j*dv : t*vw+(j+1)*dv]
 				z := ws.z[t*vw+j*dv : t*vw+(j+1)*dv]
 				nn.RMSNorm(y, o, d.Norm, cfg.RMSEps)
