@@ -811,7 +811,7 @@ func axpyRowsMax(is isa) {
 	SHLQ(U8(2), ld)
 	lanes := 16 / is.halves
 	vb := lanes * 4
-	const unroll = 2
+	const unroll, wide = 2, 8
 	mx := is.vec()
 	VMOVUPS(expTab.Offset(ecNegInf*64), mx)
 	// column computes the columns of one or unroll vectors at byte offset 0 of mb; load
@@ -844,6 +844,24 @@ func axpyRowsMax(is isa) {
 		return acc
 	}
 	plain := func(src Mem, dst reg.VecVirtual) { VMOVUPS(src, dst) }
+	if is.halves == 1 {
+		// Blocks of wide vectors first: one pass reads 8 whole cache lines of each row, where
+		// the 2-vector blocks stride through the rows 8/unroll times (a delta-rule state of 128
+		// columns from memory, whose rows lie 512 bytes apart). Every lane of mx still sees its
+		// columns in ascending order, so the bits and the max are those of the narrower blocks.
+		Label(name + "wide")
+		CMPQ(n, U32(wide*lanes))
+		JL(LabelRef(name + "block"))
+		acc := column("W", wide, plain)
+		for u, a := range acc {
+			VMOVUPS(a, Mem{Base: yp, Disp: u * vb})
+			VMAXPS(a, mx, mx)
+		}
+		ADDQ(U32(wide*vb), yp)
+		ADDQ(U32(wide*vb), mb)
+		SUBQ(U32(wide*lanes), n)
+		JMP(LabelRef(name + "wide"))
+	}
 	Label(name + "block")
 	CMPQ(n, U32(unroll*lanes))
 	JL(LabelRef(name + "vec"))
