@@ -171,7 +171,7 @@ func registerArch() bool {
 	if hasAVX512 {
 		avx := &impl{name: "avx512", panels: panels512, qpanels: qpanels512, quantActs: quantActs512, dot: dotF32x512, axpy: axpyF32x512, expShift: expShiftF32x512,
 			axpyRowsMax: axpyRowsMaxF32x512, dotRows: dotRowsF32x512, scoresRows: scores512, weightedRows8: weightedRows8F32x512, maxF32: maxF32x512, siluMul: siluMulF32x512,
-			dotsRows: dotsRowsF32x512, axpyRows: axpyRowsF32x512}
+			dotsRows: dotsRowsF32x512, axpyRows: axpyRowsF32x512, deltaRule: deltaRuleF32x512}
 		// Below 8 rows a product's panels split across the cores beat a row split (each
 		// core then streams half the weights, not all of them); from 8 rows bf16 products
 		// are compute-bound here and a row split wins (BENCHMARKS section 22).

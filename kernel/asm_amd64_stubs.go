@@ -194,6 +194,11 @@ func dotsRowsF32x256(y *float32, ldy int, q *float32, ldq int, nq int, k *float3
 //go:noescape
 func axpyRowsF32x256(out *float32, ldo int, p *float32, ldp int, nq int, v *float32, ldv int, d int, n int)
 
+// deltaRuleF32x512 runs one head's delta-rule update and read over s [dk][dv] (dv a multiple of 16) in one pass.
+//
+//go:noescape
+func deltaRuleF32x512(s *float32, k *float32, q *float32, u *float32, o *float32, dk int, dv int, decay float32)
+
 // sumF32x256 reads a (len a multiple of 64) and returns a sum of its elements.
 //
 //go:noescape

@@ -44,6 +44,9 @@ type impl struct {
 	// dotsRows and axpyRows are DotsRows and AxpyRows past the wrappers' checks.
 	dotsRows func(y *float32, ldy int, q *float32, ldq, nq int, k *float32, ldk, d, n int, scale float32)
 	axpyRows func(out *float32, ldo int, p *float32, ldp, nq int, v *float32, ldv, d, n int)
+	// deltaRule, when set, is DeltaRule in one pass for dv a multiple of 16 (the wrapper checks
+	// lengths); paths without it compose their axpy.
+	deltaRule func(s, k, q, u, o *float32, dk, dv int, decay float32)
 	// rowSplitFrom is the least rows for which a forward should give each core its own rows
 	// (every core then streams all the weights) rather than split each product's panels
 	// (each core streams half); 0 means the caller's default. A path whose multi-row products

@@ -7,12 +7,12 @@ import (
 )
 
 // TestRowsMatchRowByRow checks AxpyRowsMax against clearing y and calling Axpy row by row, and
-// DotRows against Dot row by row, bitwise on every path, for every length 0..70 (blocks, single
-// vectors and masked tails) and 1..9 rows. Values are shifted negative so that a tail lane that
+// DotRows against Dot row by row, bitwise on every path, for every length 0..300 (blocks of 8
+// and of 2 vectors, single vectors and masked tails) and 1..9 rows. Values are shifted negative so that a tail lane that
 // leaked a 0 into the maximum would show. Elements of y past its length must stay untouched.
 func TestRowsMatchRowByRow(t *testing.T) {
 	forEachPath(t, func(t *testing.T) {
-		const ld = 83
+		const ld = 307
 		for d := 1; d <= 9; d++ {
 			m := randVec(d*ld, uint64(d))
 			a := randVec(d, uint64(100+d))
@@ -22,7 +22,7 @@ func TestRowsMatchRowByRow(t *testing.T) {
 			for i := range m {
 				m[i] = m[i] - 5
 			}
-			for n := 0; n <= 70; n++ {
+			for n := 0; n <= 300; n++ {
 				want := make([]float32, n)
 				for j := 0; j < d; j++ {
 					Axpy(want, a[j], m[j*ld:])

@@ -87,6 +87,7 @@ func main() {
 		dotsRows(is)
 		axpyRows(is)
 	}
+	deltaRule()
 	sum256()
 	cpuid()
 	xgetbv()
@@ -811,7 +812,7 @@ func axpyRowsMax(is isa) {
 	SHLQ(U8(2), ld)
 	lanes := 16 / is.halves
 	vb := lanes * 4
-	const unroll = 2
+	const unroll, wide = 2, 8
 	mx := is.vec()
 	VMOVUPS(expTab.Offset(ecNegInf*64), mx)
 	// column computes the columns of one or unroll vectors at byte offset 0 of mb; load
@@ -844,6 +845,24 @@ func axpyRowsMax(is isa) {
 		return acc
 	}
 	plain := func(src Mem, dst reg.VecVirtual) { VMOVUPS(src, dst) }
+	if is.halves == 1 {
+		// Blocks of wide vectors first: one pass reads 8 whole cache lines of each row, where
+		// the 2-vector blocks stride through the rows 8/unroll times (a delta-rule state of 128
+		// columns from memory, whose rows lie 512 bytes apart). Every lane of mx still sees its
+		// columns in ascending order, so the bits and the max are those of the narrower blocks.
+		Label(name + "wide")
+		CMPQ(n, U32(wide*lanes))
+		JL(LabelRef(name + "block"))
+		acc := column("W", wide, plain)
+		for u, a := range acc {
+			VMOVUPS(a, Mem{Base: yp, Disp: u * vb})
+			VMAXPS(a, mx, mx)
+		}
+		ADDQ(U32(wide*vb), yp)
+		ADDQ(U32(wide*vb), mb)
+		SUBQ(U32(wide*lanes), n)
+		JMP(LabelRef(name + "wide"))
+	}
 	Label(name + "block")
 	CMPQ(n, U32(unroll*lanes))
 	JL(LabelRef(name + "vec"))
@@ -959,6 +978,93 @@ func dotRows(is isa) {
 	ADDQ(ld, mb)
 	DECQ(rows)
 	JMP(LabelRef(name + "row"))
+	Label(name + "done")
+	VZEROUPPER()
+	RET()
+}
+
+// deltaRule emits deltaRuleF32x512(s, k, q, u, o *float32, dk, dv int, decay float32): the
+// update and read of one head of the gated delta rule over its state s [dk][dv] (dv a multiple
+// of 16), in one pass over s. For each row e = 0..dk-1 and column t:
+//
+//	s[e][t] = fma(decay, s[e][t], s[e][t]); s[e][t] = fma(k[e], u[t], s[e][t]); o[t] = fma(q[e], s[e][t], o[t])
+//
+// with o starting at 0: per element the bits of Axpy(se, decay, se), Axpy(se, k[e], u) and
+// Axpy(o, q[e], se) called row by row onto a cleared o, which read and write s three times.
+// Columns go in groups of 8 vectors (then single vectors), each group's u and o in registers.
+func deltaRule() {
+	const name = "deltaRuleF32x512"
+	TEXT(name, NOSPLIT, "func(s, k, q, u, o *float32, dk, dv int, decay float32)")
+	Pragma("noescape")
+	Doc(name + " runs one head's delta-rule update and read over s [dk][dv] (dv a multiple of 16) in one pass.")
+	sp := Load(Param("s"), GP64())
+	kb := Load(Param("k"), GP64())
+	qb := Load(Param("q"), GP64())
+	up := Load(Param("u"), GP64())
+	op := Load(Param("o"), GP64())
+	dk := Load(Param("dk"), GP64())
+	n := Load(Param("dv"), GP64())
+	ds := Load(Param("decay"), XMM())
+	ld := GP64()
+	MOVQ(n, ld)
+	SHLQ(U8(2), ld)
+	decay := ZMM()
+	VBROADCASTSS(ds, decay)
+	group := func(tag string, nv int) {
+		u := make([]reg.VecVirtual, nv)
+		o := make([]reg.VecVirtual, nv)
+		for v := range u {
+			u[v], o[v] = ZMM(), ZMM()
+			VMOVUPS(Mem{Base: up, Disp: 64 * v}, u[v])
+			VPXORD(o[v], o[v], o[v])
+		}
+		mp, kp, qp, cnt := GP64(), GP64(), GP64(), GP64()
+		MOVQ(sp, mp)
+		MOVQ(kb, kp)
+		MOVQ(qb, qp)
+		MOVQ(dk, cnt)
+		Label(name + tag + "e")
+		TESTQ(cnt, cnt)
+		JE(LabelRef(name + tag + "edone"))
+		kv, qv := ZMM(), ZMM()
+		VBROADCASTSS(Mem{Base: kp}, kv)
+		VBROADCASTSS(Mem{Base: qp}, qv)
+		for v := range u {
+			t := ZMM()
+			VMOVUPS(Mem{Base: mp, Disp: 64 * v}, t)
+			VFMADD231PS(t, decay, t)
+			VFMADD231PS(u[v], kv, t)
+			VMOVUPS(t, Mem{Base: mp, Disp: 64 * v})
+			VFMADD231PS(t, qv, o[v])
+		}
+		ADDQ(ld, mp)
+		ADDQ(U8(4), kp)
+		ADDQ(U8(4), qp)
+		DECQ(cnt)
+		JMP(LabelRef(name + tag + "e"))
+		Label(name + tag + "edone")
+		for v := range o {
+			VMOVUPS(o[v], Mem{Base: op, Disp: 64 * v})
+		}
+	}
+	Label(name + "block")
+	CMPQ(n, U32(8*16))
+	JL(LabelRef(name + "vec"))
+	group("B", 8)
+	ADDQ(U32(8*64), sp)
+	ADDQ(U32(8*64), up)
+	ADDQ(U32(8*64), op)
+	SUBQ(U32(8*16), n)
+	JMP(LabelRef(name + "block"))
+	Label(name + "vec")
+	CMPQ(n, U32(16))
+	JL(LabelRef(name + "done"))
+	group("V", 1)
+	ADDQ(U32(64), sp)
+	ADDQ(U32(64), up)
+	ADDQ(U32(64), op)
+	SUBQ(U32(16), n)
+	JMP(LabelRef(name + "vec"))
 	Label(name + "done")
 	VZEROUPPER()
 	RET()

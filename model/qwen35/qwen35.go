@@ -54,6 +54,7 @@ type DeltaNetWeights struct {
 	Conv              []float32
 	DtBias, NegA      []float32
 	Norm              []float32
+	convT             []float32 // Conv transposed, [K][C] (newModel)
 }
 
 // Model is a loaded Qwen3.5 target. It is not safe for concurrent Forward calls: the workspace
@@ -107,6 +108,18 @@ func newModel(cfg Config, emb, head *kernel.Matrix, layers []Layer, norm []float
 	m := &Model{cfg: cfg, embedding: emb, head: head, layers: layers, norm: norm, slot: make([]int, cfg.Layers)}
 	var nLin int
 	for i, l := range layers {
+		if d := l.DeltaNet; d != nil {
+			c, kk := cfg.ConvChannels(), cfg.ConvKernel
+			if len(d.Conv) != c*kk {
+				return nil, fmt.Errorf("qwen35: layer %d: conv kernel of %d weights, want %d", i, len(d.Conv), c*kk)
+			}
+			d.convT = make([]float32, len(d.Conv))
+			for ch := 0; ch < c; ch++ {
+				for j := 0; j < kk; j++ {
+					d.convT[j*c+ch] = d.Conv[ch*kk+j]
+				}
+			}
+		}
 		if l.Type == Full {
 			m.slot[i] = m.nFull
 			m.nFull++
@@ -138,7 +151,7 @@ func newModel(cfg Config, emb, head *kernel.Matrix, layers []Layer, norm []float
 	}
 	m.partScores = nn.NewPartScratch(m.rope.MaxPos())
 	m.fwd.m = m
-	m.fwd.convFn, m.fwd.recurFn = m.fwd.convPart, m.fwd.recurPart
+	m.fwd.linFn = m.fwd.linPart
 	m.phases = nn.NewPhases(&m.fwd, m.ws.Workspace, cfg.Layers)
 	return m, nil
 }
@@ -389,8 +402,8 @@ func (s *seq) overlap(lo, hi int) (a, b int) { return max(s.lo, lo), min(s.hi, h
 // stacked rows of one sequence or several (seqs, ascending, covering the chunk). A
 // full-attention layer is split at the join like a transformer layer. A Gated DeltaNet layer
 // computes its projections in Open, per part; the conv and the recurrence, which run through
-// each sequence's rows in order, run in Join split by channels and by value heads instead of by
-// rows (convPart, recurPart); Close is the output projection and the MLP of the part's rows.
+// each sequence's rows in order, run in Join split by heads instead of by rows (linPart);
+// Close is the output projection and the MLP of the part's rows.
 // Chunk row i is stacked row row0+i: tapped layers' outputs go to taps at that row, and its
 // logits, when logitRow[i] >= 0, to row logitRow[i] of logits.
 type forward struct {
@@ -404,8 +417,8 @@ type forward struct {
 	logitRow []int
 	hidden   []float32 // Request.Hidden of a forward alone: every row's normed state
 
-	li, parts       int // the linear layer Join is in, and its parts
-	convFn, recurFn func(int)
+	li, parts int // the linear layer Join is in, and its parts
+	linFn     func(int)
 }
 
 func (f *forward) Embed(p *nn.Part) {
@@ -500,37 +513,40 @@ func (f *forward) Join(li int) {
 	}
 	cfg := &m.cfg
 	f.li = li
-	units := 2*cfg.KeyHeads + cfg.ValueHeads
-	f.parts = min(len(m.partScores), cfg.ValueHeads, units)
-	kernel.Parallel(f.parts, f.convFn)
-	kernel.Parallel(f.parts, f.recurFn)
+	f.parts = min(len(m.partScores), cfg.KeyHeads)
+	kernel.Parallel(f.parts, f.linFn)
 }
 
-// convPart runs the causal conv of part i's share of the conv channels, in units of one head
-// (q heads, then k heads, then v heads), over every row of each sequence of the chunk in order:
-// silu, then the l2 norm of q and k heads (q also scaled by dk^-1/2). It then moves the
-// sequence's conv window on, and records the window after each recorded row.
-func (f *forward) convPart(i int) {
-	m := f.m
-	cfg := &m.cfg
-	hk, dk, dv := cfg.KeyHeads, cfg.KeyDim, cfg.ValueDim
-	units := 2*hk + cfg.ValueHeads
-	u0, u1 := nn.PartRows(i, f.parts, units)
-	if u0 == u1 {
+// linPart is part i's share of a linear layer's join: the key heads [kh0, kh1) of
+// nn.PartRows(i, parts, Hk) and their value heads, Hv/Hk for each. It runs the causal conv of
+// those heads' q, k and v channels (convPart), then their recurrence (recurPart), which reads
+// only those channels: one hand-off a layer, and no join between the two. The conv of a channel
+// and the recurrence of a head never depend on which part runs them.
+func (f *forward) linPart(i int) {
+	cfg := &f.m.cfg
+	kh0, kh1 := nn.PartRows(i, f.parts, cfg.KeyHeads)
+	if kh0 == kh1 {
 		return
 	}
-	unitStart := func(u int) int {
-		if u < 2*hk {
-			return u * dk
-		}
-		return 2*hk*dk + (u-2*hk)*dv
-	}
-	c0, c1 := unitStart(u0), unitStart(u1)
-	if u1 == units {
-		c1 = cfg.ConvChannels()
-	}
+	group := cfg.ValueHeads / cfg.KeyHeads
+	f.convPart(i, kh0, kh1)
+	f.recurPart(i, kh0*group, kh1*group)
+}
+
+// convPart runs the causal conv of the q and k channels of key heads [kh0, kh1) and the v
+// channels of their value heads, in units of one head (units 0..Hk-1 are the q heads, then the
+// k heads, then the v heads), over every row of each sequence of the chunk in order: silu, then
+// the l2 norm of q and k heads (q also scaled by dk^-1/2). It then moves the sequence's conv
+// window on, and records the window after each recorded row. part is the caller's scratch.
+func (f *forward) convPart(part, kh0, kh1 int) {
+	cfg := &f.m.cfg
+	hk, dk, dv := cfg.KeyHeads, cfg.KeyDim, cfg.ValueDim
+	j0, j1 := kh0*cfg.ValueHeads/hk, kh1*cfg.ValueHeads/hk
 	for si := range f.seqs {
-		f.convSeq(&f.seqs[si], i, u0, u1, c0, c1)
+		s := &f.seqs[si]
+		f.convSeq(s, part, kh0, kh1, kh0*dk, kh1*dk)
+		f.convSeq(s, part, hk+kh0, hk+kh1, (hk+kh0)*dk, (hk+kh1)*dk)
+		f.convSeq(s, part, 2*hk+j0, 2*hk+j1, 2*hk*dk+j0*dv, 2*hk*dk+j1*dv)
 	}
 }
 
@@ -541,33 +557,36 @@ func (f *forward) convSeq(s *seq, part, u0, u1, c0, c1 int) {
 	hk, dk, kk := cfg.KeyHeads, cfg.KeyDim, cfg.ConvKernel
 	c := cfg.ConvChannels()
 	sl := m.slot[f.li]
-	w := m.layers[f.li].DeltaNet.Conv
+	w := m.layers[f.li].DeltaNet.convT
 	win := s.h.Conv[sl]
 	n := s.hi - s.lo
 	// The sequence's chunk rows, from its first.
 	mix, out := m.ws.mix[s.lo*c:s.hi*c], m.ws.conv[s.lo*c:s.hi*c]
-	// in is the conv input at the sequence's row s of the chunk (s < 0 reaches into the
-	// carried window).
-	in := func(s, ch int) float32 {
-		if s < 0 {
-			return win[(kk-1+s)*c+ch]
+	// in is the part's channels of the conv input at the sequence's row r of the chunk (r < 0
+	// reaches into the carried window).
+	in := func(r int) []float32 {
+		if r < 0 {
+			return win[(kk-1+r)*c+c0 : (kk-1+r)*c+c1]
 		}
-		return mix[s*c+ch]
+		return mix[r*c+c0 : r*c+c1]
 	}
 	unit := m.ws.unit[part][:c1-c0]
 	for t := 0; t < n; t++ {
-		for ch := c0; ch < c1; ch++ {
-			wc := w[ch*kk : (ch+1)*kk]
-			var acc float32
-			for j, wj := range wc {
-				acc += wj * in(t-kk+1+j, ch)
+		// Channel by channel acc = 0 + w[0]*x[t-K+1] + ... + w[K-1]*x[t], taps in order, as
+		// one pass per tap over the part's channels (the kernel transposed, convT).
+		o := out[t*c+c0 : t*c+c1]
+		clear(o)
+		for j := 0; j < kk; j++ {
+			x, wj := in(t-kk+1+j), w[j*c+c0:j*c+c1]
+			x, wj = x[:len(o)], wj[:len(o)]
+			for ch := range o {
+				o[ch] += wj[ch] * x[ch]
 			}
-			out[t*c+ch] = acc
 		}
 		// silu(acc) = 1*silu(acc), vectorised; each element's bits depend on it alone
 		// (kernel.ExpShift), not on where the part's channels start.
 		copy(unit, m.ws.ones)
-		kernel.SiluMul(out[t*c+c0:t*c+c1], unit)
+		kernel.SiluMul(o, unit)
 		for u := u0; u < u1 && u < 2*hk; u++ {
 			x := out[t*c+u*dk : t*c+(u+1)*dk]
 			scale := 1.0
@@ -579,18 +598,14 @@ func (f *forward) convSeq(s *seq, part, u0, u1, c0, c1 int) {
 		if g := s.snapRow + t; s.snapRow >= 0 && g < s.snapEnd {
 			snap, _ := s.h.Snapshot(g, sl)
 			for r := 0; r < kk-1; r++ {
-				for ch := c0; ch < c1; ch++ {
-					snap[r*c+ch] = in(t-kk+2+r, ch)
-				}
+				copy(snap[r*c+c0:r*c+c1], in(t-kk+2+r))
 			}
 		}
 	}
 	// Window row r becomes input n-(K-1)+r. In ascending r that reads window row n+r >= r (or a
 	// chunk row), never one already overwritten.
 	for r := 0; r < kk-1; r++ {
-		for ch := c0; ch < c1; ch++ {
-			win[r*c+ch] = in(n-kk+1+r, ch)
-		}
+		copy(win[r*c+c0:r*c+c1], in(n-kk+1+r))
 	}
 }
 
@@ -607,7 +622,7 @@ func l2Norm(x []float32, scale float64) {
 	}
 }
 
-// recurPart runs the gated delta rule for part i's share of the value heads over every row of
+// recurPart runs the gated delta rule for value heads [j0, j1) (part i's scratch) over every row of
 // each sequence of the chunk in order, on that sequence's state, then the gated output norm of
 // each row. Per value head j (key head
 // j/(Hv/Hk)) and row t, with the state S [dk][dv]:
@@ -617,14 +632,13 @@ func l2Norm(x []float32, scale float64) {
 // the decay before the read (computed as α times the read of the old S, the same in exact
 // arithmetic). Each row updates S in place and alone, so its bits depend on the
 // rows before it only through S, never on how many rows follow in the forward.
-func (f *forward) recurPart(i int) {
+func (f *forward) recurPart(i, j0, j1 int) {
 	m := f.m
 	cfg := &m.cfg
 	hk, hv, dk, dv := cfg.KeyHeads, cfg.ValueHeads, cfg.KeyDim, cfg.ValueDim
 	c, vw := cfg.ConvChannels(), hv*dv
 	d := m.layers[f.li].DeltaNet
 	sl := m.slot[f.li]
-	j0, j1 := nn.PartRows(i, f.parts, hv)
 	scr := m.ws.scr[i]
 	mem, u, o := scr[:dv], scr[dv:2*dv], scr[2*dv:3*dv]
 	group := hv / hk
@@ -647,16 +661,10 @@ func (f *forward) recurPart(i int) {
 				for x := range u {
 					u[x] = beta * (v[x] - alpha*mem[x])
 				}
-				clear(o)
-				decay := alpha - 1
-				for e := 0; e < dk; e++ {
-					se := s[e*dv : (e+1)*dv]
-					// se += (α-1)·se is se·α, vectorised (with a fused multiply-add exactly
-					// round(α·se) whenever α >= 1/2, where α-1 is exact); then the delta.
-					kernel.Axpy(se, decay, se)
-					kernel.Axpy(se, k[e], u)
-					kernel.Axpy(o, q[e], se)
-				}
+				// Row by row se += (α-1)·se, which is se·α (with a fused multiply-add exactly
+				// round(α·se) whenever α >= 1/2, where α-1 is exact); then the delta se += k[e]·u
+				// and the read o += q[e]·se: one pass over S (kernel.DeltaRule).
+				kernel.DeltaRule(s, o, k, q, u, alpha-1)
 				y := ws.y[t*vw+j*dv : t*vw+(j+1)*dv]
 				z := ws.z[t*vw+j*dv : t*vw+(j+1)*dv]
 				nn.RMSNorm(y, o, d.Norm, cfg.RMSEps)
