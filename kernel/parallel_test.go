@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"runtime"
 	"sync/atomic"
 	"testing"
 )
@@ -81,5 +82,32 @@ func BenchmarkParallelHandOff(b *testing.B) {
 	fn := c.run
 	for b.Loop() {
 		Parallel(2, fn)
+	}
+}
+
+// TestPoolCounts: a product large enough to split is counted, split or (in a stall's backoff)
+// run on one thread, and the counts never go down.
+func TestPoolCounts(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("one thread: the pool never splits")
+	}
+	prev := SetMaxThreads(0)
+	defer SetMaxThreads(prev)
+	m, _ := testMatrix(BF16, 4096, 1024, 3)
+	x, y := randVec(1024, 4), make([]float32, 4096)
+	s0, u0, st0 := PoolCounts()
+	const n = 20
+	for i := 0; i < n; i++ {
+		m.MatMul(y, x, 1)
+	}
+	s1, u1, st1 := PoolCounts()
+	if s1 < s0 || u1 < u0 || st1 < st0 {
+		t.Fatalf("counts went down: split %d -> %d, unsplit %d -> %d, stalls %d -> %d", s0, s1, u0, u1, st0, st1)
+	}
+	if got := (s1 - s0) + (u1 - u0); got != n {
+		t.Fatalf("%d products of 4096x1024 counted %d times (split %d, unsplit %d)", n, got, s1-s0, u1-u0)
+	}
+	if st1-st0 > s1-s0 {
+		t.Fatalf("%d stalls in %d split products", st1-st0, s1-s0)
 	}
 }

@@ -132,6 +132,20 @@ type worker struct {
 	_        [64]byte // keeps neighbouring workers' flags off one cache line
 }
 
+// poolCounts counts, since the process started, the products the pool split across threads,
+// those it ran on the caller alone because a stall's backoff was in progress, and the stalls.
+// They are how a user sees that another process took a core (see PoolCounts).
+var poolCounts struct{ split, unsplit, stalls atomic.Int64 }
+
+// PoolCounts returns how many matrix products and multi-row forwards the thread pool has split
+// across its threads, how many it ran on one thread because a recent stall (a worker thread
+// descheduled mid-product: another process on its core) put it in backoff, and how many stalls
+// there were, since the process started. Products too small to split, and those of a
+// one-thread setting, are in neither count.
+func PoolCounts() (split, unsplit, stalls int64) {
+	return poolCounts.split.Load(), poolCounts.unsplit.Load(), poolCounts.stalls.Load()
+}
+
 var pool struct {
 	once    sync.Once
 	mu      sync.Mutex // held by the one product that owns the workers and job
@@ -267,6 +281,7 @@ func acquire(want int) int {
 	}
 	if pool.unsplit > 0 {
 		pool.unsplit--
+		poolCounts.unsplit.Add(1)
 		pool.mu.Unlock()
 		return 0
 	}
@@ -292,6 +307,10 @@ func runJob(helpers int, minStall time.Duration, ownTime bool) {
 	stalled := false
 	for _, w := range pool.workers[:helpers] {
 		stalled = w.finish(stall) || stalled
+	}
+	poolCounts.split.Add(1)
+	if stalled {
+		poolCounts.stalls.Add(1)
 	}
 	afterJoin(stalled)
 }

@@ -49,6 +49,17 @@ type benchReport struct {
 	Speculation   []specFigures `json:"speculation,omitempty"`
 	// Recurrent is set for a hybrid target: what one sequence holds beyond its K/V cache.
 	Recurrent *recurrentMemory `json:"recurrent_memory,omitempty"`
+	// Pool counts the run's split products and those run on one thread after a stall (a worker
+	// thread descheduled: another process took a core), so a reader can tell a figure measured
+	// on a busy machine (kernel.PoolCounts).
+	Pool poolFigures `json:"thread_pool"`
+}
+
+// poolFigures is kernel.PoolCounts over one bench run.
+type poolFigures struct {
+	Split   int64 `json:"split"`
+	Unsplit int64 `json:"unsplit_after_stall"`
+	Stalls  int64 `json:"stalls"`
 }
 
 // recurrentMemory is a hybrid target's per-sequence state memory, measured on the bench's cache:
@@ -145,6 +156,7 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	rep := benchReport{Model: e.Name, Kernel: kernel.Path(), AMX: kernel.AMXStatus(), Threads: runtime.GOMAXPROCS(0), WeightBytes: e.Target.WeightBytes(),
 		Quantization: e.Desc.DType, Compute: cfg.DType.String()}
+	split0, unsplit0, stalls0 := kernel.PoolCounts()
 	logf := func(format string, a ...any) {
 		if !*asJSON {
 			fmt.Fprintf(stderr, format+"\n", a...)
@@ -348,6 +360,8 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
+	split1, unsplit1, stalls1 := kernel.PoolCounts()
+	rep.Pool = poolFigures{Split: split1 - split0, Unsplit: unsplit1 - unsplit0, Stalls: stalls1 - stalls0}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -578,6 +592,13 @@ func printBenchTable(w io.Writer, r benchReport) {
 	fmt.Fprintf(w, "model %s (%s, computed in %s), kernel %s, %d threads, %.2f GB of weights\n", r.Model, r.Quantization, r.Compute, r.Kernel, r.Threads, float64(r.WeightBytes)/1e9)
 	if r.AMX != "" {
 		fmt.Fprintf(w, "AMX: %s\n", r.AMX)
+	}
+	if p := r.Pool; p.Split+p.Unsplit > 0 {
+		fmt.Fprintf(w, "thread pool: %d products split, %d on one thread after %d stalls", p.Split, p.Unsplit, p.Stalls)
+		if p.Unsplit > p.Split/20 {
+			fmt.Fprint(w, " (a core was often taken by another process: figures are low)")
+		}
+		fmt.Fprintln(w)
 	}
 	if r.ProbeGBs > 0 {
 		fmt.Fprintf(w, "memory bandwidth probe      %8.1f GB/s\n", r.ProbeGBs)
