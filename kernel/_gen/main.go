@@ -845,40 +845,33 @@ func axpyRowsMax(is isa) {
 		return acc
 	}
 	plain := func(src Mem, dst reg.VecVirtual) { VMOVUPS(src, dst) }
+	// blocks emits the loop at label name+tag over blocks of width vectors of columns (column
+	// tag ct), going on to name+next when fewer remain.
+	blocks := func(tag, ct, next string, width int) {
+		Label(name + tag)
+		CMPQ(n, U32(width*lanes))
+		JL(LabelRef(name + next))
+		for u, a := range column(ct, width, plain) {
+			VMOVUPS(a, Mem{Base: yp, Disp: u * vb})
+			VMAXPS(a, mx, mx)
+		}
+		ADDQ(U32(width*vb), yp)
+		ADDQ(U32(width*vb), mb)
+		SUBQ(U32(width*lanes), n)
+		JMP(LabelRef(name + tag))
+	}
 	if is.halves == 1 {
 		// Blocks of wide vectors first: one pass reads 8 whole cache lines of each row, where
 		// the 2-vector blocks stride through the rows 8/unroll times (a delta-rule state of 128
 		// columns from memory, whose rows lie 512 bytes apart). Every lane of mx still sees its
 		// columns in ascending order, so the bits and the max are those of the narrower blocks.
-		Label(name + "wide")
-		CMPQ(n, U32(wide*lanes))
-		JL(LabelRef(name + "block"))
-		acc := column("W", wide, plain)
-		for u, a := range acc {
-			VMOVUPS(a, Mem{Base: yp, Disp: u * vb})
-			VMAXPS(a, mx, mx)
-		}
-		ADDQ(U32(wide*vb), yp)
-		ADDQ(U32(wide*vb), mb)
-		SUBQ(U32(wide*lanes), n)
-		JMP(LabelRef(name + "wide"))
+		blocks("wide", "W", "block", wide)
 	}
-	Label(name + "block")
-	CMPQ(n, U32(unroll*lanes))
-	JL(LabelRef(name + "vec"))
-	acc := column("B", unroll, plain)
-	for u, a := range acc {
-		VMOVUPS(a, Mem{Base: yp, Disp: u * vb})
-		VMAXPS(a, mx, mx)
-	}
-	ADDQ(U32(unroll*vb), yp)
-	ADDQ(U32(unroll*vb), mb)
-	SUBQ(U32(unroll*lanes), n)
-	JMP(LabelRef(name + "block"))
+	blocks("block", "B", "vec", unroll)
 	Label(name + "vec")
 	CMPQ(n, U32(lanes))
 	JL(LabelRef(name + "tail"))
-	acc = column("V", 1, plain)
+	acc := column("V", 1, plain)
 	VMOVUPS(acc[0], Mem{Base: yp})
 	VMAXPS(acc[0], mx, mx)
 	ADDQ(U32(vb), yp)

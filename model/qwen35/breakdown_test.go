@@ -40,36 +40,31 @@ func (t *timedStack) Embed(p *nn.Part) {
 	t.sec[secEmbed] += time.Since(t0)
 }
 
-func (t *timedStack) Open(p *nn.Part, l int) {
-	t0 := time.Now()
-	t.f.Open(p, l)
+// layer adds the time since t0 to layer l's section: lin for a linear layer, full otherwise.
+func (t *timedStack) layer(l int, lin, full int, t0 time.Time) {
 	if t.lin(l) {
-		t.sec[secOpenLin] += time.Since(t0)
+		t.sec[lin] += time.Since(t0)
 	} else {
-		t.sec[secOpenFull] += time.Since(t0)
+		t.sec[full] += time.Since(t0)
 	}
 }
 
+func (t *timedStack) Open(p *nn.Part, l int) {
+	t0 := time.Now()
+	t.f.Open(p, l)
+	t.layer(l, secOpenLin, secOpenFull, t0)
+}
+
 func (t *timedStack) Join(l int) {
-	if !t.lin(l) {
-		t0 := time.Now()
-		t.f.Join(l)
-		t.sec[secJoinFull] += time.Since(t0)
-		return
-	}
 	t0 := time.Now()
 	t.f.Join(l)
-	t.sec[secJoinLin] += time.Since(t0)
+	t.layer(l, secJoinLin, secJoinFull, t0)
 }
 
 func (t *timedStack) Close(p *nn.Part, l int) {
 	t0 := time.Now()
 	t.f.Close(p, l)
-	if t.lin(l) {
-		t.sec[secCloseLin] += time.Since(t0)
-	} else {
-		t.sec[secCloseFull] += time.Since(t0)
-	}
+	t.layer(l, secCloseLin, secCloseFull, t0)
 }
 
 func (t *timedStack) Head(p *nn.Part) {

@@ -442,18 +442,23 @@ func EstimateContext(t Branches, cfg Config, vocab int, seed uint64) (ContextRes
 		}
 		return &out[r][j-1]
 	}
-	for v := 0; v < nd; v++ {
-		res.Reject[v] = make([]float64, D)
-		res.RejectFlip[v] = make([]float64, D)
-		drafts := make([][]int, cfg.R)
-		keys := make([][]int, cfg.R)
+	// propose draws cfg.R rounds of D drafts, draft j of a round by draw(j, k) at a fresh
+	// position key k, and returns the drafts with their keys.
+	propose := func(draw func(j, k int) int) (drafts, keys [][]int) {
+		drafts, keys = make([][]int, cfg.R), make([][]int, cfg.R)
 		for r := range drafts {
 			for j := 0; j < D; j++ {
 				k := pos()
 				keys[r] = append(keys[r], k)
-				drafts[r] = append(drafts[r], s.Draw(&q[v][j], k, sample.DrawDraft))
+				drafts[r] = append(drafts[r], draw(j, k))
 			}
 		}
+		return drafts, keys
+	}
+	for v := 0; v < nd; v++ {
+		res.Reject[v] = make([]float64, D)
+		res.RejectFlip[v] = make([]float64, D)
+		drafts, keys := propose(func(j, k int) int { return s.Draw(&q[v][j], k, sample.DrawDraft) })
 		out, err := score(drafts)
 		if err != nil {
 			return res, err
@@ -475,15 +480,7 @@ func EstimateContext(t Branches, cfg Config, vocab int, seed uint64) (ContextRes
 	// Coupled: the draft is the race winner of q_j at the position's arrival times; the
 	// target's winner of p_j(. | drafted prefix) at the same times decides.
 	res.Coupled = make([]float64, D)
-	drafts := make([][]int, cfg.R)
-	keys := make([][]int, cfg.R)
-	for r := range drafts {
-		for j := 0; j < D; j++ {
-			k := pos()
-			keys[r] = append(keys[r], k)
-			drafts[r] = append(drafts[r], s.Race(&q[Marginal][j], k))
-		}
-	}
+	drafts, keys := propose(func(j, k int) int { return s.Race(&q[Marginal][j], k) })
 	out, err := score(drafts)
 	if err != nil {
 		return res, err
