@@ -78,8 +78,17 @@ import (
 // rows or 2), a 16-row TILELOADD from L1 about 2.5 ns; a 16-row product cost 95-105 ns per 1 KiB
 // weight block against 62-73 ns for one row.
 //
-// Exactness: the amx path uses AMX for every row count, 1 included, and every output element
-// adds its plane's K-blocks in K order, then its planes in a fixed order: an order that
+// Decoding (2026-12-02, late): a lone row no longer goes through the tiles but through
+// amxEmuBF16P3 (_gen/amx.go), AVX-512 FMAs that reproduce a TDPBF16PS's arithmetic bit for bit
+// (per K-block two sums from zero over the pairs' first and second products, then acc + (E +
+// O), DAZ/FTZ; TestAMXEmuBitwise compares the two kernels over every tail, denormal scales and
+// non-finite inputs). It streams like the avx512 kernel, with its prefetch at 2 KiB ahead
+// (BenchmarkAMXDecode: 1.05-1.15x the avx512 kernel on two threads, where the tiles gave
+// 0.93x), so plain decoding on amx loses nothing to avx512 and keeps the tiles' bits.
+//
+// Exactness: on the amx path every output element, whichever kernel computes it (the tiles,
+// or for one row their emulation), adds its plane's K-blocks in K order, then its planes in a
+// fixed order: an order that
 // depends on K only, never on the rows (a tile row's sums do not depend on the tile's other
 // rows, its position or the tile's height, which the tests check bitwise for 1 to 32 rows) or
 // on the panels a call covers. A row's result is therefore bitwise independent of the batch
@@ -174,6 +183,12 @@ func panelsAMX(m *Matrix, y []float32, h []uint16, rows, p0, p1 int) {
 	}
 }
 
+// amxEmu makes a lone row (decoding) run amxEmuBF16P3, the AVX-512 kernel that computes
+// amxBF16P3's bits for one row: a 1-row tile product streams its weights at 0.87-0.93x the
+// avx512 one-row kernel, and the emulation as fast as that kernel (BenchmarkAMXDecode). The
+// tests turn it off to compare the two kernels bitwise.
+var amxEmu = true
+
 // amxRows computes whole panels [c0, c1) of rows r0 .. r0+g-1 (g <= 2*(16/amxPlanes), or 16
 // with one plane) into y, row r0's first output of panel c0 at y[0] and rows ldy floats apart.
 // h holds the split activations of rows rows.
@@ -192,6 +207,8 @@ func amxRows(m *Matrix, y []float32, ldy int, h []uint16, rows, r0, g, c0, c1 in
 	var cfg [64]byte
 	var c [4 * 16 * Panel]float32 // the kernels' tiles of plane sums (4 panels of amxBF16P3)
 	switch g1 := min(g, 16/planes); {
+	case g == 1 && planes == 3 && amxPasses == 3 && amxEmu:
+		amxEmuBF16P3(w, tw, a, &y[0], nb, c1-c0, bs, pbytes)
 	case amxPasses == 1: // benchmarks: each row's first plane, 16 rows to a tile
 		amxConfig(&cfg, [8]int{g, g, g, g, g, 16, 16, 16})
 		amxBF16P1(&cfg[0], w, tw, a, &y[0], &c[0], nb, c1-c0, g, 64*planes, bs, pbytes, 4*ldy)

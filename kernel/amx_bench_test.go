@@ -100,16 +100,18 @@ func BenchmarkAMXWarm(b *testing.B) {
 }
 
 // BenchmarkAMXDecode streams one-row bf16 products over 1 GiB of 3072x1024 matrices in
-// huge-page weight memory (far past L3), as a decode step streams its weights, on avx512 and
-// amx in turn, ABBA within each iteration so that a shared machine's load falls on both
-// alike, on all threads and on one. The metrics are the medians over iterations of each
-// path's GB/s and of the per-iteration ratios amx/avx512 (use -benchtime=Nx).
+// huge-page weight memory (far past L3), as a decode step streams its weights: on avx512, on
+// amx as it decodes (amxEmuBF16P3, the tiles' bits with AVX-512 FMAs) and on amx's tile
+// kernels, in turn and mirrored within each iteration so that a shared machine's load falls
+// on all alike, on all threads and on one. The metrics are the medians over iterations of
+// each variant's GB/s and of the per-iteration ratios to avx512 (use -benchtime=Nx).
 func BenchmarkAMXDecode(b *testing.B) {
 	if !slices.Contains(Paths(), "amx") {
 		b.Skipf("no amx path: %s", AMXStatus())
 	}
 	prevPath := Path()
 	defer SetPath(prevPath)
+	defer func(v bool) { amxEmu = v }(amxEmu)
 	const n, k = 3072, 1024
 	m := benchMatrix(BF16, n, k, 0)[0]
 	var ms []*Matrix
@@ -121,12 +123,18 @@ func BenchmarkAMXDecode(b *testing.B) {
 		ms = append(ms, &c)
 	}
 	x, y := randVec(k, 1), make([]float32, n)
-	paths := [2]string{"avx512", "amx"}
+	// Variants 0-2 on all threads, 3-5 the same on one.
+	names := [3]string{"avx512", "amx", "amxtiles"}
 	step := func(v int) float64 {
-		if err := SetPath(paths[v%2]); err != nil {
+		path := "amx"
+		if v%3 == 0 {
+			path = "avx512"
+		}
+		if err := SetPath(path); err != nil {
 			b.Fatal(err)
 		}
-		if v >= 2 {
+		amxEmu = v%3 != 2
+		if v >= 3 {
 			defer SetMaxThreads(SetMaxThreads(1))
 		}
 		start := time.Now()
@@ -135,30 +143,34 @@ func BenchmarkAMXDecode(b *testing.B) {
 		}
 		return float64(len(ms)) * float64(m.Bytes()) / time.Since(start).Seconds() / 1e9
 	}
-	for v := range 2 {
+	for v := range 3 {
 		step(v) // warm: pages faulted in, pool started
 	}
-	var gbs [4][]float64 // avx512, amx, then both on one thread
-	var ratio, ratio1 []float64
+	var gbs, ratio [6][]float64
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		order := []int{0, 1, 2, 3}
+		order := []int{0, 1, 2, 3, 4, 5}
 		if i%2 == 1 {
-			order = []int{3, 2, 1, 0}
+			order = []int{5, 4, 3, 2, 1, 0}
 		}
 		for _, v := range order {
 			gbs[v] = append(gbs[v], step(v))
 		}
-		ratio = append(ratio, gbs[1][i]/gbs[0][i])
-		ratio1 = append(ratio1, gbs[3][i]/gbs[2][i])
+		for v := range 6 {
+			ratio[v] = append(ratio[v], gbs[v][i]/gbs[v/3*3][i])
+		}
 	}
 	b.StopTimer()
 	med := func(v []float64) float64 { v = slices.Clone(v); slices.Sort(v); return v[len(v)/2] }
-	b.ReportMetric(med(gbs[0]), "avx512GB/s")
-	b.ReportMetric(med(gbs[1]), "amxGB/s")
-	b.ReportMetric(med(ratio), "amx/avx512")
-	b.ReportMetric(med(gbs[2]), "avx512-1thrGB/s")
-	b.ReportMetric(med(gbs[3]), "amx-1thrGB/s")
-	b.ReportMetric(med(ratio1), "amx/avx512-1thr")
+	for v := range 6 {
+		name := names[v%3]
+		if v >= 3 {
+			name += "-1thr"
+		}
+		b.ReportMetric(med(gbs[v]), name+"GB/s")
+		if v%3 != 0 {
+			b.ReportMetric(med(ratio[v]), name+"/avx512")
+		}
+	}
 	runtime.KeepAlive(ms)
 }

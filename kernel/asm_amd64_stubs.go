@@ -420,6 +420,11 @@ func amxBF16P2(cfg *byte, w *uint16, tw *uint16, a *uint16, y *float32, c *float
 //go:noescape
 func amxBF16P3(cfg *byte, w *uint16, tw *uint16, a *uint16, y *float32, c *float32, nb int, np int, rows int, lda int, bs int, pbytes int, ldy int)
 
+// amxEmuBF16P3 computes np whole bf16 panels for one row of 3 bf16 activation planes, bitwise as amxBF16P3.
+//
+//go:noescape
+func amxEmuBF16P3(w *uint16, tw *uint16, a *uint16, y *float32, nb int, np int, bs int, pbytes int)
+
 // amxBF16P2x2 computes np whole bf16 panels with AMX for two stacked row groups.
 //
 //go:noescape

@@ -500,3 +500,144 @@ func amxBF16Pair(planes int) {
 	tilerelease()
 	RET()
 }
+
+// emuPrefetch is how far ahead of its loads amxEmuBF16P3 prefetches each panel's weights
+// (bytes; 0: no software prefetch).
+var emuPrefetch = 2048
+
+// amxEmuBF16P3 emits amxEmuBF16P3(w, tw, a *uint16, y *float32, nb, np, bs, pbytes int): what
+// amxBF16P3 computes for one activation row, bit for bit, with AVX-512 FMAs instead of tiles.
+// A 1-row tile product streams its weights at about 0.87x the avx512 one-row kernel (amx.go),
+// so decoding on the amx path runs this instead.
+//
+// The arithmetic it reproduces (found by experiment, checked bitwise by the tests): for each
+// K-block of 16 pairs a TDPBF16PS keeps, per output, two f32 sums that start from zero, E over
+// the pairs' first products and O over their second ones, each product added in pair order
+// with one rounding (bf16 x bf16 is exact in f32, so an FMA rounds the same), and then adds
+// them into its accumulator: acc = acc + (E + O). All of it reads denormal inputs as zero and
+// flushes denormal results, which MXCSR's DAZ and FTZ give the FMAs here (set for the K loop;
+// the caller's MXCSR is back for the plane sums and at return). Per panel and plane the row's
+// accumulator lives in the frame; each block's activation planes are widened to f32 in the
+// frame once per pass so that every FMA broadcasts its activation from memory. Four panels a
+// pass, as the one-row avx512 kernel streams them; the operands are those of amxBF16P3 for
+// rows = 1 (a: the block's three planes 64 bytes apart, bs bytes to the next block).
+func amxEmuBF16P3() {
+	const name, planes = "amxEmuBF16P3", 3
+	// Not NOSPLIT: the frame (1.1 KiB) is past what a nosplit function may take.
+	TEXT(name, 0, "func(w, tw, a *uint16, y *float32, nb, np, bs, pbytes int)")
+	Pragma("noescape")
+	Doc(name + " computes np whole bf16 panels for one row of 3 bf16 activation planes, bitwise as amxBF16P3.")
+	acts := AllocLocal(64 * 2 * planes) // the block's planes as f32, plane q at 128*q
+	accs := AllocLocal(64 * planes * 4) // panel i plane q's accumulator at 64*(planes*i+q)
+	csr := AllocLocal(8)                // the caller's MXCSR at 0, the K loop's at 4
+	twm, err := Param("tw").Resolve()
+	if err != nil {
+		panic(err)
+	}
+	tw := twm.Addr
+	wp, yp, np, nb := GP64(), GP64(), GP64(), GP64()
+	pbytes, bp, ap, bs, blk, b3 := GP64(), GP64(), GP64(), GP64(), GP64(), GP64()
+	Load(Param("w"), wp)
+	Load(Param("y"), yp)
+	Load(Param("np"), np)
+	Load(Param("nb"), nb)
+	Load(Param("pbytes"), pbytes)
+	STMXCSR(csr)
+	t := GP32()
+	MOVL(csr, t)
+	ORL(U32(0x8040), t) // FTZ (bit 15) and DAZ (bit 6)
+	MOVL(t, csr.Offset(4))
+	mask := ZMM() // 0xffff0000 in every lane: a pair's second bf16 as f32
+	VPTERNLOGD(U8(0xff), mask, mask, mask)
+	VPSLLD(U8(16), mask, mask)
+	// zeros clears registers by a copy: avo reads VPXORD x, x, x as a use of x, which would
+	// keep every block's sums live from the function's entry.
+	zr := ZMM()
+	VPXORD(zr, zr, zr)
+
+	block := func(width int, stride reg.Register) {
+		// Widen the block's three planes (32 bf16 each, 64 bytes apart) to f32.
+		for q := 0; q < planes; q++ {
+			for h := 0; h < 2; h++ {
+				v := ZMM()
+				VPMOVZXWD(Mem{Base: ap, Disp: 64*q + 32*h}, v)
+				VPSLLD(U8(16), v, v)
+				VMOVUPS(v, acts.Offset(128*q+64*h))
+			}
+		}
+		if width > 3 {
+			LEAQ(Mem{Base: bp, Index: stride, Scale: 2}, b3)
+			ADDQ(stride, b3)
+		}
+		e := make([][planes]reg.VecVirtual, width)
+		o := make([][planes]reg.VecVirtual, width)
+		for i := range e {
+			for q := 0; q < planes; q++ {
+				e[i][q], o[i][q] = ZMM(), ZMM()
+				VMOVAPS(zr, e[i][q])
+				VMOVAPS(zr, o[i][q])
+			}
+		}
+		for j := 0; j < 16; j++ {
+			for i := 0; i < width; i++ {
+				src := []Mem{
+					{Base: bp, Disp: 64 * j},
+					{Base: bp, Index: stride, Scale: 1, Disp: 64 * j},
+					{Base: bp, Index: stride, Scale: 2, Disp: 64 * j},
+					{Base: b3, Disp: 64 * j},
+				}[i]
+				if emuPrefetch > 0 {
+					PREFETCHT0(src.Offset(emuPrefetch))
+				}
+				raw, odd := ZMM(), ZMM()
+				VMOVDQU32(src, raw)
+				VPANDD(mask, raw, odd)
+				VPSLLD(U8(16), raw, raw)
+				for q := 0; q < planes; q++ {
+					VFMADD231PS_BCST(acts.Offset(128*q+8*j), raw, e[i][q])
+					VFMADD231PS_BCST(acts.Offset(128*q+8*j+4), odd, o[i][q])
+				}
+			}
+		}
+		for i := 0; i < width; i++ {
+			for q := 0; q < planes; q++ {
+				a := accs.Offset(64 * (planes*i + q))
+				VADDPS(o[i][q], e[i][q], e[i][q])
+				VADDPS(a, e[i][q], e[i][q])
+				VMOVUPS(e[i][q], a)
+			}
+		}
+	}
+	group := func(width int, next string) {
+		pre := fmt.Sprintf("%sw%d", name, width)
+		Label(pre)
+		CMPQ(np, U32(width))
+		JL(LabelRef(next))
+		for i := 0; i < planes*width; i++ {
+			VMOVUPS(zr, accs.Offset(64*i))
+		}
+		LDMXCSR(csr.Offset(4))
+		amxKLoop(pre, width, wp, bp, ap, bs, nb, blk, pbytes, tw, block)
+		LDMXCSR(csr)
+		// y = (plane 0 + plane 1) + plane 2 per panel, as amxBF16P3 adds them.
+		for i := 0; i < width; i++ {
+			s := ZMM()
+			VMOVUPS(accs.Offset(64*planes*i), s)
+			for q := 1; q < planes; q++ {
+				VADDPS(accs.Offset(64*(planes*i+q)), s, s)
+			}
+			VMOVUPS(s, Mem{Base: yp, Disp: 64 * i})
+		}
+		ADDQ(U32(uint32(64*width)), yp)
+		for i := 0; i < width; i++ {
+			ADDQ(pbytes, wp)
+		}
+		SUBQ(U32(uint32(width)), np)
+		JMP(LabelRef(pre))
+	}
+	group(4, name+"w1")
+	group(1, name+"done")
+	Label(name + "done")
+	VZEROUPPER()
+	RET()
+}

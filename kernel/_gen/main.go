@@ -100,6 +100,7 @@ func main() {
 	for planes := 1; planes <= 3; planes++ {
 		amxBF16(planes)
 	}
+	amxEmuBF16P3()
 	amxBF16Pair(2)
 	amxBF16Pair(3)
 	splitBF16Row(2)
