@@ -527,7 +527,7 @@ func amxEmuBF16P3() {
 	TEXT(name, 0, "func(w, tw, a *uint16, y *float32, nb, np, bs, pbytes int)")
 	Pragma("noescape")
 	Doc(name + " computes np whole bf16 panels for one row of 3 bf16 activation planes, bitwise as amxBF16P3.")
-	acts := AllocLocal(64 * 2 * planes) // the block's planes as f32, plane q at 128*q
+	acts := AllocLocal(64 * 2 * planes) // the block's planes as f32, plane q at 128*q (see block)
 	accs := AllocLocal(64 * planes * 4) // panel i plane q's accumulator at 64*(planes*i+q)
 	csr := AllocLocal(8)                // the caller's MXCSR at 0, the K loop's at 4
 	twm, err := Param("tw").Resolve()
@@ -556,14 +556,16 @@ func amxEmuBF16P3() {
 	VPXORD(zr, zr, zr)
 
 	block := func(width int, stride reg.Register) {
-		// Widen the block's three planes (32 bf16 each, 64 bytes apart) to f32.
+		// Widen the block's three planes (16 pairs of bf16 each, 64 bytes apart) to f32,
+		// as the weights are (AVX512F only): plane q's first inputs of the pairs at
+		// 128*q, its second ones 64 bytes further.
 		for q := 0; q < planes; q++ {
-			for h := 0; h < 2; h++ {
-				v := ZMM()
-				VPMOVZXWD(Mem{Base: ap, Disp: 64*q + 32*h}, v)
-				VPSLLD(U8(16), v, v)
-				VMOVUPS(v, acts.Offset(128*q+64*h))
-			}
+			v, hi := ZMM(), ZMM()
+			VMOVDQU32(Mem{Base: ap, Disp: 64 * q}, v)
+			VPANDD(mask, v, hi)
+			VPSLLD(U8(16), v, v)
+			VMOVUPS(v, acts.Offset(128*q))
+			VMOVUPS(hi, acts.Offset(128*q+64))
 		}
 		if width > 3 {
 			LEAQ(Mem{Base: bp, Index: stride, Scale: 2}, b3)
@@ -594,8 +596,8 @@ func amxEmuBF16P3() {
 				VPANDD(mask, raw, odd)
 				VPSLLD(U8(16), raw, raw)
 				for q := 0; q < planes; q++ {
-					VFMADD231PS_BCST(acts.Offset(128*q+8*j), raw, e[i][q])
-					VFMADD231PS_BCST(acts.Offset(128*q+8*j+4), odd, o[i][q])
+					VFMADD231PS_BCST(acts.Offset(128*q+4*j), raw, e[i][q])
+					VFMADD231PS_BCST(acts.Offset(128*q+64+4*j), odd, o[i][q])
 				}
 			}
 		}
