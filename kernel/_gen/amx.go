@@ -138,6 +138,29 @@ func amxKLoop(pre string, width int, wp, bp, ap, bs, nb, blk, pbytes reg.Registe
 	Label(pre + "store")
 }
 
+// amxGroups emits the loop over panel groups that the AMX kernels share: for each width in
+// turn, while np >= width, body(width, pre) computes width panels from wp into yp (pre: the
+// group's label prefix), then yp, wp and np move past them; it ends at the label name+"done".
+func amxGroups(name string, widths []int, np, wp, yp, pbytes reg.Register, body func(width int, pre string)) {
+	for k, width := range widths {
+		pre, next := fmt.Sprintf("%sw%d", name, width), name+"done"
+		if k+1 < len(widths) {
+			next = fmt.Sprintf("%sw%d", name, widths[k+1])
+		}
+		Label(pre)
+		CMPQ(np, U32(width))
+		JL(LabelRef(next))
+		body(width, pre)
+		ADDQ(U32(uint32(64*width)), yp)
+		for i := 0; i < width; i++ {
+			ADDQ(pbytes, wp)
+		}
+		SUBQ(U32(uint32(width)), np)
+		JMP(LabelRef(pre))
+	}
+	Label(name + "done")
+}
+
 // amxBF16 emits amxBF16P<planes>(cfg, w, tw, a, y, c, nb, np, rows, lda, bs, pbytes, ldy):
 // for np whole bf16 panels from w (pbytes apart) and rows activation rows, y[r][p*16+l] (rows
 // ldy bytes apart) = sum over K of W[p][l][i] * x[r][i], where row r's activations x come as
@@ -200,11 +223,7 @@ func amxBF16(planes int) {
 		}
 	}
 	// group emits the loop over groups of width panels.
-	group := func(width int, next string) {
-		pre := fmt.Sprintf("%sw%d", name, width)
-		Label(pre)
-		CMPQ(np, U32(width))
-		JL(LabelRef(next))
+	group := func(width int, pre string) {
 		for i := 0; i < width; i++ {
 			tilezero(tC + i)
 		}
@@ -250,16 +269,8 @@ func amxBF16(planes int) {
 			DECQ(blk)
 			JNZ(LabelRef(pre + "sum"))
 		}
-		ADDQ(U32(uint32(64*width)), yp)
-		for i := 0; i < width; i++ {
-			ADDQ(pbytes, wp)
-		}
-		SUBQ(U32(uint32(width)), np)
-		JMP(LabelRef(pre))
 	}
-	group(4, name+"w1")
-	group(1, name+"done")
-	Label(name + "done")
+	amxGroups(name, []int{4, 1}, np, wp, yp, pbytes, group)
 	if planes > 1 {
 		VZEROUPPER()
 	}
@@ -457,11 +468,7 @@ func amxBF16Pair(planes int) {
 		DECQ(blk)
 		JNZ(LabelRef(pre))
 	}
-	group := func(width int, next string) {
-		pre := fmt.Sprintf("%sw%d", name, width)
-		Label(pre)
-		CMPQ(np, U32(width))
-		JL(LabelRef(next))
+	group := func(width int, pre string) {
 		for i := 0; i < width; i++ {
 			tilezero(i)
 			tilezero(2 + i)
@@ -486,16 +493,8 @@ func amxBF16Pair(planes int) {
 			}
 			sum(fmt.Sprintf("%ssum%d", pre, g), width, n, cs)
 		}
-		ADDQ(U32(uint32(64*width)), yp)
-		for i := 0; i < width; i++ {
-			ADDQ(pbytes, wp)
-		}
-		SUBQ(U32(uint32(width)), np)
-		JMP(LabelRef(pre))
 	}
-	group(2, name+"w1")
-	group(1, name+"done")
-	Label(name + "done")
+	amxGroups(name, []int{2, 1}, np, wp, yp, pbytes, group)
 	VZEROUPPER()
 	tilerelease()
 	RET()
@@ -610,11 +609,7 @@ func amxEmuBF16P3() {
 			}
 		}
 	}
-	group := func(width int, next string) {
-		pre := fmt.Sprintf("%sw%d", name, width)
-		Label(pre)
-		CMPQ(np, U32(width))
-		JL(LabelRef(next))
+	group := func(width int, pre string) {
 		for i := 0; i < planes*width; i++ {
 			VMOVUPS(zr, accs.Offset(64*i))
 		}
@@ -630,16 +625,8 @@ func amxEmuBF16P3() {
 			}
 			VMOVUPS(s, Mem{Base: yp, Disp: 64 * i})
 		}
-		ADDQ(U32(uint32(64*width)), yp)
-		for i := 0; i < width; i++ {
-			ADDQ(pbytes, wp)
-		}
-		SUBQ(U32(uint32(width)), np)
-		JMP(LabelRef(pre))
 	}
-	group(4, name+"w1")
-	group(1, name+"done")
-	Label(name + "done")
+	amxGroups(name, []int{4, 1}, np, wp, yp, pbytes, group)
 	VZEROUPPER()
 	RET()
 }
