@@ -14,7 +14,12 @@
 // overwrites them, so rejected speculative rows leave no trace.
 package cache
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+
+	"github.com/dflash/dflash/kernel/quant"
+)
 
 // Cache is what the runner needs from any model state: where it stands and how to go back.
 type Cache interface {
@@ -24,11 +29,17 @@ type Cache interface {
 	Rewind(to int) error
 }
 
-// KV holds keys and values for every layer: Layers x Capacity rows of Width floats each
-// (Width = kv heads * head dim). Memory is allocated once at construction.
+// KV holds keys and values for every layer: Layers x Capacity rows of Width elements each
+// (Width = kv heads * head dim), as float32 (K, V) or, for a bf16 cache, as bf16 bit patterns
+// (K16, V16; K and V are nil then). Memory is allocated once at construction.
+//
+// A bf16 cache stores each row rounded to nearest even once, when it is written; every reader
+// widens the stored values exactly. So a row reads the same whether it was written by a decode
+// step or by a verification with other rows, and rejected rows leave no trace either way.
 type KV struct {
 	Layers, Capacity, Width int
-	K, V                    [][]float32 // per layer, Capacity*Width
+	K, V                    [][]float32 // per layer, Capacity*Width; nil for a bf16 cache
+	K16, V16                [][]uint16  // per layer, Capacity*Width; nil for a float32 cache
 	offset                  int
 }
 
@@ -42,19 +53,39 @@ func NewKV(layers, capacity, width int) *KV {
 	return c
 }
 
+// NewKVBF16 allocates a bf16 cache for capacity positions: KVBytesBF16(layers, capacity, width)
+// bytes, half of NewKV's.
+func NewKVBF16(layers, capacity, width int) *KV {
+	c := &KV{Layers: layers, Capacity: capacity, Width: width, K16: make([][]uint16, layers), V16: make([][]uint16, layers)}
+	for l := range c.K16 {
+		c.K16[l] = make([]uint16, capacity*width)
+		c.V16[l] = make([]uint16, capacity*width)
+	}
+	return c
+}
+
 // KVBytes is the memory NewKV allocates: keys and values of layers x capacity rows of width
 // float32 each.
 func KVBytes(layers, capacity, width int) int64 {
 	return 2 * 4 * int64(layers) * int64(capacity) * int64(width)
 }
 
+// KVBytesBF16 is the memory NewKVBF16 allocates.
+func KVBytesBF16(layers, capacity, width int) int64 { return KVBytes(layers, capacity, width) / 2 }
+
+// BF16 reports whether the cache stores bf16 rows (K16, V16).
+func (c *KV) BF16() bool { return c.K16 != nil }
+
 // Bytes is the memory the cache holds, measured from its buffers (their capacities).
 func (c *KV) Bytes() int64 {
 	var n int64
 	for l := range c.K {
-		n += int64(cap(c.K[l]) + cap(c.V[l]))
+		n += 4 * int64(cap(c.K[l])+cap(c.V[l]))
 	}
-	return 4 * n
+	for l := range c.K16 {
+		n += 2 * int64(cap(c.K16[l])+cap(c.V16[l]))
+	}
+	return n
 }
 
 func (c *KV) Offset() int { return c.offset }
@@ -79,8 +110,77 @@ func (c *KV) Advance(n int) error {
 // Room reports whether n more rows fit.
 func (c *KV) Room(n int) bool { return c.offset+n <= c.Capacity }
 
-// Row returns the key and value rows of layer l at position pos.
+// Row returns the key and value rows of layer l at position pos of a float32 cache (see RowF32
+// for either kind).
 func (c *KV) Row(l, pos int) (k, v []float32) {
 	o := pos * c.Width
 	return c.K[l][o : o+c.Width], c.V[l][o : o+c.Width]
+}
+
+// RowF32 writes the key and value rows of layer l at position pos into k and v (Width each) as
+// float32, widening a bf16 cache's exactly.
+func (c *KV) RowF32(l, pos int, k, v []float32) {
+	o := pos * c.Width
+	if !c.BF16() {
+		copy(k[:c.Width], c.K[l][o:o+c.Width])
+		copy(v[:c.Width], c.V[l][o:o+c.Width])
+		return
+	}
+	for i := range c.Width {
+		k[i] = math.Float32frombits(uint32(c.K16[l][o+i]) << 16)
+		v[i] = math.Float32frombits(uint32(c.V16[l][o+i]) << 16)
+	}
+}
+
+// RowsF32 returns new float32 copies of the keys and values of rows [lo, hi) of layer l (a bf16
+// cache's widened exactly): for tests and tools that compare caches of either kind.
+func (c *KV) RowsF32(l, lo, hi int) (k, v []float32) {
+	k, v = make([]float32, (hi-lo)*c.Width), make([]float32, (hi-lo)*c.Width)
+	for p := lo; p < hi; p++ {
+		c.RowF32(l, p, k[(p-lo)*c.Width:], v[(p-lo)*c.Width:])
+	}
+	return k, v
+}
+
+// Store writes rows rows of keys k and values v (row-major, Width each, float32) into layer l
+// at positions [pos, pos+rows): copied into a float32 cache, rounded to nearest even into a
+// bf16 one. The rows become committed only when the owner advances past them.
+func (c *KV) Store(l, pos, rows int, k, v []float32) {
+	o, n := pos*c.Width, rows*c.Width
+	if !c.BF16() {
+		copy(c.K[l][o:o+n], k[:n])
+		copy(c.V[l][o:o+n], v[:n])
+		return
+	}
+	RoundBF16(c.K16[l][o:o+n], k[:n])
+	RoundBF16(c.V16[l][o:o+n], v[:n])
+}
+
+// CopyRows copies rows [0, rows) of every layer of src into c, which must have the same shape
+// and kind (for a cache cloned at an offset).
+func (c *KV) CopyRows(src *KV, rows int) error {
+	if src.Layers != c.Layers || src.Width != c.Width || src.BF16() != c.BF16() || rows > c.Capacity || rows > src.Capacity {
+		return fmt.Errorf("cache: copy %d rows of a %d-layer, %d-wide cache (bf16 %v) into a %d-layer, %d-wide one (bf16 %v) of %d rows",
+			rows, src.Layers, src.Width, src.BF16(), c.Layers, c.Width, c.BF16(), c.Capacity)
+	}
+	n := rows * c.Width
+	for l := range c.Layers {
+		if c.BF16() {
+			copy(c.K16[l][:n], src.K16[l][:n])
+			copy(c.V16[l][:n], src.V16[l][:n])
+			continue
+		}
+		copy(c.K[l][:n], src.K[l][:n])
+		copy(c.V[l][:n], src.V[l][:n])
+	}
+	return nil
+}
+
+// RoundBF16 rounds each of src to the nearest bf16 (quant.F32ToBF16: ties to even, a NaN stays
+// a quiet NaN of its sign) into dst[:len(src)].
+func RoundBF16(dst []uint16, src []float32) {
+	dst = dst[:len(src)]
+	for i, f := range src {
+		dst[i] = quant.F32ToBF16(f)
+	}
 }

@@ -164,14 +164,15 @@ func registerArch() bool {
 	if hasAVX2FMA {
 		register(&impl{name: "avx2", panels: panels256, qpanels: qpanels256, quantActs: quantActs256, dot: dotF32x256, axpy: axpyF32x256, expShift: expShiftF32x256,
 			axpyRowsMax: axpyRowsMaxF32x256, dotRows: dotRowsF32x256, scoresRows: scores256, weightedRows8: weightedRows8F32x256, maxF32: maxF32x256, siluMul: siluMulF32x256,
-			dotsRows: dotsRowsF32x256, axpyRows: axpyRowsF32x256})
+			dotsRows: dotsRowsF32x256, axpyRows: axpyRowsF32x256, dotsRowsBF16: dotsRowsBF16x256, axpyRowsBF16: axpyRowsBF16x256})
 		sumF32 = sumF32x256
 	}
 	amxStatus = "unavailable: the amx path extends avx512, which this CPU or OS lacks"
 	if hasAVX512 {
 		avx := &impl{name: "avx512", panels: panels512, qpanels: qpanels512, quantActs: quantActs512, dot: dotF32x512, axpy: axpyF32x512, expShift: expShiftF32x512,
 			axpyRowsMax: axpyRowsMaxF32x512, dotRows: dotRowsF32x512, scoresRows: scores512, weightedRows8: weightedRows8F32x512, maxF32: maxF32x512, siluMul: siluMulF32x512,
-			dotsRows: dotsRowsF32x512, axpyRows: axpyRowsF32x512, deltaRule: deltaRuleF32x512}
+			dotsRows: dotsRowsF32x512, axpyRows: axpyRowsF32x512, dotsRowsBF16: dotsRowsBF16x512, axpyRowsBF16: axpyRowsBF16x512,
+			deltaRule: deltaRuleF32x512}
 		// Below 8 rows a product's panels split across the cores beat a row split (each
 		// core then streams half the weights, not all of them); from 8 rows bf16 products
 		// are compute-bound here and a row split wins (BENCHMARKS section 22).

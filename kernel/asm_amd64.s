@@ -3801,6 +3801,439 @@ axpyRowsF32x512done:
 	VZEROUPPER
 	RET
 
+// func dotsRowsBF16x512(y *float32, ldy int, q *float32, ldq int, nq int, k *uint16, ldk int, d int, n int, scale float32)
+// Requires: AVX, AVX512F, FMA3, SSE
+TEXT ·dotsRowsBF16x512(SB), NOSPLIT, $0-76
+	MOVQ  y+0(FP), AX
+	MOVQ  ldy+8(FP), CX
+	MOVQ  ldq+24(FP), DX
+	MOVQ  k+40(FP), BX
+	MOVQ  n+64(FP), SI
+	MOVSS scale+72(FP), X0
+	SHLQ  $0x02, CX
+	SHLQ  $0x02, DX
+
+dotsRowsBF16x512key:
+	TESTQ SI, SI
+	JE    dotsRowsBF16x512done
+	MOVQ  q+16(FP), DI
+	MOVQ  AX, R8
+	MOVQ  nq+32(FP), R9
+
+dotsRowsBF16x512two:
+	CMPQ   R9, $0x02
+	JL     dotsRowsBF16x512one
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	MOVQ   BX, R10
+	MOVQ   d+56(FP), R11
+	MOVQ   DI, R12
+
+dotsRowsBF16x512G2block:
+	CMPQ        R11, $0x00000040
+	JL          dotsRowsBF16x512G2vec
+	VPMOVZXWD   (R10), Z9
+	VPSLLD      $0x10, Z9, Z9
+	VFMADD231PS (DI), Z9, Z1
+	VFMADD231PS (DI)(DX*1), Z9, Z5
+	VPMOVZXWD   32(R10), Z9
+	VPSLLD      $0x10, Z9, Z9
+	VFMADD231PS 64(DI), Z9, Z2
+	VFMADD231PS 64(DI)(DX*1), Z9, Z6
+	VPMOVZXWD   64(R10), Z9
+	VPSLLD      $0x10, Z9, Z9
+	VFMADD231PS 128(DI), Z9, Z3
+	VFMADD231PS 128(DI)(DX*1), Z9, Z7
+	VPMOVZXWD   96(R10), Z9
+	VPSLLD      $0x10, Z9, Z9
+	VFMADD231PS 192(DI), Z9, Z4
+	VFMADD231PS 192(DI)(DX*1), Z9, Z8
+	ADDQ        $0x00000080, R10
+	ADDQ        $0x00000100, DI
+	SUBQ        $0x00000040, R11
+	JMP         dotsRowsBF16x512G2block
+
+dotsRowsBF16x512G2vec:
+	CMPQ        R11, $0x00000010
+	JL          dotsRowsBF16x512G2reduce
+	VPMOVZXWD   (R10), Z9
+	VPSLLD      $0x10, Z9, Z9
+	VFMADD231PS (DI), Z9, Z1
+	VFMADD231PS (DI)(DX*1), Z9, Z5
+	ADDQ        $0x00000020, R10
+	ADDQ        $0x00000040, DI
+	SUBQ        $0x00000010, R11
+	JMP         dotsRowsBF16x512G2vec
+
+dotsRowsBF16x512G2reduce:
+	VADDPS        Z2, Z1, Z1
+	VADDPS        Z4, Z3, Z3
+	VADDPS        Z3, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y9
+	VADDPS        Y9, Y1, Y9
+	VEXTRACTF128  $0x01, Y9, X14
+	VADDPS        X14, X9, X9
+	VMOVHLPS      X9, X9, X14
+	VADDPS        X14, X9, X9
+	VMOVSHDUP     X9, X14
+	VADDSS        X14, X9, X9
+	VADDPS        Z6, Z5, Z5
+	VADDPS        Z8, Z7, Z7
+	VADDPS        Z7, Z5, Z5
+	VEXTRACTF64X4 $0x01, Z5, Y14
+	VADDPS        Y14, Y5, Y14
+	VEXTRACTF128  $0x01, Y14, X15
+	VADDPS        X15, X14, X14
+	VMOVHLPS      X14, X14, X15
+	VADDPS        X15, X14, X14
+	VMOVSHDUP     X14, X15
+	VADDSS        X15, X14, X14
+
+dotsRowsBF16x512G2tail:
+	TESTQ       R11, R11
+	JE          dotsRowsBF16x512G2store
+	MOVWLZX     (R10), R13
+	SHLL        $0x10, R13
+	VMOVD       R13, X15
+	VFMADD231SS (DI), X15, X9
+	VFMADD231SS (DI)(DX*1), X15, X14
+	ADDQ        $0x02, R10
+	ADDQ        $0x04, DI
+	DECQ        R11
+	JMP         dotsRowsBF16x512G2tail
+
+dotsRowsBF16x512G2store:
+	MOVQ   R12, DI
+	VMULSS X0, X9, X9
+	VMULSS X0, X14, X14
+	VMOVSS X9, (R8)
+	VMOVSS X14, (R8)(CX*1)
+	LEAQ   (DI)(DX*2), DI
+	LEAQ   (R8)(CX*2), R8
+	SUBQ   $0x02, R9
+	JMP    dotsRowsBF16x512two
+
+dotsRowsBF16x512one:
+	TESTQ  R9, R9
+	JE     dotsRowsBF16x512next
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	MOVQ   BX, R9
+	MOVQ   d+56(FP), R10
+	MOVQ   DI, R11
+
+dotsRowsBF16x512G1block:
+	CMPQ        R10, $0x00000040
+	JL          dotsRowsBF16x512G1vec
+	VPMOVZXWD   (R9), Z9
+	VPSLLD      $0x10, Z9, Z9
+	VFMADD231PS (DI), Z9, Z10
+	VPMOVZXWD   32(R9), Z9
+	VPSLLD      $0x10, Z9, Z9
+	VFMADD231PS 64(DI), Z9, Z11
+	VPMOVZXWD   64(R9), Z9
+	VPSLLD      $0x10, Z9, Z9
+	VFMADD231PS 128(DI), Z9, Z12
+	VPMOVZXWD   96(R9), Z9
+	VPSLLD      $0x10, Z9, Z9
+	VFMADD231PS 192(DI), Z9, Z13
+	ADDQ        $0x00000080, R9
+	ADDQ        $0x00000100, DI
+	SUBQ        $0x00000040, R10
+	JMP         dotsRowsBF16x512G1block
+
+dotsRowsBF16x512G1vec:
+	CMPQ        R10, $0x00000010
+	JL          dotsRowsBF16x512G1reduce
+	VPMOVZXWD   (R9), Z9
+	VPSLLD      $0x10, Z9, Z9
+	VFMADD231PS (DI), Z9, Z10
+	ADDQ        $0x00000020, R9
+	ADDQ        $0x00000040, DI
+	SUBQ        $0x00000010, R10
+	JMP         dotsRowsBF16x512G1vec
+
+dotsRowsBF16x512G1reduce:
+	VADDPS        Z11, Z10, Z10
+	VADDPS        Z13, Z12, Z12
+	VADDPS        Z12, Z10, Z10
+	VEXTRACTF64X4 $0x01, Z10, Y9
+	VADDPS        Y9, Y10, Y9
+	VEXTRACTF128  $0x01, Y9, X14
+	VADDPS        X14, X9, X9
+	VMOVHLPS      X9, X9, X14
+	VADDPS        X14, X9, X9
+	VMOVSHDUP     X9, X14
+	VADDSS        X14, X9, X9
+
+dotsRowsBF16x512G1tail:
+	TESTQ       R10, R10
+	JE          dotsRowsBF16x512G1store
+	MOVWLZX     (R9), R12
+	SHLL        $0x10, R12
+	VMOVD       R12, X14
+	VFMADD231SS (DI), X14, X9
+	ADDQ        $0x02, R9
+	ADDQ        $0x04, DI
+	DECQ        R10
+	JMP         dotsRowsBF16x512G1tail
+
+dotsRowsBF16x512G1store:
+	MOVQ   R11, DI
+	VMULSS X0, X9, X9
+	VMOVSS X9, (R8)
+
+dotsRowsBF16x512next:
+	MOVQ ldk+48(FP), R9
+	LEAQ (BX)(R9*2), BX
+	ADDQ $0x04, AX
+	DECQ SI
+	JMP  dotsRowsBF16x512key
+
+dotsRowsBF16x512done:
+	VZEROUPPER
+	RET
+
+// func axpyRowsBF16x512(out *float32, ldo int, p *float32, ldp int, nq int, v *uint16, ldv int, d int, n int)
+// Requires: AVX, AVX512F, FMA3
+TEXT ·axpyRowsBF16x512(SB), NOSPLIT, $0-72
+	MOVQ out+0(FP), AX
+	MOVQ ldo+8(FP), CX
+	MOVQ p+16(FP), DX
+	MOVQ ldp+24(FP), BX
+	MOVQ nq+32(FP), SI
+	MOVQ ldv+48(FP), DI
+	SHLQ $0x02, CX
+	SHLQ $0x02, BX
+	SHLQ $0x01, DI
+
+axpyRowsBF16x512two:
+	CMPQ SI, $0x02
+	JL   axpyRowsBF16x512one
+	MOVQ AX, R8
+	MOVQ v+40(FP), R9
+	MOVQ d+56(FP), R10
+
+axpyRowsBF16x512G2four:
+	CMPQ    R10, $0x00000040
+	JL      axpyRowsBF16x512G2vec
+	VMOVUPS (R8), Z0
+	VMOVUPS 64(R8), Z1
+	VMOVUPS 128(R8), Z2
+	VMOVUPS 192(R8), Z3
+	VMOVUPS (R8)(CX*1), Z4
+	VMOVUPS 64(R8)(CX*1), Z5
+	VMOVUPS 128(R8)(CX*1), Z6
+	VMOVUPS 192(R8)(CX*1), Z7
+	MOVQ    DX, R11
+	MOVQ    R9, R12
+	MOVQ    n+64(FP), R13
+
+axpyRowsBF16x512G2Ft:
+	VPMOVZXWD    (R12), Z8
+	VPSLLD       $0x10, Z8, Z8
+	VPMOVZXWD    32(R12), Z9
+	VPSLLD       $0x10, Z9, Z9
+	VPMOVZXWD    64(R12), Z10
+	VPSLLD       $0x10, Z10, Z10
+	VPMOVZXWD    96(R12), Z11
+	VPSLLD       $0x10, Z11, Z11
+	VBROADCASTSS (R11), Z12
+	VFMADD231PS  Z8, Z12, Z0
+	VFMADD231PS  Z9, Z12, Z1
+	VFMADD231PS  Z10, Z12, Z2
+	VFMADD231PS  Z11, Z12, Z3
+	VBROADCASTSS (R11)(BX*1), Z12
+	VFMADD231PS  Z8, Z12, Z4
+	VFMADD231PS  Z9, Z12, Z5
+	VFMADD231PS  Z10, Z12, Z6
+	VFMADD231PS  Z11, Z12, Z7
+	ADDQ         DI, R12
+	ADDQ         $0x04, R11
+	DECQ         R13
+	JNZ          axpyRowsBF16x512G2Ft
+	VMOVUPS      Z0, (R8)
+	VMOVUPS      Z1, 64(R8)
+	VMOVUPS      Z2, 128(R8)
+	VMOVUPS      Z3, 192(R8)
+	VMOVUPS      Z4, (R8)(CX*1)
+	VMOVUPS      Z5, 64(R8)(CX*1)
+	VMOVUPS      Z6, 128(R8)(CX*1)
+	VMOVUPS      Z7, 192(R8)(CX*1)
+	ADDQ         $0x00000100, R8
+	ADDQ         $0x00000080, R9
+	SUBQ         $0x00000040, R10
+	JMP          axpyRowsBF16x512G2four
+
+axpyRowsBF16x512G2vec:
+	CMPQ    R10, $0x00000010
+	JL      axpyRowsBF16x512G2scalar
+	VMOVUPS (R8), Z0
+	VMOVUPS (R8)(CX*1), Z1
+	MOVQ    DX, R11
+	MOVQ    R9, R12
+	MOVQ    n+64(FP), R13
+
+axpyRowsBF16x512G2Vt:
+	VPMOVZXWD    (R12), Z2
+	VPSLLD       $0x10, Z2, Z2
+	VBROADCASTSS (R11), Z3
+	VFMADD231PS  Z2, Z3, Z0
+	VBROADCASTSS (R11)(BX*1), Z3
+	VFMADD231PS  Z2, Z3, Z1
+	ADDQ         DI, R12
+	ADDQ         $0x04, R11
+	DECQ         R13
+	JNZ          axpyRowsBF16x512G2Vt
+	VMOVUPS      Z0, (R8)
+	VMOVUPS      Z1, (R8)(CX*1)
+	ADDQ         $0x00000040, R8
+	ADDQ         $0x00000020, R9
+	SUBQ         $0x00000010, R10
+	JMP          axpyRowsBF16x512G2vec
+
+axpyRowsBF16x512G2scalar:
+	TESTQ  R10, R10
+	JE     axpyRowsBF16x512G2next
+	VMOVSS (R8), X0
+	VMOVSS (R8)(CX*1), X1
+	MOVQ   DX, R11
+	MOVQ   R9, R12
+	MOVQ   n+64(FP), R13
+
+axpyRowsBF16x512G2St:
+	MOVWLZX     (R12), R14
+	SHLL        $0x10, R14
+	VMOVD       R14, X2
+	VFMADD231SS (R11), X2, X0
+	VFMADD231SS (R11)(BX*1), X2, X1
+	ADDQ        DI, R12
+	ADDQ        $0x04, R11
+	DECQ        R13
+	JNZ         axpyRowsBF16x512G2St
+	VMOVSS      X0, (R8)
+	VMOVSS      X1, (R8)(CX*1)
+	ADDQ        $0x04, R8
+	ADDQ        $0x02, R9
+	DECQ        R10
+	JMP         axpyRowsBF16x512G2scalar
+
+axpyRowsBF16x512G2next:
+	ADDQ CX, AX
+	ADDQ BX, DX
+	ADDQ CX, AX
+	ADDQ BX, DX
+	SUBQ $0x02, SI
+	JMP  axpyRowsBF16x512two
+
+axpyRowsBF16x512one:
+	TESTQ SI, SI
+	JE    axpyRowsBF16x512done
+	MOVQ  AX, R8
+	MOVQ  v+40(FP), R9
+	MOVQ  d+56(FP), R10
+
+axpyRowsBF16x512G1four:
+	CMPQ    R10, $0x00000040
+	JL      axpyRowsBF16x512G1vec
+	VMOVUPS (R8), Z0
+	VMOVUPS 64(R8), Z1
+	VMOVUPS 128(R8), Z2
+	VMOVUPS 192(R8), Z3
+	MOVQ    DX, R11
+	MOVQ    R9, R12
+	MOVQ    n+64(FP), R13
+
+axpyRowsBF16x512G1Ft:
+	VPMOVZXWD    (R12), Z4
+	VPSLLD       $0x10, Z4, Z4
+	VPMOVZXWD    32(R12), Z5
+	VPSLLD       $0x10, Z5, Z5
+	VPMOVZXWD    64(R12), Z6
+	VPSLLD       $0x10, Z6, Z6
+	VPMOVZXWD    96(R12), Z7
+	VPSLLD       $0x10, Z7, Z7
+	VBROADCASTSS (R11), Z8
+	VFMADD231PS  Z4, Z8, Z0
+	VFMADD231PS  Z5, Z8, Z1
+	VFMADD231PS  Z6, Z8, Z2
+	VFMADD231PS  Z7, Z8, Z3
+	ADDQ         DI, R12
+	ADDQ         $0x04, R11
+	DECQ         R13
+	JNZ          axpyRowsBF16x512G1Ft
+	VMOVUPS      Z0, (R8)
+	VMOVUPS      Z1, 64(R8)
+	VMOVUPS      Z2, 128(R8)
+	VMOVUPS      Z3, 192(R8)
+	ADDQ         $0x00000100, R8
+	ADDQ         $0x00000080, R9
+	SUBQ         $0x00000040, R10
+	JMP          axpyRowsBF16x512G1four
+
+axpyRowsBF16x512G1vec:
+	CMPQ    R10, $0x00000010
+	JL      axpyRowsBF16x512G1scalar
+	VMOVUPS (R8), Z0
+	MOVQ    DX, R11
+	MOVQ    R9, R12
+	MOVQ    n+64(FP), R13
+
+axpyRowsBF16x512G1Vt:
+	VPMOVZXWD    (R12), Z1
+	VPSLLD       $0x10, Z1, Z1
+	VBROADCASTSS (R11), Z2
+	VFMADD231PS  Z1, Z2, Z0
+	ADDQ         DI, R12
+	ADDQ         $0x04, R11
+	DECQ         R13
+	JNZ          axpyRowsBF16x512G1Vt
+	VMOVUPS      Z0, (R8)
+	ADDQ         $0x00000040, R8
+	ADDQ         $0x00000020, R9
+	SUBQ         $0x00000010, R10
+	JMP          axpyRowsBF16x512G1vec
+
+axpyRowsBF16x512G1scalar:
+	TESTQ  R10, R10
+	JE     axpyRowsBF16x512G1next
+	VMOVSS (R8), X0
+	MOVQ   DX, R11
+	MOVQ   R9, R12
+	MOVQ   n+64(FP), R13
+
+axpyRowsBF16x512G1St:
+	MOVWLZX     (R12), R14
+	SHLL        $0x10, R14
+	VMOVD       R14, X1
+	VFMADD231SS (R11), X1, X0
+	ADDQ        DI, R12
+	ADDQ        $0x04, R11
+	DECQ        R13
+	JNZ         axpyRowsBF16x512G1St
+	VMOVSS      X0, (R8)
+	ADDQ        $0x04, R8
+	ADDQ        $0x02, R9
+	DECQ        R10
+	JMP         axpyRowsBF16x512G1scalar
+
+axpyRowsBF16x512G1next:
+	ADDQ CX, AX
+	ADDQ BX, DX
+	SUBQ $0x01, SI
+
+axpyRowsBF16x512done:
+	VZEROUPPER
+	RET
+
 // func panelsBF16R1x256(w *uint16, x *float32, y *float32, k int, np int, ldx int, ldy int)
 // Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·panelsBF16R1x256(SB), NOSPLIT, $0-56
@@ -6769,6 +7202,433 @@ axpyRowsF32x256G1next:
 	SUBQ $0x01, SI
 
 axpyRowsF32x256done:
+	VZEROUPPER
+	RET
+
+// func dotsRowsBF16x256(y *float32, ldy int, q *float32, ldq int, nq int, k *uint16, ldk int, d int, n int, scale float32)
+// Requires: AVX, AVX2, FMA3, SSE
+TEXT ·dotsRowsBF16x256(SB), NOSPLIT, $0-76
+	MOVQ  y+0(FP), AX
+	MOVQ  ldy+8(FP), CX
+	MOVQ  ldq+24(FP), DX
+	MOVQ  k+40(FP), BX
+	MOVQ  n+64(FP), SI
+	MOVSS scale+72(FP), X0
+	SHLQ  $0x02, CX
+	SHLQ  $0x02, DX
+
+dotsRowsBF16x256key:
+	TESTQ SI, SI
+	JE    dotsRowsBF16x256done
+	MOVQ  q+16(FP), DI
+	MOVQ  AX, R8
+	MOVQ  nq+32(FP), R9
+
+dotsRowsBF16x256two:
+	CMPQ   R9, $0x02
+	JL     dotsRowsBF16x256one
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   BX, R10
+	MOVQ   d+56(FP), R11
+	MOVQ   DI, R12
+
+dotsRowsBF16x256G2block:
+	CMPQ        R11, $0x00000020
+	JL          dotsRowsBF16x256G2vec
+	VPMOVZXWD   (R10), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (DI), Y9, Y1
+	VFMADD231PS (DI)(DX*1), Y9, Y5
+	VPMOVZXWD   16(R10), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS 32(DI), Y9, Y2
+	VFMADD231PS 32(DI)(DX*1), Y9, Y6
+	VPMOVZXWD   32(R10), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS 64(DI), Y9, Y3
+	VFMADD231PS 64(DI)(DX*1), Y9, Y7
+	VPMOVZXWD   48(R10), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS 96(DI), Y9, Y4
+	VFMADD231PS 96(DI)(DX*1), Y9, Y8
+	ADDQ        $0x00000040, R10
+	ADDQ        $0x00000080, DI
+	SUBQ        $0x00000020, R11
+	JMP         dotsRowsBF16x256G2block
+
+dotsRowsBF16x256G2vec:
+	CMPQ        R11, $0x00000008
+	JL          dotsRowsBF16x256G2reduce
+	VPMOVZXWD   (R10), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (DI), Y9, Y1
+	VFMADD231PS (DI)(DX*1), Y9, Y5
+	ADDQ        $0x00000010, R10
+	ADDQ        $0x00000020, DI
+	SUBQ        $0x00000008, R11
+	JMP         dotsRowsBF16x256G2vec
+
+dotsRowsBF16x256G2reduce:
+	VADDPS       Y2, Y1, Y1
+	VADDPS       Y4, Y3, Y3
+	VADDPS       Y3, Y1, Y1
+	VEXTRACTF128 $0x01, Y1, X2
+	VADDPS       X2, X1, X1
+	VMOVHLPS     X1, X1, X2
+	VADDPS       X2, X1, X1
+	VMOVSHDUP    X1, X2
+	VADDSS       X2, X1, X1
+	VADDPS       Y6, Y5, Y5
+	VADDPS       Y8, Y7, Y7
+	VADDPS       Y7, Y5, Y5
+	VEXTRACTF128 $0x01, Y5, X2
+	VADDPS       X2, X5, X2
+	VMOVHLPS     X2, X2, X3
+	VADDPS       X3, X2, X2
+	VMOVSHDUP    X2, X3
+	VADDSS       X3, X2, X2
+
+dotsRowsBF16x256G2tail:
+	TESTQ       R11, R11
+	JE          dotsRowsBF16x256G2store
+	MOVWLZX     (R10), R13
+	SHLL        $0x10, R13
+	VMOVD       R13, X3
+	VFMADD231SS (DI), X3, X1
+	VFMADD231SS (DI)(DX*1), X3, X2
+	ADDQ        $0x02, R10
+	ADDQ        $0x04, DI
+	DECQ        R11
+	JMP         dotsRowsBF16x256G2tail
+
+dotsRowsBF16x256G2store:
+	MOVQ   R12, DI
+	VMULSS X0, X1, X1
+	VMULSS X0, X2, X2
+	VMOVSS X1, (R8)
+	VMOVSS X2, (R8)(CX*1)
+	LEAQ   (DI)(DX*2), DI
+	LEAQ   (R8)(CX*2), R8
+	SUBQ   $0x02, R9
+	JMP    dotsRowsBF16x256two
+
+dotsRowsBF16x256one:
+	TESTQ  R9, R9
+	JE     dotsRowsBF16x256next
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	MOVQ   BX, R9
+	MOVQ   d+56(FP), R10
+	MOVQ   DI, R11
+
+dotsRowsBF16x256G1block:
+	CMPQ        R10, $0x00000020
+	JL          dotsRowsBF16x256G1vec
+	VPMOVZXWD   (R9), Y5
+	VPSLLD      $0x10, Y5, Y5
+	VFMADD231PS (DI), Y5, Y1
+	VPMOVZXWD   16(R9), Y5
+	VPSLLD      $0x10, Y5, Y5
+	VFMADD231PS 32(DI), Y5, Y2
+	VPMOVZXWD   32(R9), Y5
+	VPSLLD      $0x10, Y5, Y5
+	VFMADD231PS 64(DI), Y5, Y3
+	VPMOVZXWD   48(R9), Y5
+	VPSLLD      $0x10, Y5, Y5
+	VFMADD231PS 96(DI), Y5, Y4
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000080, DI
+	SUBQ        $0x00000020, R10
+	JMP         dotsRowsBF16x256G1block
+
+dotsRowsBF16x256G1vec:
+	CMPQ        R10, $0x00000008
+	JL          dotsRowsBF16x256G1reduce
+	VPMOVZXWD   (R9), Y5
+	VPSLLD      $0x10, Y5, Y5
+	VFMADD231PS (DI), Y5, Y1
+	ADDQ        $0x00000010, R9
+	ADDQ        $0x00000020, DI
+	SUBQ        $0x00000008, R10
+	JMP         dotsRowsBF16x256G1vec
+
+dotsRowsBF16x256G1reduce:
+	VADDPS       Y2, Y1, Y1
+	VADDPS       Y4, Y3, Y3
+	VADDPS       Y3, Y1, Y1
+	VEXTRACTF128 $0x01, Y1, X2
+	VADDPS       X2, X1, X1
+	VMOVHLPS     X1, X1, X2
+	VADDPS       X2, X1, X1
+	VMOVSHDUP    X1, X2
+	VADDSS       X2, X1, X1
+
+dotsRowsBF16x256G1tail:
+	TESTQ       R10, R10
+	JE          dotsRowsBF16x256G1store
+	MOVWLZX     (R9), R12
+	SHLL        $0x10, R12
+	VMOVD       R12, X2
+	VFMADD231SS (DI), X2, X1
+	ADDQ        $0x02, R9
+	ADDQ        $0x04, DI
+	DECQ        R10
+	JMP         dotsRowsBF16x256G1tail
+
+dotsRowsBF16x256G1store:
+	MOVQ   R11, DI
+	VMULSS X0, X1, X1
+	VMOVSS X1, (R8)
+
+dotsRowsBF16x256next:
+	MOVQ ldk+48(FP), R9
+	LEAQ (BX)(R9*2), BX
+	ADDQ $0x04, AX
+	DECQ SI
+	JMP  dotsRowsBF16x256key
+
+dotsRowsBF16x256done:
+	VZEROUPPER
+	RET
+
+// func axpyRowsBF16x256(out *float32, ldo int, p *float32, ldp int, nq int, v *uint16, ldv int, d int, n int)
+// Requires: AVX, AVX2, FMA3
+TEXT ·axpyRowsBF16x256(SB), NOSPLIT, $0-72
+	MOVQ out+0(FP), AX
+	MOVQ ldo+8(FP), CX
+	MOVQ p+16(FP), DX
+	MOVQ ldp+24(FP), BX
+	MOVQ nq+32(FP), SI
+	MOVQ ldv+48(FP), DI
+	SHLQ $0x02, CX
+	SHLQ $0x02, BX
+	SHLQ $0x01, DI
+
+axpyRowsBF16x256two:
+	CMPQ SI, $0x02
+	JL   axpyRowsBF16x256one
+	MOVQ AX, R8
+	MOVQ v+40(FP), R9
+	MOVQ d+56(FP), R10
+
+axpyRowsBF16x256G2four:
+	CMPQ    R10, $0x00000020
+	JL      axpyRowsBF16x256G2vec
+	VMOVUPS (R8), Y0
+	VMOVUPS 32(R8), Y1
+	VMOVUPS 64(R8), Y2
+	VMOVUPS 96(R8), Y3
+	VMOVUPS (R8)(CX*1), Y4
+	VMOVUPS 32(R8)(CX*1), Y5
+	VMOVUPS 64(R8)(CX*1), Y6
+	VMOVUPS 96(R8)(CX*1), Y7
+	MOVQ    DX, R11
+	MOVQ    R9, R12
+	MOVQ    n+64(FP), R13
+
+axpyRowsBF16x256G2Ft:
+	VPMOVZXWD    (R12), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VPMOVZXWD    16(R12), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VPMOVZXWD    32(R12), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VPMOVZXWD    48(R12), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VBROADCASTSS (R11), Y12
+	VFMADD231PS  Y8, Y12, Y0
+	VFMADD231PS  Y9, Y12, Y1
+	VFMADD231PS  Y10, Y12, Y2
+	VFMADD231PS  Y11, Y12, Y3
+	VBROADCASTSS (R11)(BX*1), Y12
+	VFMADD231PS  Y8, Y12, Y4
+	VFMADD231PS  Y9, Y12, Y5
+	VFMADD231PS  Y10, Y12, Y6
+	VFMADD231PS  Y11, Y12, Y7
+	ADDQ         DI, R12
+	ADDQ         $0x04, R11
+	DECQ         R13
+	JNZ          axpyRowsBF16x256G2Ft
+	VMOVUPS      Y0, (R8)
+	VMOVUPS      Y1, 32(R8)
+	VMOVUPS      Y2, 64(R8)
+	VMOVUPS      Y3, 96(R8)
+	VMOVUPS      Y4, (R8)(CX*1)
+	VMOVUPS      Y5, 32(R8)(CX*1)
+	VMOVUPS      Y6, 64(R8)(CX*1)
+	VMOVUPS      Y7, 96(R8)(CX*1)
+	ADDQ         $0x00000080, R8
+	ADDQ         $0x00000040, R9
+	SUBQ         $0x00000020, R10
+	JMP          axpyRowsBF16x256G2four
+
+axpyRowsBF16x256G2vec:
+	CMPQ    R10, $0x00000008
+	JL      axpyRowsBF16x256G2scalar
+	VMOVUPS (R8), Y0
+	VMOVUPS (R8)(CX*1), Y1
+	MOVQ    DX, R11
+	MOVQ    R9, R12
+	MOVQ    n+64(FP), R13
+
+axpyRowsBF16x256G2Vt:
+	VPMOVZXWD    (R12), Y2
+	VPSLLD       $0x10, Y2, Y2
+	VBROADCASTSS (R11), Y3
+	VFMADD231PS  Y2, Y3, Y0
+	VBROADCASTSS (R11)(BX*1), Y3
+	VFMADD231PS  Y2, Y3, Y1
+	ADDQ         DI, R12
+	ADDQ         $0x04, R11
+	DECQ         R13
+	JNZ          axpyRowsBF16x256G2Vt
+	VMOVUPS      Y0, (R8)
+	VMOVUPS      Y1, (R8)(CX*1)
+	ADDQ         $0x00000020, R8
+	ADDQ         $0x00000010, R9
+	SUBQ         $0x00000008, R10
+	JMP          axpyRowsBF16x256G2vec
+
+axpyRowsBF16x256G2scalar:
+	TESTQ  R10, R10
+	JE     axpyRowsBF16x256G2next
+	VMOVSS (R8), X0
+	VMOVSS (R8)(CX*1), X1
+	MOVQ   DX, R11
+	MOVQ   R9, R12
+	MOVQ   n+64(FP), R13
+
+axpyRowsBF16x256G2St:
+	MOVWLZX     (R12), R14
+	SHLL        $0x10, R14
+	VMOVD       R14, X2
+	VFMADD231SS (R11), X2, X0
+	VFMADD231SS (R11)(BX*1), X2, X1
+	ADDQ        DI, R12
+	ADDQ        $0x04, R11
+	DECQ        R13
+	JNZ         axpyRowsBF16x256G2St
+	VMOVSS      X0, (R8)
+	VMOVSS      X1, (R8)(CX*1)
+	ADDQ        $0x04, R8
+	ADDQ        $0x02, R9
+	DECQ        R10
+	JMP         axpyRowsBF16x256G2scalar
+
+axpyRowsBF16x256G2next:
+	ADDQ CX, AX
+	ADDQ BX, DX
+	ADDQ CX, AX
+	ADDQ BX, DX
+	SUBQ $0x02, SI
+	JMP  axpyRowsBF16x256two
+
+axpyRowsBF16x256one:
+	TESTQ SI, SI
+	JE    axpyRowsBF16x256done
+	MOVQ  AX, R8
+	MOVQ  v+40(FP), R9
+	MOVQ  d+56(FP), R10
+
+axpyRowsBF16x256G1four:
+	CMPQ    R10, $0x00000020
+	JL      axpyRowsBF16x256G1vec
+	VMOVUPS (R8), Y0
+	VMOVUPS 32(R8), Y1
+	VMOVUPS 64(R8), Y2
+	VMOVUPS 96(R8), Y3
+	MOVQ    DX, R11
+	MOVQ    R9, R12
+	MOVQ    n+64(FP), R13
+
+axpyRowsBF16x256G1Ft:
+	VPMOVZXWD    (R12), Y4
+	VPSLLD       $0x10, Y4, Y4
+	VPMOVZXWD    16(R12), Y5
+	VPSLLD       $0x10, Y5, Y5
+	VPMOVZXWD    32(R12), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VPMOVZXWD    48(R12), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VBROADCASTSS (R11), Y8
+	VFMADD231PS  Y4, Y8, Y0
+	VFMADD231PS  Y5, Y8, Y1
+	VFMADD231PS  Y6, Y8, Y2
+	VFMADD231PS  Y7, Y8, Y3
+	ADDQ         DI, R12
+	ADDQ         $0x04, R11
+	DECQ         R13
+	JNZ          axpyRowsBF16x256G1Ft
+	VMOVUPS      Y0, (R8)
+	VMOVUPS      Y1, 32(R8)
+	VMOVUPS      Y2, 64(R8)
+	VMOVUPS      Y3, 96(R8)
+	ADDQ         $0x00000080, R8
+	ADDQ         $0x00000040, R9
+	SUBQ         $0x00000020, R10
+	JMP          axpyRowsBF16x256G1four
+
+axpyRowsBF16x256G1vec:
+	CMPQ    R10, $0x00000008
+	JL      axpyRowsBF16x256G1scalar
+	VMOVUPS (R8), Y0
+	MOVQ    DX, R11
+	MOVQ    R9, R12
+	MOVQ    n+64(FP), R13
+
+axpyRowsBF16x256G1Vt:
+	VPMOVZXWD    (R12), Y1
+	VPSLLD       $0x10, Y1, Y1
+	VBROADCASTSS (R11), Y2
+	VFMADD231PS  Y1, Y2, Y0
+	ADDQ         DI, R12
+	ADDQ         $0x04, R11
+	DECQ         R13
+	JNZ          axpyRowsBF16x256G1Vt
+	VMOVUPS      Y0, (R8)
+	ADDQ         $0x00000020, R8
+	ADDQ         $0x00000010, R9
+	SUBQ         $0x00000008, R10
+	JMP          axpyRowsBF16x256G1vec
+
+axpyRowsBF16x256G1scalar:
+	TESTQ  R10, R10
+	JE     axpyRowsBF16x256G1next
+	VMOVSS (R8), X0
+	MOVQ   DX, R11
+	MOVQ   R9, R12
+	MOVQ   n+64(FP), R13
+
+axpyRowsBF16x256G1St:
+	MOVWLZX     (R12), R14
+	SHLL        $0x10, R14
+	VMOVD       R14, X1
+	VFMADD231SS (R11), X1, X0
+	ADDQ        DI, R12
+	ADDQ        $0x04, R11
+	DECQ        R13
+	JNZ         axpyRowsBF16x256G1St
+	VMOVSS      X0, (R8)
+	ADDQ        $0x04, R8
+	ADDQ        $0x02, R9
+	DECQ        R10
+	JMP         axpyRowsBF16x256G1scalar
+
+axpyRowsBF16x256G1next:
+	ADDQ CX, AX
+	ADDQ BX, DX
+	SUBQ $0x01, SI
+
+axpyRowsBF16x256done:
 	VZEROUPPER
 	RET
 

@@ -99,6 +99,16 @@ func dotsRowsF32x512(y *float32, ldy int, q *float32, ldq int, nq int, k *float3
 //go:noescape
 func axpyRowsF32x512(out *float32, ldo int, p *float32, ldp int, nq int, v *float32, ldv int, d int, n int)
 
+// dotsRowsBF16x512 sets y[i*ldy+t] = Dot(q[i*ldq:], k[t*ldk:]) * scale over d elements for nq queries and n keys.
+//
+//go:noescape
+func dotsRowsBF16x512(y *float32, ldy int, q *float32, ldq int, nq int, k *uint16, ldk int, d int, n int, scale float32)
+
+// axpyRowsBF16x512 adds p[i*ldp+t]*v[t*ldv:][:d] into out[i*ldo:][:d] for t < n in order, for nq queries; n > 0.
+//
+//go:noescape
+func axpyRowsBF16x512(out *float32, ldo int, p *float32, ldp int, nq int, v *uint16, ldv int, d int, n int)
+
 // panelsBF16R1x256 computes 1 activation rows against np whole BF16 panels.
 //
 //go:noescape
@@ -193,6 +203,16 @@ func dotsRowsF32x256(y *float32, ldy int, q *float32, ldq int, nq int, k *float3
 //
 //go:noescape
 func axpyRowsF32x256(out *float32, ldo int, p *float32, ldp int, nq int, v *float32, ldv int, d int, n int)
+
+// dotsRowsBF16x256 sets y[i*ldy+t] = Dot(q[i*ldq:], k[t*ldk:]) * scale over d elements for nq queries and n keys.
+//
+//go:noescape
+func dotsRowsBF16x256(y *float32, ldy int, q *float32, ldq int, nq int, k *uint16, ldk int, d int, n int, scale float32)
+
+// axpyRowsBF16x256 adds p[i*ldp+t]*v[t*ldv:][:d] into out[i*ldo:][:d] for t < n in order, for nq queries; n > 0.
+//
+//go:noescape
+func axpyRowsBF16x256(out *float32, ldo int, p *float32, ldp int, nq int, v *uint16, ldv int, d int, n int)
 
 // deltaRuleF32x512 runs one head's delta-rule update and read over s [dk][dv] (dv a multiple of 16) in one pass.
 //

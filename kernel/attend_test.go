@@ -165,3 +165,64 @@ func TestAxpyRowsMatchesAxpy(t *testing.T) {
 		}
 	})
 }
+
+// bf16Cache rounds x to bf16 bit patterns (as a bf16 key/value cache stores rows) and returns
+// them with their exact f32 values; a few patterns are special (zero, -0, a denormal, an
+// infinity is left out: it would make every sum it meets NaN and hide the other elements).
+func bf16Cache(x []float32) ([]uint16, []float32) {
+	b := make([]uint16, len(x))
+	w := make([]float32, len(x))
+	for i, v := range x {
+		b[i] = F32ToBF16(v)
+		switch i % 97 {
+		case 5:
+			b[i] = 0x8000 // -0
+		case 11:
+			b[i] = 0x0003 // a denormal
+		}
+		w[i] = BF16ToF32(b[i])
+	}
+	return b, w
+}
+
+func TestRowsBF16MatchWidened(t *testing.T) {
+	// A bf16 cache's attention must compute the f32 kernels' bits over the widened rows, on
+	// every path, for every kind of head tail and for heads wider than the portable path's
+	// stack buffer; nothing outside the outputs is written.
+	forEachPath(t, func(t *testing.T) {
+		const scale = 0.088388346
+		for _, d := range []int{1, 3, 9, 16, 33, 64, 65, 128, 130, 300} {
+			for _, nq := range []int{1, 2, 3, 5} {
+				for _, n := range []int{1, 2, 7, 33} {
+					ldq, ldk, ldy := d+5, d+3, n+2
+					q := randVec(nq*ldq, uint64(d*31+nq))
+					k16, k := bf16Cache(randVec(n*ldk, uint64(d*17+n)))
+					got := make([]float32, nq*ldy)
+					want := make([]float32, nq*ldy)
+					for i := range got {
+						got[i], want[i] = 42, 42
+					}
+					DotsRowsBF16(got, ldy, q, ldq, nq, k16, ldk, d, n, scale)
+					DotsRows(want, ldy, q, ldq, nq, k, ldk, d, n, scale)
+					for i := range got {
+						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("scores d=%d nq=%d n=%d: y[%d] = %g, want %g", d, nq, n, i, got[i], want[i])
+						}
+					}
+					ldo, ldp, ldv := d+4, n+3, d+7
+					out := randVec(nq*ldo, uint64(d*13+nq))
+					ref := slices.Clone(out)
+					p := randVec(nq*ldp, uint64(n*7+nq))
+					v16, v := bf16Cache(randVec(n*ldv, uint64(d*19+n)))
+					AxpyRowsBF16(out, ldo, p, ldp, nq, v16, ldv, d, n)
+					AxpyRows(ref, ldo, p, ldp, nq, v, ldv, d, n)
+					for i := range out {
+						if math.Float32bits(out[i]) != math.Float32bits(ref[i]) {
+							t.Fatalf("values d=%d nq=%d n=%d: out[%d] = %g, want %g", d, nq, n, i, out[i], ref[i])
+						}
+					}
+				}
+			}
+		}
+	})
+}

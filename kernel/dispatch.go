@@ -44,6 +44,10 @@ type impl struct {
 	// dotsRows and axpyRows are DotsRows and AxpyRows past the wrappers' checks.
 	dotsRows func(y *float32, ldy int, q *float32, ldq, nq int, k *float32, ldk, d, n int, scale float32)
 	axpyRows func(out *float32, ldo int, p *float32, ldp, nq int, v *float32, ldv, d, n int)
+	// dotsRowsBF16 and axpyRowsBF16 are DotsRowsBF16 and AxpyRowsBF16 past the wrappers'
+	// checks: bitwise dotsRows and axpyRows over the widened keys and values.
+	dotsRowsBF16 func(y *float32, ldy int, q *float32, ldq, nq int, k *uint16, ldk, d, n int, scale float32)
+	axpyRowsBF16 func(out *float32, ldo int, p *float32, ldp, nq int, v *uint16, ldv, d, n int)
 	// deltaRule, when set, is DeltaRule in one pass for dv a multiple of 16 (the wrapper checks
 	// lengths); paths without it compose their axpy.
 	deltaRule func(s, k, q, u, o *float32, dk, dv int, decay float32)
@@ -58,7 +62,7 @@ type impl struct {
 var (
 	portable = &impl{name: "go", panels: panelsGo, qpanels: qpanelsGo, quantActs: quantizeActsGo, dot: dotGo, axpy: axpyGo, expShift: expShiftGo,
 		axpyRowsMax: axpyRowsMaxGo, dotRows: dotRowsGo, scoresRows: scoresRowsGo, weightedRows8: weightedRows8Go, maxF32: maxGo, siluMul: siluMulGo,
-		dotsRows: dotsRowsGo, axpyRows: axpyRowsGo}
+		dotsRows: dotsRowsGo, axpyRows: axpyRowsGo, dotsRowsBF16: dotsRowsBF16Go, axpyRowsBF16: axpyRowsBF16Go}
 	// registry lists paths in preference order; architecture files prepend theirs in init.
 	registry = []*impl{portable}
 	active   = portable

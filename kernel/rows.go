@@ -184,6 +184,75 @@ func AxpyRows(out []float32, ldo int, p []float32, ldp, nq int, v []float32, ldv
 	active.axpyRows(unsafe.SliceData(out), ldo, unsafe.SliceData(p), ldp, nq, unsafe.SliceData(v), ldv, d, n)
 }
 
+// DotsRowsBF16 is DotsRows over keys stored as bf16 (a bf16 key/value cache): bitwise DotsRows
+// on the same path over the keys widened to f32, which they are exactly.
+func DotsRowsBF16(y []float32, ldy int, q []float32, ldq, nq int, k []uint16, ldk, d, n int, scale float32) {
+	if nq <= 0 || n <= 0 {
+		return
+	}
+	if d <= 0 {
+		panic("kernel: DotsRowsBF16 with no elements")
+	}
+	_ = y[(nq-1)*ldy+n-1]
+	_ = q[(nq-1)*ldq+d-1]
+	_ = k[(n-1)*ldk+d-1]
+	active.dotsRowsBF16(unsafe.SliceData(y), ldy, unsafe.SliceData(q), ldq, nq, unsafe.SliceData(k), ldk, d, n, scale)
+}
+
+// AxpyRowsBF16 is AxpyRows over values stored as bf16: bitwise AxpyRows on the same path over
+// the values widened to f32.
+func AxpyRowsBF16(out []float32, ldo int, p []float32, ldp, nq int, v []uint16, ldv, d, n int) {
+	if nq <= 0 || n <= 0 || d <= 0 {
+		return
+	}
+	_ = out[(nq-1)*ldo+d-1]
+	_ = p[(nq-1)*ldp+n-1]
+	_ = v[(n-1)*ldv+d-1]
+	active.axpyRowsBF16(unsafe.SliceData(out), ldo, unsafe.SliceData(p), ldp, nq, unsafe.SliceData(v), ldv, d, n)
+}
+
+// widenBF16 writes the f32 values of src into dst[:len(src)], growing dst if it is short.
+func widenBF16(dst []float32, src []uint16) []float32 {
+	if cap(dst) < len(src) {
+		dst = make([]float32, len(src))
+	}
+	dst = dst[:len(src)]
+	for i, b := range src {
+		dst[i] = math.Float32frombits(uint32(b) << 16)
+	}
+	return dst
+}
+
+// dotsRowsBF16Go and axpyRowsBF16Go widen one key or value row at a time and run the f32
+// arithmetic on it, which is what makes them bitwise the f32 kernels over widened rows.
+func dotsRowsBF16Go(y *float32, ldy int, q *float32, ldq, nq int, k *uint16, ldk, d, n int, scale float32) {
+	ys := unsafe.Slice(y, (nq-1)*ldy+n)
+	qs := unsafe.Slice(q, (nq-1)*ldq+d)
+	ks := unsafe.Slice(k, (n-1)*ldk+d)
+	var buf [256]float32
+	kt := buf[:0]
+	for t := 0; t < n; t++ {
+		kt = widenBF16(kt, ks[t*ldk:t*ldk+d])
+		for i := 0; i < nq; i++ {
+			ys[i*ldy+t] = dotGo(qs[i*ldq:i*ldq+d], kt) * scale
+		}
+	}
+}
+
+func axpyRowsBF16Go(out *float32, ldo int, p *float32, ldp, nq int, v *uint16, ldv, d, n int) {
+	os := unsafe.Slice(out, (nq-1)*ldo+d)
+	ps := unsafe.Slice(p, (nq-1)*ldp+n)
+	vs := unsafe.Slice(v, (n-1)*ldv+d)
+	var buf [256]float32
+	vt := buf[:0]
+	for t := 0; t < n; t++ {
+		vt = widenBF16(vt, vs[t*ldv:t*ldv+d])
+		for i := 0; i < nq; i++ {
+			axpyGo(os[i*ldo:i*ldo+d], ps[i*ldp+t], vt)
+		}
+	}
+}
+
 func dotsRowsGo(y *float32, ldy int, q *float32, ldq, nq int, k *float32, ldk, d, n int, scale float32) {
 	ys := unsafe.Slice(y, (nq-1)*ldy+n)
 	qs := unsafe.Slice(q, (nq-1)*ldq+d)

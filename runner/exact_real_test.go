@@ -11,6 +11,7 @@ import (
 	"github.com/dflash/dflash/kernel/kerneltest"
 	"github.com/dflash/dflash/model"
 	"github.com/dflash/dflash/model/dflash"
+	"github.com/dflash/dflash/model/nn"
 	"github.com/dflash/dflash/model/transformer"
 	"github.com/dflash/dflash/runner"
 	"github.com/dflash/dflash/sample"
@@ -116,4 +117,47 @@ func TestSampledSpeculationRunsOnRealModels(t *testing.T) {
 			}
 		})
 	}
+}
+
+// With a bf16 key/value cache (heads of 72 elements read rows, so the target caches bf16 under
+// nn.CacheBF16) greedy speculative output still equals plain greedy output token for token on
+// every kernel path: each row is rounded once as it is stored, whether a decode step or a
+// verification wrote it, and attention widens it exactly.
+func TestGreedySpeculationEqualsPlainBF16Cache(t *testing.T) {
+	defer nn.SetCacheKind(nn.SetCacheKind(nn.CacheBF16))
+	kerneltest.ForEachPath(t, func(t *testing.T) {
+		const vocab = 40
+		cfg := model.Config{Arch: transformer.ArchQwen3, Layers: 3, Hidden: 32, Intermediate: 64, Heads: 2, KVHeads: 1,
+			HeadDim: 72, Vocab: vocab, MaxSeq: 512, RMSEps: 1e-6, RopeTheta: 10000, BOS: -1}
+		target, err := transformer.Synthetic(cfg, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := nn.CacheElem(target.NewCache(8)); got != "bf16" {
+			t.Fatalf("the target caches %s, want bf16", got)
+		}
+		rng := rand.New(rand.NewPCG(7, 3))
+		for trial := 0; trial < 4; trial++ {
+			prompt := make([]int, 1+rng.IntN(20))
+			for i := range prompt {
+				prompt[i] = rng.IntN(vocab)
+			}
+			n := 40 + rng.IntN(60)
+			want, _ := generate(t, target, prompt, n, nil, sample.Options{}, nil, runner.Depth{})
+			dcfg := dflash.ConfigFor(target.Config(), 2, 8)
+			draft, err := dflash.Random(target, dcfg, uint64(trial), kernel.F32)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := generate(t, target, prompt, n, nil, sample.Options{}, runner.NewBlockSession(draft, 512), runner.Fixed(7))
+			if !slices.Equal(got, want) {
+				t.Fatalf("trial %d random draft:\n got %v\nwant %v", trial, got, want)
+			}
+			full := append(slices.Clone(prompt), want...)
+			o := &runner.OracleDrafter{Tokens: full, Limit: 7, Noise: 0.3, Vocab: vocab, Seed: uint64(trial)}
+			if got, _ = generate(t, target, prompt, n, nil, sample.Options{}, o.Open(512), o.Depth()); !slices.Equal(got, want) {
+				t.Fatalf("trial %d oracle:\n got %v\nwant %v", trial, got, want)
+			}
+		}
+	})
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/model"
 	"github.com/dflash/dflash/model/dflash"
+	"github.com/dflash/dflash/model/nn"
 	"github.com/dflash/dflash/runner"
 	"github.com/dflash/dflash/sample"
 )
@@ -37,6 +38,7 @@ type benchReport struct {
 	// weight elements are kept and multiplied in ("Q4_K", "bf16").
 	Quantization  string        `json:"quantization,omitempty"`
 	Compute       string        `json:"compute"`
+	KVCache       string        `json:"kv_cache"` // element type of the target's key/value cache
 	WeightBytes   int64         `json:"weight_bytes"`
 	ProbeGBs      float64       `json:"bandwidth_probe_gbs"`
 	PrefillTokens int           `json:"prefill_tokens"`
@@ -155,7 +157,7 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return usagef("--prefill %d does not fit the model's context of %d", *prefill, maxSeq(cfg))
 	}
 	rep := benchReport{Model: e.Name, Kernel: kernel.Path(), AMX: kernel.AMXStatus(), Threads: runtime.GOMAXPROCS(0), WeightBytes: e.Target.WeightBytes(),
-		Quantization: e.Desc.DType, Compute: cfg.DType.String()}
+		Quantization: e.Desc.DType, Compute: cfg.DType.String(), KVCache: nn.CacheElem(e.Target.NewCache(1))}
 	split0, unsplit0, stalls0 := kernel.PoolCounts()
 	logf := func(format string, a ...any) {
 		if !*asJSON {
@@ -589,7 +591,7 @@ func plainOnce(e *engine.Engine, prompt []int, n, capacity int) (float64, []int,
 }
 
 func printBenchTable(w io.Writer, r benchReport) {
-	fmt.Fprintf(w, "model %s (%s, computed in %s), kernel %s, %d threads, %.2f GB of weights\n", r.Model, r.Quantization, r.Compute, r.Kernel, r.Threads, float64(r.WeightBytes)/1e9)
+	fmt.Fprintf(w, "model %s (%s, computed in %s, %s key/value cache), kernel %s, %d threads, %.2f GB of weights\n", r.Model, r.Quantization, r.Compute, r.KVCache, r.Kernel, r.Threads, float64(r.WeightBytes)/1e9)
 	if r.AMX != "" {
 		fmt.Fprintf(w, "AMX: %s\n", r.AMX)
 	}

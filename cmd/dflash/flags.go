@@ -11,6 +11,7 @@ import (
 
 	"github.com/dflash/dflash/engine"
 	"github.com/dflash/dflash/kernel"
+	"github.com/dflash/dflash/model/nn"
 	"github.com/dflash/dflash/model/transformer"
 	"github.com/dflash/dflash/sample"
 )
@@ -115,9 +116,23 @@ func editDistance(a, b string) int {
 // modelFlags are the flags that say which model to open and how.
 type modelFlags struct {
 	model, synthetic, tokenizer, dtype, kernel string
+	kvCache                                    string // --kv-cache: auto, f32 or bf16
 	seed                                       uint64
 	threads                                    int
 	stderr                                     io.Writer // the flag set's output: where progress goes
+}
+
+// kvCacheUsage is the --kv-cache flag's help, shared by the commands that open targets.
+const kvCacheUsage = "element type of the target's key/value cache: auto (bf16 for bf16 and quantized weights, f32 for f32 ones), f32 or bf16 (heads of 64 or fewer elements always cache f32)"
+
+// setKVCache applies a --kv-cache value to the caches made from now on.
+func setKVCache(s string) error {
+	k, err := nn.ParseCacheKind(s)
+	if err != nil {
+		return usagef("--kv-cache: %v", err)
+	}
+	nn.SetCacheKind(k)
+	return nil
 }
 
 func (m *modelFlags) register(fs *flag.FlagSet) {
@@ -127,6 +142,7 @@ func (m *modelFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&m.tokenizer, "tokenizer", "", "tokenizer file or folder (default: found with the model)")
 	fs.StringVar(&m.dtype, "dtype", "", "weight dtype for the kernels: f32 or bf16 (default: as stored)")
 	fs.StringVar(&m.kernel, "kernel", "", "kernel path: "+strings.Join(kernel.Paths(), ", ")+" (default: fastest; env DFLASH_KERNEL)")
+	fs.StringVar(&m.kvCache, "kv-cache", "auto", kvCacheUsage)
 	fs.Uint64Var(&m.seed, "weights-seed", 1, "seed of synthetic weights")
 	fs.IntVar(&m.threads, "threads", 0, "threads one matrix product or multi-row forward may use (default: all cores)")
 }
@@ -135,6 +151,11 @@ func (m *modelFlags) open() (*engine.Engine, error) {
 	if m.kernel != "" {
 		if err := kernel.SetPath(m.kernel); err != nil {
 			return nil, usagef("--kernel: %v", err)
+		}
+	}
+	if m.kvCache != "" { // a modelFlags built in code (perplexity's base) leaves the kind as set
+		if err := setKVCache(m.kvCache); err != nil {
+			return nil, err
 		}
 	}
 	if m.threads < 0 {

@@ -58,6 +58,7 @@ func cmdServe(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	ctxLen := fs.Int("ctx", backend.DefaultContext, "context length cap in tokens (the model's own maximum if lower)")
 	logFormat := fs.String("log", "text", "log format on standard error: text or json")
 	kernelPath := fs.String("kernel", "", "kernel path (default: fastest; env DFLASH_KERNEL)")
+	kvCache := fs.String("kv-cache", "auto", kvCacheUsage)
 	addrFile := fs.String("addr-file", "", "write the bound address to this file once listening (for scripts and tests)")
 	apiKey := fs.String("api-key", "", "bearer token every endpoint but /health requires (env DFLASH_API_KEY)")
 	writeTimeout := fs.Duration("write-timeout", 30*time.Second, "cut a client that does not take a response write within this (< 0: never)")
@@ -85,6 +86,9 @@ func cmdServe(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		if err := kernel.SetPath(*kernelPath); err != nil {
 			return usagef("--kernel: %v", err)
 		}
+	}
+	if err := setKVCache(*kvCache); err != nil {
+		return err
 	}
 	specs := ms.specs
 	switch {

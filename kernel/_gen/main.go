@@ -84,8 +84,10 @@ func main() {
 		weightedRows8(is)
 		maxF32(is)
 		siluMul(is)
-		dotsRows(is)
-		axpyRows(is)
+		for _, dt := range []dtype{f32, bf16} {
+			dotsRows(is, dt)
+			axpyRows(is, dt)
+		}
 	}
 	deltaRule()
 	sum256()

@@ -13,11 +13,16 @@ import (
 // pair of queries. Each dot is dotF32x<ISA>'s (the same four accumulators over blocks of four
 // vectors, single vectors into the first, the same reduction and scalar tail), then one scalar
 // multiply: the bits of Dot(q_i, k_t) * scale, whatever nq or n is.
-func dotsRows(is isa) {
-	name := "dotsRowsF32x" + is.name
-	TEXT(name, NOSPLIT, "func(y *float32, ldy int, q *float32, ldq, nq int, k *float32, ldk, d, n int, scale float32)")
+//
+// With dt bf16 (dotsRowsBF16x<ISA>, k *uint16) the keys are a bf16 cache's: each key vector is
+// widened exactly as it is loaded (zero-extend, shift into the high half), then the same
+// operations run, so the bits are those of the f32 kernel over the widened keys.
+func dotsRows(is isa, dt dtype) {
+	name := "dotsRows" + dt.name + "x" + is.name
+	TEXT(name, NOSPLIT, "func(y *float32, ldy int, q *float32, ldq, nq int, k *"+dt.gotyp+", ldk, d, n int, scale float32)")
 	Pragma("noescape")
 	Doc(name + " sets y[i*ldy+t] = Dot(q[i*ldq:], k[t*ldk:]) * scale over d elements for nq queries and n keys.")
+	es := dt.size // bytes per key element
 	yc := Load(Param("y"), GP64())
 	ldy := Load(Param("ldy"), GP64())
 	ldq := Load(Param("ldq"), GP64())
@@ -28,6 +33,7 @@ func dotsRows(is isa) {
 	SHLQ(U8(2), ldq)
 	lanes := 16 / is.halves
 	vb := lanes * 4
+	kb := lanes * es // key bytes per vector
 
 	// group computes g queries (at qp, ldq apart) against the key at kp into yr (ldy apart).
 	group := func(tag string, g int, qp, yr reg.GPVirtual) {
@@ -55,25 +61,23 @@ func dotsRows(is isa) {
 		CMPQ(cnt, U32(4*lanes))
 		JL(LabelRef(name + tag + "vec"))
 		for j := 0; j < 4; j++ {
-			v := is.vec()
-			VMOVUPS(Mem{Base: a, Disp: j * vb}, v)
+			v := loadElems(is, dt, Mem{Base: a, Disp: j * kb})
 			for i := 0; i < g; i++ {
 				VFMADD231PS(qm(i, j*vb), v, acc[i][j])
 			}
 		}
-		ADDQ(U32(4*vb), a)
+		ADDQ(U32(4*kb), a)
 		ADDQ(U32(4*vb), qp)
 		SUBQ(U32(4*lanes), cnt)
 		JMP(LabelRef(name + tag + "block"))
 		Label(name + tag + "vec")
 		CMPQ(cnt, U32(lanes))
 		JL(LabelRef(name + tag + "reduce"))
-		v := is.vec()
-		VMOVUPS(Mem{Base: a}, v)
+		v := loadElems(is, dt, Mem{Base: a})
 		for i := 0; i < g; i++ {
 			VFMADD231PS(qm(i, 0), v, acc[i][0])
 		}
-		ADDQ(U32(vb), a)
+		ADDQ(U32(kb), a)
 		ADDQ(U32(vb), qp)
 		SUBQ(U32(lanes), cnt)
 		JMP(LabelRef(name + tag + "vec"))
@@ -88,12 +92,11 @@ func dotsRows(is isa) {
 		Label(name + tag + "tail")
 		TESTQ(cnt, cnt)
 		JE(LabelRef(name + tag + "store"))
-		t := XMM()
-		VMOVSS(Mem{Base: a}, t)
+		t := loadElem(dt, Mem{Base: a})
 		for i := 0; i < g; i++ {
 			VFMADD231SS(qm(i, 0), t, s[i])
 		}
-		ADDQ(Imm(4), a)
+		ADDQ(Imm(uint64(es)), a)
 		ADDQ(Imm(4), qp)
 		DECQ(cnt)
 		JMP(LabelRef(name + tag + "tail"))
@@ -129,7 +132,7 @@ func dotsRows(is isa) {
 	group("G1", 1, qp, yr)
 	Label(name + "next")
 	Load(Param("ldk"), qn)
-	LEAQ(Mem{Base: kp, Index: qn, Scale: 4}, kp)
+	LEAQ(Mem{Base: kp, Index: qn, Scale: uint8(es)}, kp)
 	ADDQ(U8(4), yc)
 	DECQ(left)
 	JMP(LabelRef(name + "key"))
@@ -145,9 +148,11 @@ func dotsRows(is isa) {
 // accumulator taking one fused multiply-add per t, which is what axpyF32x<ISA> does to it (its
 // vector blocks, single vectors and scalar tail are all one FMA per element): the bits of
 // Axpy(out_i, p_i[t], v_t) called for t = 0, 1, ..., whatever nq is. n must be positive.
-func axpyRows(is isa) {
-	name := "axpyRowsF32x" + is.name
-	TEXT(name, NOSPLIT, "func(out *float32, ldo int, p *float32, ldp, nq int, v *float32, ldv, d, n int)")
+// With dt bf16 (axpyRowsBF16x<ISA>, v *uint16) values are widened as they load, as dotsRows
+// widens keys: the bits of the f32 kernel over the widened values.
+func axpyRows(is isa, dt dtype) {
+	name := "axpyRows" + dt.name + "x" + is.name
+	TEXT(name, NOSPLIT, "func(out *float32, ldo int, p *float32, ldp, nq int, v *"+dt.gotyp+", ldv, d, n int)")
 	Pragma("noescape")
 	Doc(name + " adds p[i*ldp+t]*v[t*ldv:][:d] into out[i*ldo:][:d] for t < n in order, for nq queries; n > 0.")
 	out := Load(Param("out"), GP64())
@@ -158,9 +163,15 @@ func axpyRows(is isa) {
 	ldv := Load(Param("ldv"), GP64())
 	SHLQ(U8(2), ldo)
 	SHLQ(U8(2), ldp)
-	SHLQ(U8(2), ldv)
+	es := dt.size // bytes per value element
+	if es == 4 {
+		SHLQ(U8(2), ldv)
+	} else {
+		SHLQ(U8(1), ldv)
+	}
 	lanes := 16 / is.halves
 	vb := lanes * 4
+	eb := lanes * es // value bytes per vector
 
 	// chunk accumulates u vectors (or, scalar, one element) of g queries at element offset
 	// ob/ve over all n positions.
@@ -192,11 +203,9 @@ func axpyRows(is isa) {
 		w := make([]reg.VecVirtual, u)
 		for j := range w {
 			if scalar {
-				w[j] = XMM()
-				VMOVSS(Mem{Base: vp}, w[j])
+				w[j] = loadElem(dt, Mem{Base: vp})
 			} else {
-				w[j] = is.vec()
-				VMOVUPS(Mem{Base: vp, Disp: j * vb}, w[j])
+				w[j] = loadElems(is, dt, Mem{Base: vp, Disp: j * eb})
 			}
 		}
 		for i := 0; i < g; i++ {
@@ -240,7 +249,7 @@ func axpyRows(is isa) {
 		JL(LabelRef(name + tag + "vec"))
 		chunk(tag+"F", g, 4, false, ob, ve)
 		ADDQ(U32(4*vb), ob)
-		ADDQ(U32(4*vb), ve)
+		ADDQ(U32(4*eb), ve)
 		SUBQ(U32(4*lanes), rem)
 		JMP(LabelRef(name + tag + "four"))
 		Label(name + tag + "vec")
@@ -248,7 +257,7 @@ func axpyRows(is isa) {
 		JL(LabelRef(name + tag + "scalar"))
 		chunk(tag+"V", g, 1, false, ob, ve)
 		ADDQ(U32(vb), ob)
-		ADDQ(U32(vb), ve)
+		ADDQ(U32(eb), ve)
 		SUBQ(U32(lanes), rem)
 		JMP(LabelRef(name + tag + "vec"))
 		Label(name + tag + "scalar")
@@ -256,7 +265,7 @@ func axpyRows(is isa) {
 		JE(LabelRef(name + tag + "next"))
 		chunk(tag+"S", g, 1, true, ob, ve)
 		ADDQ(Imm(4), ob)
-		ADDQ(Imm(4), ve)
+		ADDQ(Imm(uint64(es)), ve)
 		DECQ(rem)
 		JMP(LabelRef(name + tag + "scalar"))
 		Label(name + tag + "next")
@@ -279,4 +288,33 @@ func axpyRows(is isa) {
 	Label(name + "done")
 	VZEROUPPER()
 	RET()
+}
+
+// loadElems loads one vector of f32 elements from m: as is for f32, or, for bf16, half as many
+// bytes zero-extended to 32-bit lanes and shifted into their high halves, which is the exact
+// f32 value of each bf16 (VPMOVZXWD zmm is AVX512F, ymm AVX2).
+func loadElems(is isa, dt dtype, m Mem) reg.VecVirtual {
+	v := is.vec()
+	if dt.size == 4 {
+		VMOVUPS(m, v)
+		return v
+	}
+	VPMOVZXWD(m, v)
+	VPSLLD(U8(16), v, v)
+	return v
+}
+
+// loadElem loads one f32 element from m into the low lane of an xmm, widening a bf16 as
+// loadElems does.
+func loadElem(dt dtype, m Mem) reg.VecVirtual {
+	t := XMM()
+	if dt.size == 4 {
+		VMOVSS(m, t)
+		return t
+	}
+	g := GP32()
+	MOVWLZX(m, g)
+	SHLL(U8(16), g)
+	VMOVD(g, t)
+	return t
 }

@@ -38,6 +38,10 @@ func (v Visibility) Span(qpos, blockStart, blockEnd int) (lo, hi int) {
 type Attention struct {
 	Heads, KVHeads, HeadDim int
 	Scale                   float32 // usually 1/sqrt(HeadDim)
+	// BF16Cache asks NewKV for a bf16 cache where the shape reads row-major keys and values
+	// (CacheBF16): half the memory and half the bytes attention reads, each row rounded once
+	// when it is written.
+	BF16Cache bool
 }
 
 // NewAttention returns the attention shape with the usual 1/sqrt(headDim) scale.
@@ -65,29 +69,56 @@ func (a Attention) Rows(out, q []float32, n int, k, v []float32, pos int, vis Vi
 // queries: a verification of n rows then reads each cached key and value once, not once per
 // row and query head. Batching changes no bit (rowEach is the reference it is tested against).
 func (a Attention) RowsPart(out, q []float32, first, end, n int, k, v []float32, pos int, vis Visibility, scores []float32) {
-	a.rowsHeads(out, q, first, end, n, k, v, pos, vis, scores, 0, a.Heads)
+	rowsHeads(a, out, q, first, end, n, k, v, pos, vis, scores, 0, a.Heads)
+}
+
+// cacheElem is what a row-major cache layer stores: float32, or bf16 bit patterns (a bf16
+// cache, cache.KV.K16). Attention over a bf16 layer computes the bits of attention over the
+// same layer widened to float32: the kernels widen each key and value exactly as they load it.
+type cacheElem interface{ float32 | uint16 }
+
+// dotsRows is kernel.DotsRows, or DotsRowsBF16 over a bf16 layer (the same bits over the
+// widened keys).
+func dotsRows[E cacheElem](y []float32, ldy int, q []float32, ldq, nq int, k []E, ldk, d, n int, scale float32) {
+	switch k := any(k).(type) {
+	case []float32:
+		kernel.DotsRows(y, ldy, q, ldq, nq, k, ldk, d, n, scale)
+	case []uint16:
+		kernel.DotsRowsBF16(y, ldy, q, ldq, nq, k, ldk, d, n, scale)
+	}
+}
+
+// axpyRows is kernel.AxpyRows, or AxpyRowsBF16 over a bf16 layer.
+func axpyRows[E cacheElem](out []float32, ldo int, p []float32, ldp, nq int, v []E, ldv, d, n int) {
+	switch v := any(v).(type) {
+	case []float32:
+		kernel.AxpyRows(out, ldo, p, ldp, nq, v, ldv, d, n)
+	case []uint16:
+		kernel.AxpyRowsBF16(out, ldo, p, ldp, nq, v, ldv, d, n)
+	}
 }
 
 // rowsHeads is RowsPart for the query heads [h0, h1) only: the output of the other heads is left
 // alone. Each head's arithmetic is that of RowsPart, so cores computing disjoint head ranges of
 // the same rows (HeadSplit) together give RowsPart's bits. When the shape is batched (grouped
 // heads, not 8 wide) h0 and h1 must be multiples of the group (whole key/value heads).
-func (a Attention) rowsHeads(out, q []float32, first, end, n int, k, v []float32, pos int, vis Visibility, scores []float32, h0, h1 int) {
+func rowsHeads[E cacheElem](a Attention, out, q []float32, first, end, n int, k, v []E, pos int, vis Visibility, scores []float32, h0, h1 int) {
 	if a.HeadDim == 8 || a.KVHeads <= 0 || a.Heads%a.KVHeads != 0 {
 		for i := first; i < end; i++ {
-			a.rowEach(out, q, i, first, n, k, v, pos, vis, scores, h0, h1)
+			rowEach(a, out, q, i, first, n, k, v, pos, vis, scores, h0, h1)
 		}
 		return
 	}
 	group := a.Heads / a.KVHeads
-	a.rowsBatched(out, q, first, end, n, k, v, pos, vis, scores, h0/group, h1/group)
+	rowsBatched(a, out, q, first, end, n, k, v, pos, vis, scores, h0/group, h1/group)
 }
 
 // rowEach is attention for row i of RowsPart's rows, query heads [h0, h1) one at a time: each head's scores
 // are Dot(q, k_t) * Scale over the row's span, its softmax runs over them, and its output takes
 // Axpy(out, p_t, v_t) for t in order onto zeros. The batched path keeps exactly these operations
-// per query, so this is the definition of a row's bits.
-func (a Attention) rowEach(out, q []float32, i, first, n int, k, v []float32, pos int, vis Visibility, scores []float32, h0, h1 int) {
+// per query, so this is the definition of a row's bits. Over a bf16 layer the same operations run
+// through the rows kernels, which compute Dot and the Axpy sequence bitwise over widened rows.
+func rowEach[E cacheElem](a Attention, out, q []float32, i, first, n int, k, v []E, pos int, vis Visibility, scores []float32, h0, h1 int) {
 	d := a.HeadDim
 	w := a.KVHeads * d
 	group := a.Heads / a.KVHeads
@@ -101,17 +132,26 @@ func (a Attention) rowEach(out, q []float32, i, first, n int, k, v []float32, po
 		koff := (h / group) * d
 		kh := k[lo*w+koff:]
 		vh := v[lo*w+koff:]
+		kf, f32 := any(kh).([]float32)
+		if !f32 {
+			dotsRows(sc, len(sc), qh, d, 1, kh, w, d, len(sc), a.Scale)
+			Softmax(sc)
+			clear(oh)
+			axpyRows(oh, d, sc, len(sc), 1, vh, w, d, len(sc))
+			continue
+		}
+		vf := any(vh).([]float32)
 		if d == 8 {
-			attendHead8((*[8]float32)(qh), (*[8]float32)(oh), kh, vh, w, sc, a.Scale)
+			attendHead8((*[8]float32)(qh), (*[8]float32)(oh), kf, vf, w, sc, a.Scale)
 			continue
 		}
 		for t := range sc {
-			sc[t] = kernel.Dot(qh, kh[t*w:t*w+d]) * a.Scale
+			sc[t] = kernel.Dot(qh, kf[t*w:t*w+d]) * a.Scale
 		}
 		Softmax(sc)
 		clear(oh)
 		for t, p := range sc {
-			kernel.Axpy(oh, p, vh[t*w:t*w+d])
+			kernel.Axpy(oh, p, vf[t*w:t*w+d])
 		}
 	}
 }
@@ -137,7 +177,7 @@ const valueTile = 4096
 // every query of the pass sees, then those that all but the first row's see, and so on. A query
 // is thus given exactly the keys of its span, in increasing order, with the operations rowEach
 // gives it: its bits depend neither on n nor on the rows in its pass.
-func (a Attention) rowsBatched(out, q []float32, first, end, n int, k, v []float32, pos int, vis Visibility, scores []float32, g0, g1 int) {
+func rowsBatched[E cacheElem](a Attention, out, q []float32, first, end, n int, k, v []E, pos int, vis Visibility, scores []float32, g0, g1 int) {
 	d := a.HeadDim
 	w := a.KVHeads * d
 	group := a.Heads / a.KVHeads
@@ -147,7 +187,7 @@ func (a Attention) rowsBatched(out, q []float32, first, end, n int, k, v []float
 		for r0 := first; r0 < end; {
 			lo, hi := vis.Span(pos+r0, pos, pos+n)
 			if group*(hi-lo+2*d) > len(scores) {
-				a.rowEach(out, q, r0, first, n, k, v, pos, vis, scores, g*group, (g+1)*group) // too little scratch to batch
+				rowEach(a, out, q, r0, first, n, k, v, pos, vis, scores, g*group, (g+1)*group) // too little scratch to batch
 				r0++
 				continue
 			}
@@ -176,7 +216,7 @@ func (a Attention) rowsBatched(out, q []float32, first, end, n int, k, v []float
 				_, rhi := vis.Span(pos+r, pos, pos+n)
 				if own := rhi - lo; own > a0 {
 					qi := (r - r0) * group
-					kernel.DotsRows(sc[qi*ldy+a0:], ldy, qs[qi*d:], d, nq-qi, kh[a0*w:], w, d, own-a0, a.Scale)
+					dotsRows(sc[qi*ldy+a0:], ldy, qs[qi*d:], d, nq-qi, kh[a0*w:], w, d, own-a0, a.Scale)
 					a0 = own
 				}
 			}
@@ -193,7 +233,7 @@ func (a Attention) rowsBatched(out, q []float32, first, end, n int, k, v []float
 				qi := (r - r0) * group
 				for own := rhi - lo; a0 < own; {
 					b := min(own, a0+tile)
-					kernel.AxpyRows(ob[qi*d:], d, sc[qi*ldy+a0:], ldy, nq-qi, vh[a0*w:], w, d, b-a0)
+					axpyRows(ob[qi*d:], d, sc[qi*ldy+a0:], ldy, nq-qi, vh[a0*w:], w, d, b-a0)
 					a0 = b
 				}
 			}

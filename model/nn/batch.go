@@ -23,11 +23,12 @@ func (s *Seq) overlap(lo, hi int) (a, b int) { return max(s.Lo, lo), min(s.Hi, h
 // sequences seqs (ascending, covering the chunk). A part inside one sequence projects straight
 // into its cache (ProjectAttention, the same bits). Otherwise the products of all the part's rows
 // run together into the staging K and V (Workspace.StageKV), and each row, normed and rotated at
-// its own position as Project does it, is copied to its sequence's cache.
+// its own position as Project does it, is copied to its sequence's cache (KV.Store, which rounds
+// it into a bf16 cache; such a cache is always written through the staging, the same bits).
 func (p *Part) ProjectAttentionSeqs(h *Heads, seqs []Seq, li int, w *AttnWeights, norm []float32, eps float32) {
 	for i := range seqs {
 		s := &seqs[i]
-		if s.Lo <= p.Lo && p.Hi <= s.Hi {
+		if s.Lo <= p.Lo && p.Hi <= s.Hi && !s.KV.BF16() {
 			p.ProjectAttention(h, s.KV, li, w, norm, eps, s.Pos-s.Lo)
 			return
 		}
@@ -53,8 +54,7 @@ func (p *Part) ProjectAttentionSeqs(h *Heads, seqs []Seq, li int, w *AttnWeights
 		r := a - p.Lo
 		pos := s.Pos + a - s.Lo
 		h.finish(w, p.Q[r*qw:(b-p.Lo)*qw], kc[r*kw:(b-p.Lo)*kw], b-a, pos)
-		copy(s.KV.K[li][pos*kw:], kc[r*kw:(b-p.Lo)*kw])
-		copy(s.KV.V[li][pos*kw:], vc[r*kw:(b-p.Lo)*kw])
+		s.KV.Store(li, pos, b-a, kc[r*kw:(b-p.Lo)*kw], vc[r*kw:(b-p.Lo)*kw])
 	}
 }
 

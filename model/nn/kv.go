@@ -26,10 +26,17 @@ type HeadMajorKV struct {
 	kt, vt [][]float32
 }
 
+// CacheBF16 reports whether NewKV makes a bf16 cache for this shape: when BF16Cache asks for
+// one and the shape reads row-major keys and values (no head-major copies, which stay float32).
+func (a Attention) CacheBF16() bool { return a.BF16Cache && !a.HeadMajorKeys() }
+
 // NewKV allocates the cache attention of shape a reads for capacity positions of layers layers:
-// a plain *cache.KV, or a *HeadMajorKV when the shape takes head-major copies (HeadMajorKeys).
-// Read and write it through AsKV. KVBytes is its memory.
+// a plain *cache.KV (bf16 when CacheBF16), or a *HeadMajorKV when the shape takes head-major
+// copies (HeadMajorKeys). Read and write it through AsKV. KVBytes is its memory.
 func (a Attention) NewKV(layers, capacity int) cache.Cache {
+	if a.CacheBF16() {
+		return cache.NewKVBF16(layers, capacity, a.KVHeads*a.HeadDim)
+	}
 	kv := cache.NewKV(layers, capacity, a.KVHeads*a.HeadDim)
 	copies, layout := a.headMajorCopies(capacity)
 	if copies == 0 {
@@ -66,6 +73,9 @@ func (a Attention) headMajorCopies(capacity int) (int, HeadMajor) {
 // KVBytes is the memory NewKV(layers, capacity) allocates: the row-major keys and values
 // (cache.KVBytes) and the head-major copies of every layer, float32.
 func (a Attention) KVBytes(layers, capacity int) int64 {
+	if a.CacheBF16() {
+		return cache.KVBytesBF16(layers, capacity, a.KVHeads*a.HeadDim)
+	}
 	n := cache.KVBytes(layers, capacity, a.KVHeads*a.HeadDim)
 	if copies, layout := a.headMajorCopies(capacity); copies > 0 {
 		n += 4 * int64(layers) * int64(copies) * int64(layout.Len())
@@ -137,6 +147,11 @@ type Heads struct {
 	Rope *RoPE
 }
 
+// Finish applies the per-head norms and RoPE to rows rows of staged keys kc and queries q (q nil:
+// keys only) at positions [pos, pos+rows), as Project does after its products: for writers that
+// stage rows before they Store them in a cache.
+func (h *Heads) Finish(w *AttnWeights, q, kc []float32, rows, pos int) { h.finish(w, q, kc, rows, pos) }
+
 // Project computes the queries, keys and values of rows rows of x (the normed input) at
 // positions [pos, pos+rows): queries into q, keys and values straight into layer li of c at the
 // slots of those positions, each after its per-head norm and RoPE. Rows past the committed
@@ -205,5 +220,9 @@ func (h *Heads) attendHeads(out, q []float32, first, end, n int, c KV, li, pos i
 		h.rowsHeadMajorHeads(out, q, first, end, n, c.hm.kt[li], vt, c.V[li], c.hm.layout, pos, vis, scores, h0, h1)
 		return
 	}
-	h.rowsHeads(out, q, first, end, n, c.K[li], c.V[li], pos, vis, scores, h0, h1)
+	if c.BF16() {
+		rowsHeads(h.Attention, out, q, first, end, n, c.K16[li], c.V16[li], pos, vis, scores, h0, h1)
+		return
+	}
+	rowsHeads(h.Attention, out, q, first, end, n, c.K[li], c.V[li], pos, vis, scores, h0, h1)
 }

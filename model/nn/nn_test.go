@@ -5,8 +5,10 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
+	"github.com/dflash/dflash/cache"
 	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/kernel/kerneltest"
 )
@@ -237,7 +239,7 @@ func TestAttentionRowsBatchedBitwise(t *testing.T) {
 					for n := 1; n <= 16; n++ {
 						want := make([]float32, n*qw)
 						for i := 0; i < n; i++ {
-							a.rowEach(want, q, i, 0, n, k, v, committed, vis, make([]float32, capacity), 0, sh.heads)
+							rowEach(a, want, q, i, 0, n, k, v, committed, vis, make([]float32, capacity), 0, sh.heads)
 						}
 						for _, sc := range [][]float32{full, small} {
 							out := make([]float32, n*qw)
@@ -407,5 +409,98 @@ func BenchmarkAttentionBlockHeadMajorStride(b *testing.B) {
 				a.RowsHeadMajor(out, q, 16, kt, vt, nil, l, 200, Causal, sc)
 			}
 		})
+	}
+}
+
+func TestAttentionBF16CacheBitwise(t *testing.T) {
+	// Attention over a bf16 layer gives every row the bits rowEach gives it over the same layer
+	// widened to f32: batched or one row at a time, with full or small scratch, as a part, and
+	// (causal) as a one-row decode step at its position. So a bf16 cache keeps the batch-width
+	// property, and its rounding happens once, where a row is stored.
+	kerneltest.ForEachPath(t, func(t *testing.T) {
+		type shape struct{ heads, kvHeads, d int }
+		for _, sh := range []shape{{16, 8, 128}, {4, 1, 100}, {3, 3, 72}} {
+			for _, committed := range []int{0, 37, 300} {
+				for _, vis := range []Visibility{Causal, {Bidirectional: true}, {Window: 20}} {
+					a := NewAttention(sh.heads, sh.kvHeads, sh.d)
+					qw, w := sh.heads*sh.d, sh.kvHeads*sh.d
+					capacity := committed + 16
+					r := rand.New(rand.NewPCG(uint64(sh.d*5+committed), 13))
+					c := cache.NewKVBF16(1, capacity, w)
+					c.Store(0, 0, capacity, randVec(r, capacity*w), randVec(r, capacity*w))
+					k, v := make([]float32, capacity*w), make([]float32, capacity*w)
+					for p := range capacity {
+						c.RowF32(0, p, k[p*w:], v[p*w:])
+					}
+					k16, v16 := c.K16[0], c.V16[0]
+					q := randVec(r, 16*qw)
+					full := make([]float32, ScratchLen(capacity))
+					small := make([]float32, sh.heads/sh.kvHeads*(capacity+2*sh.d)+5)
+					for _, n := range []int{1, 2, 5, 16} {
+						want := make([]float32, n*qw)
+						for i := 0; i < n; i++ {
+							rowEach(a, want, q, i, 0, n, k, v, committed, vis, make([]float32, capacity), 0, sh.heads)
+						}
+						for _, sc := range [][]float32{full, small} {
+							out := make([]float32, n*qw)
+							rowsHeads(a, out, q, 0, n, n, k16, v16, committed, vis, sc, 0, sh.heads)
+							if !slices.Equal(out, want) {
+								t.Fatalf("%+v committed %d vis %+v n=%d scratch %d: bf16 rows differ from f32 rows over the widened cache", sh, committed, vis, n, len(sc))
+							}
+						}
+						mid := n / 2
+						part := make([]float32, (n-mid)*qw)
+						rowsHeads(a, part, q[mid*qw:], mid, n, n, k16, v16, committed, vis, full, 0, sh.heads)
+						if !slices.Equal(part, want[mid*qw:]) {
+							t.Fatalf("%+v committed %d vis %+v n=%d: bf16 rows [%d, %d) as a part differ", sh, committed, vis, n, mid, n)
+						}
+						if vis == Causal {
+							one := make([]float32, qw)
+							rowsHeads(a, one, q[(n-1)*qw:], 0, 1, 1, k16, v16, committed+n-1, vis, full, 0, sh.heads)
+							if !slices.Equal(one, want[(n-1)*qw:]) {
+								t.Fatalf("%+v committed %d n=%d: the last bf16 row as a decode step differs", sh, committed, n)
+							}
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
+func TestCacheKindChoosesBF16(t *testing.T) {
+	// auto caches bf16 for bf16 and quantized weights only; heads that read head-major copies
+	// always cache f32; explicit kinds override the weights' dtype.
+	defer SetCacheKind(SetCacheKind(CacheAuto))
+	rowMajor, headMajor := NewAttention(16, 8, 128), NewAttention(8, 2, 64)
+	for _, c := range []struct {
+		kind    CacheKind
+		weights kernel.DType
+		want    bool
+	}{{CacheAuto, kernel.F32, false}, {CacheAuto, kernel.BF16, true}, {CacheAuto, kernel.Q8_0, true},
+		{CacheF32, kernel.BF16, false}, {CacheBF16, kernel.F32, true}} {
+		SetCacheKind(c.kind)
+		if got := CacheBF16For(c.weights); got != c.want {
+			t.Errorf("%v with %v weights: bf16 %v, want %v", c.kind, c.weights, got, c.want)
+		}
+		a, b := rowMajor, headMajor
+		a.BF16Cache, b.BF16Cache = CacheBF16For(c.weights), CacheBF16For(c.weights)
+		if got := CacheElem(a.NewKV(2, 10)); got != map[bool]string{true: "bf16", false: "f32"}[c.want] {
+			t.Errorf("%v with %v weights: a row-major cache of %s", c.kind, c.weights, got)
+		}
+		if got := CacheElem(b.NewKV(2, 10)); got != "f32" {
+			t.Errorf("a head-major shape cached %s", got)
+		}
+		if got, want := a.KVBytes(2, 10), a.NewKV(2, 10).(*cache.KV).Bytes(); got != want {
+			t.Errorf("KVBytes %d, the cache holds %d", got, want)
+		}
+	}
+	for _, s := range []string{"", "auto", "f32", "bf16"} {
+		if _, err := ParseCacheKind(s); err != nil {
+			t.Error(err)
+		}
+	}
+	if _, err := ParseCacheKind("f16"); err == nil || !strings.Contains(err.Error(), "f16") {
+		t.Errorf("f16: %v", err)
 	}
 }

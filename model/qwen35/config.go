@@ -84,7 +84,11 @@ func (c *Config) Memory(depth, checkpoints int) SequenceMemory {
 
 // Attention is the full-attention layers' shape, the one NewCache's key/value cache is laid out
 // for (nn.Attention.NewKV).
-func (c *Config) Attention() nn.Attention { return nn.NewAttention(c.Heads, c.KVHeads, c.HeadDim) }
+func (c *Config) Attention() nn.Attention {
+	a := nn.NewAttention(c.Heads, c.KVHeads, c.HeadDim)
+	a.BF16Cache = nn.CacheBF16For(c.DType)
+	return a
+}
 
 // CacheCapacity is the positions NewCache(capacity) holds: capacity clamped to [1, MaxSeq].
 func (c *Config) CacheCapacity(capacity int) int { return min(max(capacity, 1), c.MaxSeq) }

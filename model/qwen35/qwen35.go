@@ -177,7 +177,7 @@ func (m *Model) Layers() []Layer { return m.layers }
 func (m *Model) NewCache(capacity int) cache.Cache {
 	capacity = m.cfg.CacheCapacity(capacity)
 	m.grow(capacity)
-	kv := m.heads.NewKV(m.nFull, capacity)
+	kv := m.cfg.Attention().NewKV(m.nFull, capacity) // bf16 keys and values as nn.CacheBF16For says
 	return cache.NewHybrid(kv, m.cfg.RecurrentShapes())
 }
 
@@ -453,9 +453,9 @@ func (f *forward) Open(p *nn.Part, li int) {
 
 // projectAttention writes the part's queries into p.Q (normed, rotated), their gates into qg,
 // and their keys and values into their sequences' caches at their positions (k normed and
-// rotated). A part inside one sequence projects straight into its cache; a part spanning several
-// stages its keys and values (Workspace.StageKV) and copies each row to its own cache: the same
-// products, norms and rotations, so the same bits.
+// rotated). A part inside one sequence projects straight into its float32 cache; a part spanning
+// several, or writing a bf16 cache, stages its keys and values (Workspace.StageKV) and stores each
+// row in its own cache (KV.Store): the same products, norms and rotations, so the same bits.
 func (f *forward) projectAttention(p *nn.Part, li int, w *AttnWeights) {
 	m := f.m
 	cfg := &m.cfg
@@ -465,7 +465,7 @@ func (f *forward) projectAttention(p *nn.Part, li int, w *AttnWeights) {
 	kc, vc := p.K[:p.Rows*kvw], p.V[:p.Rows*kvw]
 	staged := true
 	for i := range f.seqs {
-		if s := &f.seqs[i]; s.lo <= p.Lo && p.Hi <= s.hi {
+		if s := &f.seqs[i]; s.lo <= p.Lo && p.Hi <= s.hi && !s.kv.BF16() {
 			pos := s.pos + p.Lo - s.lo
 			kc, vc = s.kv.K[kl][pos*kvw:(pos+p.Rows)*kvw], s.kv.V[kl][pos*kvw:(pos+p.Rows)*kvw]
 			staged = false
@@ -495,8 +495,7 @@ func (f *forward) projectAttention(p *nn.Part, li int, w *AttnWeights) {
 				m.rope.Apply(q[:rd], 1, pos)
 			}
 			if staged {
-				copy(s.kv.K[kl][pos*kvw:(pos+1)*kvw], kc[i*kvw:(i+1)*kvw])
-				copy(s.kv.V[kl][pos*kvw:(pos+1)*kvw], vc[i*kvw:(i+1)*kvw])
+				s.kv.Store(kl, pos, 1, kc[i*kvw:(i+1)*kvw], vc[i*kvw:(i+1)*kvw]) // rounded into a bf16 cache
 			}
 		}
 	}

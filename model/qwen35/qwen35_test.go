@@ -235,9 +235,10 @@ func sameState(t *testing.T, k int, a, b *cache.Hybrid) {
 	}
 	ka, _ := nn.AsKV(a.KV)
 	kb, _ := nn.AsKV(b.KV)
-	w := ka.Width
 	for l := 0; l < ka.Layers; l++ {
-		if !slices.Equal(ka.K[l][:a.Offset()*w], kb.K[l][:b.Offset()*w]) || !slices.Equal(ka.V[l][:a.Offset()*w], kb.V[l][:b.Offset()*w]) {
+		k1, v1 := ka.RowsF32(l, 0, a.Offset())
+		k2, v2 := kb.RowsF32(l, 0, b.Offset())
+		if !slices.Equal(k1, k2) || !slices.Equal(v1, v2) {
 			t.Fatalf("k=%d: keys or values of attention layer %d differ", k, l)
 		}
 	}

@@ -82,8 +82,9 @@ func runBatch(t *testing.T, m *Model, shapes []batchShape, batched bool) []batch
 		o := &out[i]
 		o.offset = kv.Offset()
 		for l := 0; l < kv.Layers; l++ {
-			o.keys = append(o.keys, kv.K[l][:o.offset*kv.Width]...)
-			o.values = append(o.values, kv.V[l][:o.offset*kv.Width]...)
+			k, v := kv.RowsF32(l, 0, o.offset) // a bf16 cache's rows widened: equal bits iff equal rows
+			o.keys = append(o.keys, k...)
+			o.values = append(o.values, v...)
 		}
 	}
 	return out

@@ -40,7 +40,8 @@ func TestHeadSplitForwardBitwise(t *testing.T) {
 			logits = slices.Clone(res.Logits)
 			taps = append(slices.Clone(res.Taps[0]), res.Taps[1]...)
 			for l := 0; l < k.Layers; l++ {
-				kv = append(append(kv, k.K[l][:k.Offset()*k.Width]...), k.V[l][:k.Offset()*k.Width]...)
+				kl, vl := k.RowsF32(l, 0, k.Offset())
+				kv = append(append(kv, kl...), vl...)
 			}
 			return logits, taps, kv
 		}

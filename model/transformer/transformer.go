@@ -110,10 +110,15 @@ func (m *Model) Layers() []Layer { return m.layers }
 // head-major key copies for faster attention (nn.Attention.NewKV); the cache is then not a
 // *cache.KV itself (it embeds one). Forward also accepts a plain *cache.KV of the right shape,
 // on which attention runs over rows (same values to rounding, other bits).
+//
+// The cache stores bf16 keys and values when nn.CacheBF16For the model's dtype says so and the
+// shape reads rows (nn.Attention.CacheBF16), f32 otherwise; both kinds are accepted by Forward.
 func (m *Model) NewCache(capacity int) cache.Cache {
 	capacity = min(max(capacity, 1), m.cfg.MaxSeq)
 	m.grow(capacity)
-	return m.heads.NewKV(m.cfg.Layers, capacity)
+	a := m.heads.Attention
+	a.BF16Cache = nn.CacheBF16For(m.cfg.DType)
+	return a.NewKV(m.cfg.Layers, capacity)
 }
 
 func (m *Model) grow(positions int) {

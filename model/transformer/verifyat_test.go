@@ -31,10 +31,12 @@ func BenchmarkVerifyAtSyntheticQwen3_06B(b *testing.B) {
 			b.Fatalf("cache is %T, want the row-major *cache.KV of heads of %d", c, cfg.HeadDim)
 		}
 		r := rand.New(rand.NewPCG(uint64(at), 1))
-		for l := range kv.K {
-			for i := range at * kv.Width {
-				kv.K[l][i], kv.V[l][i] = float32(r.NormFloat64()), float32(r.NormFloat64())
+		k, v := make([]float32, at*kv.Width), make([]float32, at*kv.Width)
+		for l := range kv.Layers {
+			for i := range k {
+				k[i], v[i] = float32(r.NormFloat64()), float32(r.NormFloat64())
 			}
+			kv.Store(l, 0, at, k, v) // rounded to bf16 where the model caches bf16
 		}
 		if err := kv.Advance(at); err != nil {
 			b.Fatal(err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dflash/dflash/engine"
 	"github.com/dflash/dflash/internal/shareddata"
+	"github.com/dflash/dflash/model/nn"
 	"github.com/dflash/dflash/model/transformer"
 )
 
@@ -95,19 +96,23 @@ func TestAutoParallel(t *testing.T) {
 }
 
 // TestSequenceBytes: Qwen3-0.6B's shape (28 layers, 8 key/value heads of 128) at 4096 positions
-// holds keys and values of 28 x 4096 x 1024 floats each, no head-major copies at heads of 128;
-// a draft of 5 layers adds as much per layer.
+// holds keys and values of 28 x 4096 x 1024 elements each, no head-major copies at heads of 128:
+// bf16 for its bf16 weights, f32 under --kv-cache f32; a draft of 5 layers adds 5 f32 layers.
 func TestSequenceBytes(t *testing.T) {
 	cfg, err := transformer.SyntheticConfig("qwen3-0.6b")
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := &engine.Description{Config: cfg}
-	if got, want := SequenceBytes(d, 4096), int64(28*4096*1024*4*2); got != want {
+	if got, want := SequenceBytes(d, 4096), int64(28*4096*1024*2*2); got != want {
 		t.Errorf("target alone: %d bytes, want %d", got, want)
 	}
 	d.Drafts = []engine.DraftInfo{{Layers: 5}}
-	if got, want := SequenceBytes(d, 4096), int64(33*4096*1024*4*2); got != want {
+	if got, want := SequenceBytes(d, 4096), int64(28*4096*1024*2*2+5*4096*1024*4*2); got != want {
 		t.Errorf("with a 5-layer draft: %d bytes, want %d", got, want)
+	}
+	defer nn.SetCacheKind(nn.SetCacheKind(nn.CacheF32))
+	if got, want := SequenceBytes(d, 4096), int64(33*4096*1024*4*2); got != want {
+		t.Errorf("f32 cache with a 5-layer draft: %d bytes, want %d", got, want)
 	}
 }

@@ -30,7 +30,8 @@ func AutoParallel(seqBytes, avail int64) int {
 
 // SequenceBytes estimates the memory one sequence of ctxLen positions holds.
 //
-// For a dense target: the target's keys and values in float32 for every layer, their head-major
+// For a dense target: the target's keys and values for every layer (bf16 where the target caches
+// bf16, nn.CacheBF16For, else float32), their head-major
 // copies where attention reads them (heads of at most nn.FusedMaxHead elements: the keys, and
 // the values too for llama2.c-sized heads of 16 or less), and as much again for each draft layer
 // (drafts share the target's attention shape).
@@ -49,11 +50,16 @@ func SequenceBytes(d *engine.Description, ctxLen int) int64 {
 	case c.HeadDim <= nn.FusedMaxHead:
 		copies = 3
 	}
-	layers := int64(c.Layers)
+	target := int64(c.Layers) * int64(max(ctxLen, 1)) * row * copies
+	if a := nn.NewAttention(c.Heads, c.KVHeads, c.HeadDim); copies == 2 && nn.CacheBF16For(c.DType) {
+		a.BF16Cache = true
+		target = a.KVBytes(c.Layers, max(ctxLen, 1)) // bf16 rows, no copies
+	}
+	var layers int64
 	for _, dr := range d.Drafts {
 		layers += int64(dr.Layers)
 	}
-	return layers * int64(max(ctxLen, 1)) * row * copies
+	return target + layers*int64(max(ctxLen, 1))*row*copies
 }
 
 // hybridSequenceBytes is exactly what a Qwen3.5 sequence of ctxLen positions allocates at most

@@ -90,13 +90,9 @@ func cloneKV(dst, src cache.Cache) error {
 	if !ok1 || !ok2 {
 		return fmt.Errorf("taubound: the target's cache is not a key/value cache (%T)", src)
 	}
-	off, w := s.Offset(), s.Width
-	if d.Width != w || len(d.K) != len(s.K) || d.Capacity < off {
-		return fmt.Errorf("taubound: caches of different shapes")
-	}
-	for l := range s.K {
-		copy(d.K[l][:off*w], s.K[l][:off*w])
-		copy(d.V[l][:off*w], s.V[l][:off*w])
+	off := s.Offset()
+	if err := d.CopyRows(s.KV, off); err != nil {
+		return fmt.Errorf("taubound: %w", err)
 	}
 	if err := d.KV.Rewind(0); err != nil {
 		return err
@@ -104,7 +100,7 @@ func cloneKV(dst, src cache.Cache) error {
 	if err := d.KV.Advance(off); err != nil {
 		return err
 	}
-	for l := range s.K {
+	for l := range s.Layers {
 		d.Publish(l, 0, off)
 	}
 	return nil
