@@ -30,16 +30,21 @@ type Cache interface {
 }
 
 // KV holds keys and values for every layer: Layers x Capacity rows of Width elements each
-// (Width = kv heads * head dim), as float32 (K, V) or, for a bf16 cache, as bf16 bit patterns
-// (K16, V16; K and V are nil then). Memory is allocated once at construction.
+// (Width = kv heads * head dim). Memory is allocated once at construction.
 //
-// A bf16 cache stores each row rounded to nearest even once, when it is written; every reader
-// widens the stored values exactly. So a row reads the same whether it was written by a decode
-// step or by a verification with other rows, and rejected rows leave no trace either way.
+// A float32 cache (K, V) keeps each layer row-major: position p's row at [p*Width, (p+1)*Width).
+// A bf16 cache (K16, V16; K and V are nil) keeps each layer head-blocked, [head][position][HeadDim]:
+// one head's keys over consecutive positions are contiguous, so attention, which reads one head
+// over a span of positions at a time, streams them in order instead of taking HeadDim elements
+// from every Width-long row (a page apart for long rows, which the hardware prefetchers do not
+// follow). Its rows are rounded to nearest even once, when they are stored; every reader widens
+// them exactly. So a row reads the same whether a decode step or a verification with other rows
+// wrote it, and rejected rows leave no trace either way.
 type KV struct {
 	Layers, Capacity, Width int
-	K, V                    [][]float32 // per layer, Capacity*Width; nil for a bf16 cache
-	K16, V16                [][]uint16  // per layer, Capacity*Width; nil for a float32 cache
+	K, V                    [][]float32 // per layer, Capacity*Width row-major; nil for a bf16 cache
+	K16, V16                [][]uint16  // per layer, Capacity*Width head-blocked; nil for a float32 cache
+	HeadDim                 int         // of a bf16 cache's blocks (0 for a float32 cache)
 	offset                  int
 }
 
@@ -53,13 +58,14 @@ func NewKV(layers, capacity, width int) *KV {
 	return c
 }
 
-// NewKVBF16 allocates a bf16 cache for capacity positions: KVBytesBF16(layers, capacity, width)
-// bytes, half of NewKV's.
-func NewKVBF16(layers, capacity, width int) *KV {
-	c := &KV{Layers: layers, Capacity: capacity, Width: width, K16: make([][]uint16, layers), V16: make([][]uint16, layers)}
+// NewKVBF16 allocates a bf16 cache of kvHeads heads of headDim for capacity positions:
+// KVBytesBF16(layers, capacity, kvHeads*headDim) bytes, half of NewKV's.
+func NewKVBF16(layers, capacity, kvHeads, headDim int) *KV {
+	w := kvHeads * headDim
+	c := &KV{Layers: layers, Capacity: capacity, Width: w, HeadDim: headDim, K16: make([][]uint16, layers), V16: make([][]uint16, layers)}
 	for l := range c.K16 {
-		c.K16[l] = make([]uint16, capacity*width)
-		c.V16[l] = make([]uint16, capacity*width)
+		c.K16[l] = make([]uint16, capacity*w)
+		c.V16[l] = make([]uint16, capacity*w)
 	}
 	return c
 }
@@ -75,6 +81,10 @@ func KVBytesBF16(layers, capacity, width int) int64 { return KVBytes(layers, cap
 
 // BF16 reports whether the cache stores bf16 rows (K16, V16).
 func (c *KV) BF16() bool { return c.K16 != nil }
+
+// HeadBlock is where head h's elements start in a bf16 layer (K16[l], V16[l]): positions follow
+// each other HeadDim elements apart from there.
+func (c *KV) HeadBlock(h int) int { return h * c.Capacity * c.HeadDim }
 
 // Bytes is the memory the cache holds, measured from its buffers (their capacities).
 func (c *KV) Bytes() int64 {
@@ -120,15 +130,19 @@ func (c *KV) Row(l, pos int) (k, v []float32) {
 // RowF32 writes the key and value rows of layer l at position pos into k and v (Width each) as
 // float32, widening a bf16 cache's exactly.
 func (c *KV) RowF32(l, pos int, k, v []float32) {
-	o := pos * c.Width
 	if !c.BF16() {
+		o := pos * c.Width
 		copy(k[:c.Width], c.K[l][o:o+c.Width])
 		copy(v[:c.Width], c.V[l][o:o+c.Width])
 		return
 	}
-	for i := range c.Width {
-		k[i] = math.Float32frombits(uint32(c.K16[l][o+i]) << 16)
-		v[i] = math.Float32frombits(uint32(c.V16[l][o+i]) << 16)
+	d := c.HeadDim
+	for h := range c.Width / d {
+		b := c.HeadBlock(h) + pos*d
+		for e := range d {
+			k[h*d+e] = math.Float32frombits(uint32(c.K16[l][b+e]) << 16)
+			v[h*d+e] = math.Float32frombits(uint32(c.V16[l][b+e]) << 16)
+		}
 	}
 }
 
@@ -146,28 +160,38 @@ func (c *KV) RowsF32(l, lo, hi int) (k, v []float32) {
 // at positions [pos, pos+rows): copied into a float32 cache, rounded to nearest even into a
 // bf16 one. The rows become committed only when the owner advances past them.
 func (c *KV) Store(l, pos, rows int, k, v []float32) {
-	o, n := pos*c.Width, rows*c.Width
 	if !c.BF16() {
+		o, n := pos*c.Width, rows*c.Width
 		copy(c.K[l][o:o+n], k[:n])
 		copy(c.V[l][o:o+n], v[:n])
 		return
 	}
-	RoundBF16(c.K16[l][o:o+n], k[:n])
-	RoundBF16(c.V16[l][o:o+n], v[:n])
+	d := c.HeadDim
+	for r := range rows {
+		for h := range c.Width / d {
+			b, s := c.HeadBlock(h)+(pos+r)*d, r*c.Width+h*d
+			RoundBF16(c.K16[l][b:b+d], k[s:s+d])
+			RoundBF16(c.V16[l][b:b+d], v[s:s+d])
+		}
+	}
 }
 
 // CopyRows copies rows [0, rows) of every layer of src into c, which must have the same shape
 // and kind (for a cache cloned at an offset).
 func (c *KV) CopyRows(src *KV, rows int) error {
-	if src.Layers != c.Layers || src.Width != c.Width || src.BF16() != c.BF16() || rows > c.Capacity || rows > src.Capacity {
+	if src.Layers != c.Layers || src.Width != c.Width || src.BF16() != c.BF16() || src.HeadDim != c.HeadDim || rows > c.Capacity || rows > src.Capacity {
 		return fmt.Errorf("cache: copy %d rows of a %d-layer, %d-wide cache (bf16 %v) into a %d-layer, %d-wide one (bf16 %v) of %d rows",
 			rows, src.Layers, src.Width, src.BF16(), c.Layers, c.Width, c.BF16(), c.Capacity)
 	}
 	n := rows * c.Width
 	for l := range c.Layers {
 		if c.BF16() {
-			copy(c.K16[l][:n], src.K16[l][:n])
-			copy(c.V16[l][:n], src.V16[l][:n])
+			d := c.HeadDim
+			for h := range c.Width / d {
+				cb, sb := c.HeadBlock(h), src.HeadBlock(h)
+				copy(c.K16[l][cb:cb+rows*d], src.K16[l][sb:sb+rows*d])
+				copy(c.V16[l][cb:cb+rows*d], src.V16[l][sb:sb+rows*d])
+			}
 			continue
 		}
 		copy(c.K[l][:n], src.K[l][:n])

@@ -3397,7 +3397,7 @@ siluMulF32x512done:
 	RET
 
 // func dotsRowsF32x512(y *float32, ldy int, q *float32, ldq int, nq int, k *float32, ldk int, d int, n int, scale float32)
-// Requires: AVX, AVX512F, FMA3, SSE
+// Requires: AVX, AVX512F, FMA3, MMX+, SSE
 TEXT ·dotsRowsF32x512(SB), NOSPLIT, $0-76
 	MOVQ  y+0(FP), AX
 	MOVQ  ldy+8(FP), CX
@@ -3409,11 +3409,23 @@ TEXT ·dotsRowsF32x512(SB), NOSPLIT, $0-76
 	SHLQ  $0x02, DX
 
 dotsRowsF32x512key:
-	TESTQ SI, SI
-	JE    dotsRowsF32x512done
-	MOVQ  q+16(FP), DI
-	MOVQ  AX, R8
-	MOVQ  nq+32(FP), R9
+	TESTQ  SI, SI
+	JE     dotsRowsF32x512done
+	MOVQ   ldk+48(FP), DI
+	IMUL3Q $0x00000020, DI, DI
+	ADDQ   BX, DI
+	MOVQ   d+56(FP), R8
+	SHLQ   $0x02, R8
+	ADDQ   DI, R8
+
+dotsRowsF32x512pf:
+	PREFETCHT0 (DI)
+	ADDQ       $0x40, DI
+	CMPQ       DI, R8
+	JL         dotsRowsF32x512pf
+	MOVQ       q+16(FP), DI
+	MOVQ       AX, R8
+	MOVQ       nq+32(FP), R9
 
 dotsRowsF32x512two:
 	CMPQ   R9, $0x02
@@ -3584,7 +3596,7 @@ dotsRowsF32x512done:
 	RET
 
 // func axpyRowsF32x512(out *float32, ldo int, p *float32, ldp int, nq int, v *float32, ldv int, d int, n int)
-// Requires: AVX, AVX512F, FMA3
+// Requires: AVX, AVX512F, FMA3, MMX+
 TEXT ·axpyRowsF32x512(SB), NOSPLIT, $0-72
 	MOVQ out+0(FP), AX
 	MOVQ ldo+8(FP), CX
@@ -3617,8 +3629,14 @@ axpyRowsF32x512G2four:
 	MOVQ    DX, R11
 	MOVQ    R9, R12
 	MOVQ    n+64(FP), R13
+	MOVQ    ldv+48(FP), R14
+	IMUL3Q  $0x00000020, R14, R14
 
 axpyRowsF32x512G2Ft:
+	PREFETCHT0   (R12)(R14*1)
+	PREFETCHT0   64(R12)(R14*1)
+	PREFETCHT0   128(R12)(R14*1)
+	PREFETCHT0   192(R12)(R14*1)
 	VMOVUPS      (R12), Z8
 	VMOVUPS      64(R12), Z9
 	VMOVUPS      128(R12), Z10
@@ -3658,8 +3676,11 @@ axpyRowsF32x512G2vec:
 	MOVQ    DX, R11
 	MOVQ    R9, R12
 	MOVQ    n+64(FP), R13
+	MOVQ    ldv+48(FP), R14
+	IMUL3Q  $0x00000020, R14, R14
 
 axpyRowsF32x512G2Vt:
+	PREFETCHT0   (R12)(R14*1)
 	VMOVUPS      (R12), Z2
 	VBROADCASTSS (R11), Z3
 	VFMADD231PS  Z2, Z3, Z0
@@ -3684,6 +3705,8 @@ axpyRowsF32x512G2scalar:
 	MOVQ   DX, R11
 	MOVQ   R9, R12
 	MOVQ   n+64(FP), R13
+	MOVQ   ldv+48(FP), R14
+	IMUL3Q $0x00000020, R14, R14
 
 axpyRowsF32x512G2St:
 	VMOVSS      (R12), X2
@@ -3725,8 +3748,14 @@ axpyRowsF32x512G1four:
 	MOVQ    DX, R11
 	MOVQ    R9, R12
 	MOVQ    n+64(FP), R13
+	MOVQ    ldv+48(FP), R14
+	IMUL3Q  $0x00000020, R14, R14
 
 axpyRowsF32x512G1Ft:
+	PREFETCHT0   (R12)(R14*1)
+	PREFETCHT0   64(R12)(R14*1)
+	PREFETCHT0   128(R12)(R14*1)
+	PREFETCHT0   192(R12)(R14*1)
 	VMOVUPS      (R12), Z4
 	VMOVUPS      64(R12), Z5
 	VMOVUPS      128(R12), Z6
@@ -3756,8 +3785,11 @@ axpyRowsF32x512G1vec:
 	MOVQ    DX, R11
 	MOVQ    R9, R12
 	MOVQ    n+64(FP), R13
+	MOVQ    ldv+48(FP), R14
+	IMUL3Q  $0x00000020, R14, R14
 
 axpyRowsF32x512G1Vt:
+	PREFETCHT0   (R12)(R14*1)
 	VMOVUPS      (R12), Z1
 	VBROADCASTSS (R11), Z2
 	VFMADD231PS  Z1, Z2, Z0
@@ -3778,6 +3810,8 @@ axpyRowsF32x512G1scalar:
 	MOVQ   DX, R11
 	MOVQ   R9, R12
 	MOVQ   n+64(FP), R13
+	MOVQ   ldv+48(FP), R14
+	IMUL3Q $0x00000020, R14, R14
 
 axpyRowsF32x512G1St:
 	VMOVSS      (R12), X1
@@ -3802,7 +3836,7 @@ axpyRowsF32x512done:
 	RET
 
 // func dotsRowsBF16x512(y *float32, ldy int, q *float32, ldq int, nq int, k *uint16, ldk int, d int, n int, scale float32)
-// Requires: AVX, AVX512F, FMA3, SSE
+// Requires: AVX, AVX512F, FMA3, MMX+, SSE
 TEXT ·dotsRowsBF16x512(SB), NOSPLIT, $0-76
 	MOVQ  y+0(FP), AX
 	MOVQ  ldy+8(FP), CX
@@ -3814,11 +3848,23 @@ TEXT ·dotsRowsBF16x512(SB), NOSPLIT, $0-76
 	SHLQ  $0x02, DX
 
 dotsRowsBF16x512key:
-	TESTQ SI, SI
-	JE    dotsRowsBF16x512done
-	MOVQ  q+16(FP), DI
-	MOVQ  AX, R8
-	MOVQ  nq+32(FP), R9
+	TESTQ  SI, SI
+	JE     dotsRowsBF16x512done
+	MOVQ   ldk+48(FP), DI
+	IMUL3Q $0x00000010, DI, DI
+	ADDQ   BX, DI
+	MOVQ   d+56(FP), R8
+	SHLQ   $0x01, R8
+	ADDQ   DI, R8
+
+dotsRowsBF16x512pf:
+	PREFETCHT0 (DI)
+	ADDQ       $0x40, DI
+	CMPQ       DI, R8
+	JL         dotsRowsBF16x512pf
+	MOVQ       q+16(FP), DI
+	MOVQ       AX, R8
+	MOVQ       nq+32(FP), R9
 
 dotsRowsBF16x512two:
 	CMPQ   R9, $0x02
@@ -4003,7 +4049,7 @@ dotsRowsBF16x512done:
 	RET
 
 // func axpyRowsBF16x512(out *float32, ldo int, p *float32, ldp int, nq int, v *uint16, ldv int, d int, n int)
-// Requires: AVX, AVX512F, FMA3
+// Requires: AVX, AVX512F, FMA3, MMX+
 TEXT ·axpyRowsBF16x512(SB), NOSPLIT, $0-72
 	MOVQ out+0(FP), AX
 	MOVQ ldo+8(FP), CX
@@ -4036,8 +4082,12 @@ axpyRowsBF16x512G2four:
 	MOVQ    DX, R11
 	MOVQ    R9, R12
 	MOVQ    n+64(FP), R13
+	MOVQ    ldv+48(FP), R14
+	IMUL3Q  $0x00000010, R14, R14
 
 axpyRowsBF16x512G2Ft:
+	PREFETCHT0   (R12)(R14*1)
+	PREFETCHT0   64(R12)(R14*1)
 	VPMOVZXWD    (R12), Z8
 	VPSLLD       $0x10, Z8, Z8
 	VPMOVZXWD    32(R12), Z9
@@ -4081,8 +4131,11 @@ axpyRowsBF16x512G2vec:
 	MOVQ    DX, R11
 	MOVQ    R9, R12
 	MOVQ    n+64(FP), R13
+	MOVQ    ldv+48(FP), R14
+	IMUL3Q  $0x00000010, R14, R14
 
 axpyRowsBF16x512G2Vt:
+	PREFETCHT0   (R12)(R14*1)
 	VPMOVZXWD    (R12), Z2
 	VPSLLD       $0x10, Z2, Z2
 	VBROADCASTSS (R11), Z3
@@ -4108,6 +4161,8 @@ axpyRowsBF16x512G2scalar:
 	MOVQ   DX, R11
 	MOVQ   R9, R12
 	MOVQ   n+64(FP), R13
+	MOVQ   ldv+48(FP), R14
+	IMUL3Q $0x00000010, R14, R14
 
 axpyRowsBF16x512G2St:
 	MOVWLZX     (R12), R14
@@ -4151,8 +4206,12 @@ axpyRowsBF16x512G1four:
 	MOVQ    DX, R11
 	MOVQ    R9, R12
 	MOVQ    n+64(FP), R13
+	MOVQ    ldv+48(FP), R14
+	IMUL3Q  $0x00000010, R14, R14
 
 axpyRowsBF16x512G1Ft:
+	PREFETCHT0   (R12)(R14*1)
+	PREFETCHT0   64(R12)(R14*1)
 	VPMOVZXWD    (R12), Z4
 	VPSLLD       $0x10, Z4, Z4
 	VPMOVZXWD    32(R12), Z5
@@ -4186,8 +4245,11 @@ axpyRowsBF16x512G1vec:
 	MOVQ    DX, R11
 	MOVQ    R9, R12
 	MOVQ    n+64(FP), R13
+	MOVQ    ldv+48(FP), R14
+	IMUL3Q  $0x00000010, R14, R14
 
 axpyRowsBF16x512G1Vt:
+	PREFETCHT0   (R12)(R14*1)
 	VPMOVZXWD    (R12), Z1
 	VPSLLD       $0x10, Z1, Z1
 	VBROADCASTSS (R11), Z2
@@ -4209,6 +4271,8 @@ axpyRowsBF16x512G1scalar:
 	MOVQ   DX, R11
 	MOVQ   R9, R12
 	MOVQ   n+64(FP), R13
+	MOVQ   ldv+48(FP), R14
+	IMUL3Q $0x00000010, R14, R14
 
 axpyRowsBF16x512G1St:
 	MOVWLZX     (R12), R14
@@ -6807,7 +6871,7 @@ siluMulF32x256done:
 	RET
 
 // func dotsRowsF32x256(y *float32, ldy int, q *float32, ldq int, nq int, k *float32, ldk int, d int, n int, scale float32)
-// Requires: AVX, FMA3, SSE
+// Requires: AVX, FMA3, MMX+, SSE
 TEXT ·dotsRowsF32x256(SB), NOSPLIT, $0-76
 	MOVQ  y+0(FP), AX
 	MOVQ  ldy+8(FP), CX
@@ -6819,11 +6883,23 @@ TEXT ·dotsRowsF32x256(SB), NOSPLIT, $0-76
 	SHLQ  $0x02, DX
 
 dotsRowsF32x256key:
-	TESTQ SI, SI
-	JE    dotsRowsF32x256done
-	MOVQ  q+16(FP), DI
-	MOVQ  AX, R8
-	MOVQ  nq+32(FP), R9
+	TESTQ  SI, SI
+	JE     dotsRowsF32x256done
+	MOVQ   ldk+48(FP), DI
+	IMUL3Q $0x00000020, DI, DI
+	ADDQ   BX, DI
+	MOVQ   d+56(FP), R8
+	SHLQ   $0x02, R8
+	ADDQ   DI, R8
+
+dotsRowsF32x256pf:
+	PREFETCHT0 (DI)
+	ADDQ       $0x40, DI
+	CMPQ       DI, R8
+	JL         dotsRowsF32x256pf
+	MOVQ       q+16(FP), DI
+	MOVQ       AX, R8
+	MOVQ       nq+32(FP), R9
 
 dotsRowsF32x256two:
 	CMPQ   R9, $0x02
@@ -6988,7 +7064,7 @@ dotsRowsF32x256done:
 	RET
 
 // func axpyRowsF32x256(out *float32, ldo int, p *float32, ldp int, nq int, v *float32, ldv int, d int, n int)
-// Requires: AVX, FMA3
+// Requires: AVX, FMA3, MMX+
 TEXT ·axpyRowsF32x256(SB), NOSPLIT, $0-72
 	MOVQ out+0(FP), AX
 	MOVQ ldo+8(FP), CX
@@ -7021,8 +7097,12 @@ axpyRowsF32x256G2four:
 	MOVQ    DX, R11
 	MOVQ    R9, R12
 	MOVQ    n+64(FP), R13
+	MOVQ    ldv+48(FP), R14
+	IMUL3Q  $0x00000020, R14, R14
 
 axpyRowsF32x256G2Ft:
+	PREFETCHT0   (R12)(R14*1)
+	PREFETCHT0   64(R12)(R14*1)
 	VMOVUPS      (R12), Y8
 	VMOVUPS      32(R12), Y9
 	VMOVUPS      64(R12), Y10
@@ -7062,8 +7142,11 @@ axpyRowsF32x256G2vec:
 	MOVQ    DX, R11
 	MOVQ    R9, R12
 	MOVQ    n+64(FP), R13
+	MOVQ    ldv+48(FP), R14
+	IMUL3Q  $0x00000020, R14, R14
 
 axpyRowsF32x256G2Vt:
+	PREFETCHT0   (R12)(R14*1)
 	VMOVUPS      (R12), Y2
 	VBROADCASTSS (R11), Y3
 	VFMADD231PS  Y2, Y3, Y0
@@ -7088,6 +7171,8 @@ axpyRowsF32x256G2scalar:
 	MOVQ   DX, R11
 	MOVQ   R9, R12
 	MOVQ   n+64(FP), R13
+	MOVQ   ldv+48(FP), R14
+	IMUL3Q $0x00000020, R14, R14
 
 axpyRowsF32x256G2St:
 	VMOVSS      (R12), X2
@@ -7129,8 +7214,12 @@ axpyRowsF32x256G1four:
 	MOVQ    DX, R11
 	MOVQ    R9, R12
 	MOVQ    n+64(FP), R13
+	MOVQ    ldv+48(FP), R14
+	IMUL3Q  $0x00000020, R14, R14
 
 axpyRowsF32x256G1Ft:
+	PREFETCHT0   (R12)(R14*1)
+	PREFETCHT0   64(R12)(R14*1)
 	VMOVUPS      (R12), Y4
 	VMOVUPS      32(R12), Y5
 	VMOVUPS      64(R12), Y6
@@ -7160,8 +7249,11 @@ axpyRowsF32x256G1vec:
 	MOVQ    DX, R11
 	MOVQ    R9, R12
 	MOVQ    n+64(FP), R13
+	MOVQ    ldv+48(FP), R14
+	IMUL3Q  $0x00000020, R14, R14
 
 axpyRowsF32x256G1Vt:
+	PREFETCHT0   (R12)(R14*1)
 	VMOVUPS      (R12), Y1
 	VBROADCASTSS (R11), Y2
 	VFMADD231PS  Y1, Y2, Y0
@@ -7182,6 +7274,8 @@ axpyRowsF32x256G1scalar:
 	MOVQ   DX, R11
 	MOVQ   R9, R12
 	MOVQ   n+64(FP), R13
+	MOVQ   ldv+48(FP), R14
+	IMUL3Q $0x00000020, R14, R14
 
 axpyRowsF32x256G1St:
 	VMOVSS      (R12), X1
@@ -7206,7 +7300,7 @@ axpyRowsF32x256done:
 	RET
 
 // func dotsRowsBF16x256(y *float32, ldy int, q *float32, ldq int, nq int, k *uint16, ldk int, d int, n int, scale float32)
-// Requires: AVX, AVX2, FMA3, SSE
+// Requires: AVX, AVX2, FMA3, MMX+, SSE
 TEXT ·dotsRowsBF16x256(SB), NOSPLIT, $0-76
 	MOVQ  y+0(FP), AX
 	MOVQ  ldy+8(FP), CX
@@ -7218,11 +7312,23 @@ TEXT ·dotsRowsBF16x256(SB), NOSPLIT, $0-76
 	SHLQ  $0x02, DX
 
 dotsRowsBF16x256key:
-	TESTQ SI, SI
-	JE    dotsRowsBF16x256done
-	MOVQ  q+16(FP), DI
-	MOVQ  AX, R8
-	MOVQ  nq+32(FP), R9
+	TESTQ  SI, SI
+	JE     dotsRowsBF16x256done
+	MOVQ   ldk+48(FP), DI
+	IMUL3Q $0x00000010, DI, DI
+	ADDQ   BX, DI
+	MOVQ   d+56(FP), R8
+	SHLQ   $0x01, R8
+	ADDQ   DI, R8
+
+dotsRowsBF16x256pf:
+	PREFETCHT0 (DI)
+	ADDQ       $0x40, DI
+	CMPQ       DI, R8
+	JL         dotsRowsBF16x256pf
+	MOVQ       q+16(FP), DI
+	MOVQ       AX, R8
+	MOVQ       nq+32(FP), R9
 
 dotsRowsBF16x256two:
 	CMPQ   R9, $0x02
@@ -7401,7 +7507,7 @@ dotsRowsBF16x256done:
 	RET
 
 // func axpyRowsBF16x256(out *float32, ldo int, p *float32, ldp int, nq int, v *uint16, ldv int, d int, n int)
-// Requires: AVX, AVX2, FMA3
+// Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·axpyRowsBF16x256(SB), NOSPLIT, $0-72
 	MOVQ out+0(FP), AX
 	MOVQ ldo+8(FP), CX
@@ -7434,8 +7540,11 @@ axpyRowsBF16x256G2four:
 	MOVQ    DX, R11
 	MOVQ    R9, R12
 	MOVQ    n+64(FP), R13
+	MOVQ    ldv+48(FP), R14
+	IMUL3Q  $0x00000010, R14, R14
 
 axpyRowsBF16x256G2Ft:
+	PREFETCHT0   (R12)(R14*1)
 	VPMOVZXWD    (R12), Y8
 	VPSLLD       $0x10, Y8, Y8
 	VPMOVZXWD    16(R12), Y9
@@ -7479,8 +7588,11 @@ axpyRowsBF16x256G2vec:
 	MOVQ    DX, R11
 	MOVQ    R9, R12
 	MOVQ    n+64(FP), R13
+	MOVQ    ldv+48(FP), R14
+	IMUL3Q  $0x00000010, R14, R14
 
 axpyRowsBF16x256G2Vt:
+	PREFETCHT0   (R12)(R14*1)
 	VPMOVZXWD    (R12), Y2
 	VPSLLD       $0x10, Y2, Y2
 	VBROADCASTSS (R11), Y3
@@ -7506,6 +7618,8 @@ axpyRowsBF16x256G2scalar:
 	MOVQ   DX, R11
 	MOVQ   R9, R12
 	MOVQ   n+64(FP), R13
+	MOVQ   ldv+48(FP), R14
+	IMUL3Q $0x00000010, R14, R14
 
 axpyRowsBF16x256G2St:
 	MOVWLZX     (R12), R14
@@ -7549,8 +7663,11 @@ axpyRowsBF16x256G1four:
 	MOVQ    DX, R11
 	MOVQ    R9, R12
 	MOVQ    n+64(FP), R13
+	MOVQ    ldv+48(FP), R14
+	IMUL3Q  $0x00000010, R14, R14
 
 axpyRowsBF16x256G1Ft:
+	PREFETCHT0   (R12)(R14*1)
 	VPMOVZXWD    (R12), Y4
 	VPSLLD       $0x10, Y4, Y4
 	VPMOVZXWD    16(R12), Y5
@@ -7584,8 +7701,11 @@ axpyRowsBF16x256G1vec:
 	MOVQ    DX, R11
 	MOVQ    R9, R12
 	MOVQ    n+64(FP), R13
+	MOVQ    ldv+48(FP), R14
+	IMUL3Q  $0x00000010, R14, R14
 
 axpyRowsBF16x256G1Vt:
+	PREFETCHT0   (R12)(R14*1)
 	VPMOVZXWD    (R12), Y1
 	VPSLLD       $0x10, Y1, Y1
 	VBROADCASTSS (R11), Y2
@@ -7607,6 +7727,8 @@ axpyRowsBF16x256G1scalar:
 	MOVQ   DX, R11
 	MOVQ   R9, R12
 	MOVQ   n+64(FP), R13
+	MOVQ   ldv+48(FP), R14
+	IMUL3Q $0x00000010, R14, R14
 
 axpyRowsBF16x256G1St:
 	MOVWLZX     (R12), R14

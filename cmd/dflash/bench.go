@@ -120,6 +120,7 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	verifyFlag := fs.String("verify", "2,4,8,16", "row counts n at which to measure the verify cost c(n)/c(1) (empty: skip)")
 	traceFile := fs.String("trace", "", "write one JSON line per speculative decode round to this file (see dflash run --trace), each labelled with its depth, prompt and repetition")
+	decodeAt := fs.Int("decode-at", 0, "prompt length of the decode measurement against the probe (0: the first prompt, 32 random tokens without --prompts); decoding at a long context also reads the key/value cache, which the effective GB/s does not count")
 	verifyAt := fs.Int("verify-at", 256, "committed rows before the verify-cost forwards (at most what the cache holds; --prefill sizes it)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (read it with go tool pprof)")
 	if err := fs.Parse(args); err != nil {
@@ -152,7 +153,10 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		// The default prompt length must fit small models' contexts (stories260K has 512).
 		*prefill = min(*prefill, maxSeq(cfg)/2)
 	}
-	capacity := min(max(*prefill, 64)+*n+64, maxSeq(cfg))
+	if *decodeAt < 0 || *decodeAt+*n+1 > maxSeq(cfg) {
+		return usagef("--decode-at %d with -n %d does not fit the model's context of %d", *decodeAt, *n, maxSeq(cfg))
+	}
+	capacity := min(max(*prefill, 64, *decodeAt)+*n+64, maxSeq(cfg))
 	if *prefill+1 > capacity {
 		return usagef("--prefill %d does not fit the model's context of %d", *prefill, maxSeq(cfg))
 	}
@@ -239,13 +243,20 @@ func cmdBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	// Plain decoding against the bandwidth ceiling. The host's bandwidth drifts with other load,
 	// so each repetition measures the probe right before its decode and the ratio is taken per
 	// repetition; the report gives medians.
+	decodePrompt := prompts[0]
+	if *decodeAt > 0 {
+		decodePrompt = make([]int, *decodeAt)
+		for i := range decodePrompt {
+			decodePrompt[i] = rng.IntN(cfg.Vocab)
+		}
+	}
 	var rates, probes, ratios []float64
 	for r := 0; r < *reps; r++ {
 		var pr float64
 		if *probe {
 			pr = kernel.ProbeBandwidth(1<<30, 500*time.Millisecond)
 		}
-		rate, _, err := plainOnce(e, prompts[0], *n, capacity)
+		rate, _, err := plainOnce(e, decodePrompt, *n, capacity)
 		if err != nil {
 			return err
 		}

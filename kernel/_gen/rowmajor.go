@@ -115,6 +115,26 @@ func dotsRows(is isa, dt dtype) {
 	TESTQ(left, left)
 	JE(LabelRef(name + "done"))
 	qp, yr, qn := GP64(), GP64(), GP64()
+	// Prefetch the key rowsAhead rows on, every line of its d elements. A cache's key rows
+	// of one head are a row of all heads apart (4 KiB for Qwen3-0.6B's f32 cache), so each
+	// is in a page of its own, where the hardware's stream prefetchers do not follow: without
+	// this a long context's scores wait on memory row by row.
+	pf, pe := GP64(), GP64()
+	Load(Param("ldk"), pf)
+	IMUL3Q(U32(rowsAhead*es), pf, pf)
+	ADDQ(kp, pf)
+	Load(Param("d"), pe)
+	if es == 4 {
+		SHLQ(U8(2), pe)
+	} else {
+		SHLQ(U8(1), pe)
+	}
+	ADDQ(pf, pe)
+	Label(name + "pf")
+	PREFETCHT0(Mem{Base: pf})
+	ADDQ(U8(64), pf)
+	CMPQ(pf, pe)
+	JL(LabelRef(name + "pf"))
 	Load(Param("q"), qp)
 	MOVQ(yc, yr)
 	Load(Param("nq"), qn)
@@ -199,7 +219,17 @@ func axpyRows(is isa, dt dtype) {
 		MOVQ(p, pp)
 		MOVQ(ve, vp)
 		Load(Param("n"), cnt)
+		// The value rowsAhead rows on is prefetched, the lines of this chunk's vectors (see
+		// dotsRows: each value row of a head is in a page of its own).
+		pfd := GP64()
+		Load(Param("ldv"), pfd)
+		IMUL3Q(U32(rowsAhead*es), pfd, pfd)
 		Label(name + tag + "t")
+		if !scalar {
+			for off := 0; off < u*eb; off += 64 {
+				PREFETCHT0(Mem{Base: vp, Index: pfd, Scale: 1, Disp: off})
+			}
+		}
 		w := make([]reg.VecVirtual, u)
 		for j := range w {
 			if scalar {
@@ -289,6 +319,9 @@ func axpyRows(is isa, dt dtype) {
 	VZEROUPPER()
 	RET()
 }
+
+// rowsAhead is how many key or value rows ahead dotsRows and axpyRows prefetch.
+const rowsAhead = 8
 
 // loadElems loads one vector of f32 elements from m: as is for f32, or, for bf16, half as many
 // bytes zero-extended to 32-bit lanes and shifted into their high halves, which is the exact

@@ -69,8 +69,15 @@ func (a Attention) Rows(out, q []float32, n int, k, v []float32, pos int, vis Vi
 // queries: a verification of n rows then reads each cached key and value once, not once per
 // row and query head. Batching changes no bit (rowEach is the reference it is tested against).
 func (a Attention) RowsPart(out, q []float32, first, end, n int, k, v []float32, pos int, vis Visibility, scores []float32) {
-	rowsHeads(a, out, q, first, end, n, k, v, pos, vis, scores, 0, a.Heads)
+	rowsHeads(a, out, q, first, end, n, k, v, rowMajor(a), pos, vis, scores, 0, a.Heads)
 }
+
+// layerLayout says where a cache layer keeps element e of key/value head g at position t:
+// g*head + t*stride + e.
+type layerLayout struct{ stride, head int }
+
+// rowMajor is the layout of a row-major layer (a float32 cache's): rows of all heads.
+func rowMajor(a Attention) layerLayout { return layerLayout{a.KVHeads * a.HeadDim, a.HeadDim} }
 
 // cacheElem is what a row-major cache layer stores: float32, or bf16 bit patterns (a bf16
 // cache, cache.KV.K16). Attention over a bf16 layer computes the bits of attention over the
@@ -102,15 +109,15 @@ func axpyRows[E cacheElem](out []float32, ldo int, p []float32, ldp, nq int, v [
 // alone. Each head's arithmetic is that of RowsPart, so cores computing disjoint head ranges of
 // the same rows (HeadSplit) together give RowsPart's bits. When the shape is batched (grouped
 // heads, not 8 wide) h0 and h1 must be multiples of the group (whole key/value heads).
-func rowsHeads[E cacheElem](a Attention, out, q []float32, first, end, n int, k, v []E, pos int, vis Visibility, scores []float32, h0, h1 int) {
+func rowsHeads[E cacheElem](a Attention, out, q []float32, first, end, n int, k, v []E, ly layerLayout, pos int, vis Visibility, scores []float32, h0, h1 int) {
 	if a.HeadDim == 8 || a.KVHeads <= 0 || a.Heads%a.KVHeads != 0 {
 		for i := first; i < end; i++ {
-			rowEach(a, out, q, i, first, n, k, v, pos, vis, scores, h0, h1)
+			rowEach(a, out, q, i, first, n, k, v, ly, pos, vis, scores, h0, h1)
 		}
 		return
 	}
 	group := a.Heads / a.KVHeads
-	rowsBatched(a, out, q, first, end, n, k, v, pos, vis, scores, h0/group, h1/group)
+	rowsBatched(a, out, q, first, end, n, k, v, ly, pos, vis, scores, h0/group, h1/group)
 }
 
 // rowEach is attention for row i of RowsPart's rows, query heads [h0, h1) one at a time: each head's scores
@@ -118,9 +125,9 @@ func rowsHeads[E cacheElem](a Attention, out, q []float32, first, end, n int, k,
 // Axpy(out, p_t, v_t) for t in order onto zeros. The batched path keeps exactly these operations
 // per query, so this is the definition of a row's bits. Over a bf16 layer the same operations run
 // through the rows kernels, which compute Dot and the Axpy sequence bitwise over widened rows.
-func rowEach[E cacheElem](a Attention, out, q []float32, i, first, n int, k, v []E, pos int, vis Visibility, scores []float32, h0, h1 int) {
+func rowEach[E cacheElem](a Attention, out, q []float32, i, first, n int, k, v []E, ly layerLayout, pos int, vis Visibility, scores []float32, h0, h1 int) {
 	d := a.HeadDim
-	w := a.KVHeads * d
+	w := ly.stride
 	group := a.Heads / a.KVHeads
 	qw := a.Heads * d
 	lo, hi := vis.Span(pos+i, pos, pos+n)
@@ -129,7 +136,7 @@ func rowEach[E cacheElem](a Attention, out, q []float32, i, first, n int, k, v [
 	for h := h0; h < h1; h++ {
 		qh := q[r*qw+h*d : r*qw+h*d+d]
 		oh := out[r*qw+h*d : r*qw+h*d+d]
-		koff := (h / group) * d
+		koff := (h / group) * ly.head
 		kh := k[lo*w+koff:]
 		vh := v[lo*w+koff:]
 		kf, f32 := any(kh).([]float32)
@@ -177,9 +184,9 @@ const valueTile = 4096
 // every query of the pass sees, then those that all but the first row's see, and so on. A query
 // is thus given exactly the keys of its span, in increasing order, with the operations rowEach
 // gives it: its bits depend neither on n nor on the rows in its pass.
-func rowsBatched[E cacheElem](a Attention, out, q []float32, first, end, n int, k, v []E, pos int, vis Visibility, scores []float32, g0, g1 int) {
+func rowsBatched[E cacheElem](a Attention, out, q []float32, first, end, n int, k, v []E, ly layerLayout, pos int, vis Visibility, scores []float32, g0, g1 int) {
 	d := a.HeadDim
-	w := a.KVHeads * d
+	w := ly.stride
 	group := a.Heads / a.KVHeads
 	qw := a.Heads * d
 	tile := max(1, valueTile/d)
@@ -187,7 +194,7 @@ func rowsBatched[E cacheElem](a Attention, out, q []float32, first, end, n int, 
 		for r0 := first; r0 < end; {
 			lo, hi := vis.Span(pos+r0, pos, pos+n)
 			if group*(hi-lo+2*d) > len(scores) {
-				rowEach(a, out, q, r0, first, n, k, v, pos, vis, scores, g*group, (g+1)*group) // too little scratch to batch
+				rowEach(a, out, q, r0, first, n, k, v, ly, pos, vis, scores, g*group, (g+1)*group) // too little scratch to batch
 				r0++
 				continue
 			}
@@ -209,7 +216,7 @@ func rowsBatched[E cacheElem](a Attention, out, q []float32, first, end, n int, 
 				src := (r-first)*qw + g*group*d
 				copy(qs[(r-r0)*group*d:(r-r0+1)*group*d], q[src:src+group*d])
 			}
-			kh, vh := k[lo*w+g*d:], v[lo*w+g*d:]
+			kh, vh := k[lo*w+g*ly.head:], v[lo*w+g*ly.head:]
 			// Scores by segments of keys, each for the queries of the rows that see all of it.
 			a0 := 0
 			for r := r0; r < r1; r++ {

@@ -35,7 +35,7 @@ func (a Attention) CacheBF16() bool { return a.BF16Cache && !a.HeadMajorKeys() }
 // copies (HeadMajorKeys). Read and write it through AsKV. KVBytes is its memory.
 func (a Attention) NewKV(layers, capacity int) cache.Cache {
 	if a.CacheBF16() {
-		return cache.NewKVBF16(layers, capacity, a.KVHeads*a.HeadDim)
+		return cache.NewKVBF16(layers, capacity, a.KVHeads, a.HeadDim)
 	}
 	kv := cache.NewKV(layers, capacity, a.KVHeads*a.HeadDim)
 	copies, layout := a.headMajorCopies(capacity)
@@ -221,8 +221,8 @@ func (h *Heads) attendHeads(out, q []float32, first, end, n int, c KV, li, pos i
 		return
 	}
 	if c.BF16() {
-		rowsHeads(h.Attention, out, q, first, end, n, c.K16[li], c.V16[li], pos, vis, scores, h0, h1)
+		rowsHeads(h.Attention, out, q, first, end, n, c.K16[li], c.V16[li], layerLayout{h.HeadDim, c.HeadBlock(1)}, pos, vis, scores, h0, h1)
 		return
 	}
-	rowsHeads(h.Attention, out, q, first, end, n, c.K[li], c.V[li], pos, vis, scores, h0, h1)
+	rowsHeads(h.Attention, out, q, first, end, n, c.K[li], c.V[li], rowMajor(h.Attention), pos, vis, scores, h0, h1)
 }
