@@ -8,15 +8,17 @@ import (
 
 // The attention HeadSplit spreads over the cores is that of at least defaultHeadSplitMinRows rows
 // with at least defaultHeadSplitMinWork multiply-adds (keys seen times query heads times head
-// size, twice: scores and values). A decode step (one row) stays on the caller, and so does
-// attention too small to pay for the hand-off: on this project's 2-core AMX host a layer of
-// Qwen3-0.6B's shape (16 query heads of 128) took about 12 us for 1 row over 65 keys, 24 us for 2
-// rows over 66 and 600 us for 16 rows over 272, on one core; a hand-off to a spinning worker
-// costs a microsecond or two, to a parked one several. At 512Ki multiply-adds (about 25 us
-// there) a 2-row verification of that shape splits from about 128 cached keys, a 16-row one
-// from 16.
+// size, twice: scores and values). Attention too small to pay for the hand-off stays on the
+// caller: on this project's 2-core AMX host a layer of Qwen3-0.6B's shape (16 query heads of 128)
+// took about 12 us for 1 row over 65 keys, 24 us for 2 rows over 66 and 600 us for 16 rows over
+// 272, on one core; a hand-off to a spinning worker costs a microsecond or two, to a parked one
+// several. At 512Ki multiply-adds (about 25 us there) a decode step of that shape splits from 128
+// cached keys, a 2-row verification from 64, a 16-row one from 8. A decode step over a long
+// context reads its whole cache every token, which one core streams at a third of what two do:
+// splitting it took Qwen3-0.6B Q8_0 from 18-20 to 23-25 tok/s at 1104 cached tokens (BENCHMARKS
+// section 26).
 const (
-	defaultHeadSplitMinRows = 2
+	defaultHeadSplitMinRows = 1
 	defaultHeadSplitMinWork = 1 << 19
 )
 
