@@ -147,11 +147,6 @@ type Heads struct {
 	Rope *RoPE
 }
 
-// Finish applies the per-head norms and RoPE to rows rows of staged keys kc and queries q (q nil:
-// keys only) at positions [pos, pos+rows), as Project does after its products: for writers that
-// stage rows before they Store them in a cache.
-func (h *Heads) Finish(w *AttnWeights, q, kc []float32, rows, pos int) { h.finish(w, q, kc, rows, pos) }
-
 // Project computes the queries, keys and values of rows rows of x (the normed input) at
 // positions [pos, pos+rows): queries into q, keys and values straight into layer li of c at the
 // slots of those positions, each after its per-head norm and RoPE. Rows past the committed
@@ -221,6 +216,7 @@ func (h *Heads) attendHeads(out, q []float32, first, end, n int, c KV, li, pos i
 		return
 	}
 	if c.BF16() {
+		// Head-blocked: a head's positions HeadDim apart, heads HeadBlock(1) apart.
 		rowsHeads(h.Attention, out, q, first, end, n, c.K16[li], c.V16[li], layerLayout{h.HeadDim, c.HeadBlock(1)}, pos, vis, scores, h0, h1)
 		return
 	}
