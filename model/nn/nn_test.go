@@ -437,13 +437,17 @@ func TestAttentionBF16CacheBitwise(t *testing.T) {
 					q := randVec(r, 16*qw)
 					full := make([]float32, ScratchLen(capacity))
 					small := make([]float32, sh.heads/sh.kvHeads*(capacity+2*sh.d)+5)
+					tiny := make([]float32, capacity) // too small to batch: rowEach's bf16 branch
 					for _, n := range []int{1, 2, 5, 16} {
 						want := make([]float32, n*qw)
 						for i := 0; i < n; i++ {
 							rowEach(a, want, q, i, 0, n, k, v, rowMajor(a), committed, vis, make([]float32, capacity), 0, sh.heads)
 						}
-						for _, sc := range [][]float32{full, small} {
+						for _, sc := range [][]float32{full, small, tiny} {
 							out := make([]float32, n*qw)
+							for i := range out {
+								out[i] = 42 // whatever the output held before must not count
+							}
 							rowsHeads(a, out, q, 0, n, n, k16, v16, blocked, committed, vis, sc, 0, sh.heads)
 							if !slices.Equal(out, want) {
 								t.Fatalf("%+v committed %d vis %+v n=%d scratch %d: bf16 rows differ from f32 rows over the widened cache", sh, committed, vis, n, len(sc))
