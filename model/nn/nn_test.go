@@ -510,37 +510,43 @@ func TestCacheKindChoosesBF16(t *testing.T) {
 	}
 }
 
-// BenchmarkAttentionCacheQwen3 is one decode step's (rows=1) or a 16-row verification's
-// attention over every layer of a Qwen3-0.6B-shaped cache (28 layers, 8 key/value heads of 128,
-// 16 query heads) of 1024 committed rows, f32 or bf16, on one core: the cache (235 or 117 MB)
-// does not fit the caches, so this is the key/value stream a long-context step reads. Bytes
-// per op are the cache bytes read.
-func BenchmarkAttentionCacheQwen3(b *testing.B) {
-	const layers, at = 28, 1024
-	a := NewAttention(16, 8, 128)
-	qw, w := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
-	r := rand.New(rand.NewPCG(3, 3))
-	for _, bf16 := range []bool{false, true} {
-		c := cache.NewKV(layers, at+16, w)
-		if bf16 {
-			c = cache.NewKVBF16(layers, at+16, a.KVHeads, a.HeadDim)
-		}
-		for l := range layers {
-			c.Store(l, 0, at+16, randVec(r, (at+16)*w), randVec(r, (at+16)*w))
-		}
-		kv := KV{KV: c}
-		h := Heads{Attention: a}
-		for _, rows := range []int{1, 16} {
-			q, out := randVec(r, rows*qw), make([]float32, rows*qw)
-			scores := make([]float32, ScratchLen(at+16))
-			b.Run(fmt.Sprintf("bf16=%v/rows=%d", bf16, rows), func(b *testing.B) {
-				b.SetBytes(c.Bytes() * int64(at) / int64(at+16))
-				for b.Loop() {
-					for l := range layers {
-						h.Attend(out, q, 0, rows, rows, kv, l, at, Causal, scores)
+// BenchmarkAttentionCache is one decode step's (rows=1) or a 16-row verification's attention over
+// every attention layer of a cache of 1024 committed rows, f32 or bf16, on one core, for
+// Qwen3-0.6B's shape (28 layers, 8 key/value heads of 128, 16 query heads: 235 or 117 MB, more than
+// the caches hold, so this is the stream a long-context step reads) and Qwen3.5-0.8B's full
+// attention layers (6 layers, 2 key/value heads of 256, 8 query heads: 4 queries share a head).
+// Bytes per op are the cache bytes read.
+func BenchmarkAttentionCache(b *testing.B) {
+	const at = 1024
+	for _, sh := range []struct {
+		name                        string
+		layers, heads, kvHeads, dim int
+	}{{"qwen3-0.6b", 28, 16, 8, 128}, {"qwen3.5-0.8b", 6, 8, 2, 256}} {
+		a := NewAttention(sh.heads, sh.kvHeads, sh.dim)
+		qw, w := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
+		r := rand.New(rand.NewPCG(3, 3))
+		for _, bf16 := range []bool{false, true} {
+			c := cache.NewKV(sh.layers, at+16, w)
+			if bf16 {
+				c = cache.NewKVBF16(sh.layers, at+16, a.KVHeads, a.HeadDim)
+			}
+			for l := range sh.layers {
+				c.Store(l, 0, at+16, randVec(r, (at+16)*w), randVec(r, (at+16)*w))
+			}
+			kv := KV{KV: c}
+			h := Heads{Attention: a}
+			for _, rows := range []int{1, 16} {
+				q, out := randVec(r, rows*qw), make([]float32, rows*qw)
+				scores := make([]float32, ScratchLen(at+16))
+				b.Run(fmt.Sprintf("%s/bf16=%v/rows=%d", sh.name, bf16, rows), func(b *testing.B) {
+					b.SetBytes(c.Bytes() * int64(at) / int64(at+16))
+					for b.Loop() {
+						for l := range sh.layers {
+							h.Attend(out, q, 0, rows, rows, kv, l, at, Causal, scores)
+						}
 					}
-				}
-			})
+				})
+			}
 		}
 	}
 }
