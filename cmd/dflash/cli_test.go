@@ -4,6 +4,10 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
+
+	"github.com/dflash/dflash/engine"
+	"github.com/dflash/dflash/model/nn"
+	"github.com/dflash/dflash/model/transformer"
 )
 
 // --version and the version command print the same one line; the module version and VCS
@@ -72,5 +76,24 @@ func TestEditDistance(t *testing.T) {
 	}
 	if s, ok := closest("xyz", []string{"run", "serve"}); ok {
 		t.Errorf("closest(xyz) = %q, want no suggestion", s)
+	}
+}
+
+// TestKVCacheLine: dflash show prices a Qwen3-0.6B-shaped model's cache as run and serve make it:
+// bf16 for quantized and bf16 weights, f32 for f16 (widened at load) and f32 ones, or under
+// --kv-cache f32.
+func TestKVCacheLine(t *testing.T) {
+	cfg, err := transformer.SyntheticConfig("qwen3-0.6b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for typ, want := range map[string]string{"Q8_0": "bf16, 112 MiB", "Q4_K_M": "bf16, 112 MiB", "BF16": "bf16, 112 MiB", "F16": "f32, 224 MiB", "F32": "f32, 224 MiB"} {
+		if got := kvCacheLine(&engine.Description{Config: cfg, DType: typ}); !strings.HasPrefix(got, want) {
+			t.Errorf("%s weights: %q, want %q...", typ, got, want)
+		}
+	}
+	defer nn.SetCacheKind(nn.SetCacheKind(nn.CacheF32))
+	if got := kvCacheLine(&engine.Description{Config: cfg, DType: "Q8_0"}); !strings.HasPrefix(got, "f32, 224 MiB") {
+		t.Errorf("Q8_0 under --kv-cache f32: %q", got)
 	}
 }

@@ -10,8 +10,10 @@ import (
 
 	"github.com/dflash/dflash/engine"
 	"github.com/dflash/dflash/engine/ref"
+	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/model/dflash"
 	"github.com/dflash/dflash/model/dflash2"
+	"github.com/dflash/dflash/model/nn"
 )
 
 // isDraftFolder says the config.json of a folder (or a draft GGUF) is a DFlash or DFlash2 draft's.
@@ -108,6 +110,9 @@ func cmdShow(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	c := d.Config
 	fmt.Fprintf(stdout, "family      %s (%s)\nparameters  %s (%d)\ntype        %s\ncontext     %d\n", d.Family, c.Arch, paramLabel(d.Parameters), d.Parameters, d.DType, d.Context)
 	fmt.Fprintf(stdout, "shape       %d layers, hidden %d, %d heads (%d kv), vocab %d\n", c.Layers, c.Hidden, c.Heads, c.KVHeads, c.Vocab)
+	if line := kvCacheLine(d); line != "" {
+		fmt.Fprintf(stdout, "kv cache    %s\n", line)
+	}
 	if len(d.TensorTypes) > 0 {
 		// What the loader keeps: quantized types stay quantized (kernel.NewQuant), F16 widens to
 		// F32, so this is also what a decode step reads.
@@ -158,4 +163,25 @@ func paramLabel(n int64) string {
 		return fmt.Sprintf("%.1fM", float64(n)/1e6)
 	}
 	return fmt.Sprintf("%.1fK", float64(n)/1e3)
+}
+
+// kvCacheLine says what a sequence's key/value cache of a dense model costs as run and serve
+// would make it under the current --kv-cache kind ("bf16, 112 MiB per 1024 positions"): the
+// context a user can afford follows from it. It is "" for hybrid and shapeless models.
+func kvCacheLine(d *engine.Description) string {
+	c := d.Config
+	if d.Hybrid() != nil || c.HeadDim <= 0 || c.KVHeads <= 0 {
+		return ""
+	}
+	a := nn.NewAttention(c.Heads, c.KVHeads, c.HeadDim)
+	computed := kernel.BF16 // bf16 and quantized weights are computed as stored
+	if d.DType == "F32" || d.DType == "F16" || d.DType == "" {
+		computed = kernel.F32 // F16 widens to F32 at load
+	}
+	a.BF16Cache = nn.CacheBF16For(computed)
+	kind := "f32"
+	if a.CacheBF16() {
+		kind = "bf16"
+	}
+	return fmt.Sprintf("%s, %.0f MiB per 1024 positions", kind, float64(a.KVBytes(c.Layers, 1024))/(1<<20))
 }
