@@ -300,3 +300,27 @@ func TestForwardRejects(t *testing.T) {
 		t.Error("forward on a plain KV cache accepted")
 	}
 }
+
+// TestBF16CacheBitwise: with a bf16 key/value cache (heads of 72 read rows, nn.CacheBF16) a verify
+// round restored at any row leaves bitwise the cache plain decoding leaves, and a row's logits
+// and taps do not depend on the forward it is in, on every kernel path.
+func TestBF16CacheBitwise(t *testing.T) {
+	defer nn.SetCacheKind(nn.SetCacheKind(nn.CacheBF16))
+	wide := tinyCausal()
+	wide.headDim = 72
+	kerneltest.ForEachPath(t, func(t *testing.T) {
+		m := load(t, wide, 31)
+		if got := nn.CacheElem(m.NewCache(8)); got != "bf16" {
+			t.Fatalf("the model caches %s, want bf16", got)
+		}
+		snapshotRound(t, m, 4, 6, nil)
+		toks := randTokens(rand.New(rand.NewPCG(5, 1)), 12, wide.vocab)
+		whole := decode(t, m, toks, []int{12})
+		got := decode(t, m, toks, []int{3, 1, 8})
+		for r := range whole {
+			if !slices.Equal(got[r], whole[r]) {
+				t.Fatalf("row %d differs between a 12-row forward and forwards of 3, 1 and 8", r)
+			}
+		}
+	})
+}
