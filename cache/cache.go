@@ -16,7 +16,6 @@ package cache
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/dflash/dflash/kernel/quant"
 )
@@ -140,8 +139,8 @@ func (c *KV) RowF32(l, pos int, k, v []float32) {
 	for h := range c.Width / d {
 		b := c.HeadBlock(h) + pos*d
 		for e := range d {
-			k[h*d+e] = math.Float32frombits(uint32(c.K16[l][b+e]) << 16)
-			v[h*d+e] = math.Float32frombits(uint32(c.V16[l][b+e]) << 16)
+			k[h*d+e] = quant.BF16ToF32(c.K16[l][b+e])
+			v[h*d+e] = quant.BF16ToF32(c.V16[l][b+e])
 		}
 	}
 }

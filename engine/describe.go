@@ -11,9 +11,11 @@ import (
 
 	"github.com/dflash/dflash/format/hf"
 	"github.com/dflash/dflash/format/llama2c"
+	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/model"
 	"github.com/dflash/dflash/model/dflash"
 	"github.com/dflash/dflash/model/dflash2"
+	"github.com/dflash/dflash/model/nn"
 	"github.com/dflash/dflash/model/qwen35"
 	"github.com/dflash/dflash/model/transformer"
 	"github.com/dflash/dflash/runner"
@@ -355,6 +357,28 @@ func dtypeLabel(torchDtype string) string {
 		return "F32"
 	}
 	return strings.ToUpper(torchDtype)
+}
+
+// CacheDType is the dtype the target's products run in when it is loaded as stored, as far as
+// the key/value cache's kind (nn.CacheBF16For) depends on it: F32 for F32 and F16 weights (F16
+// widens at load), BF16 for bf16 and quantized ones. Config.DType cannot say it: a folder's
+// tensors decide it only when loaded.
+func (d *Description) CacheDType() kernel.DType {
+	switch d.DType {
+	case "F32", "F16", "":
+		return kernel.F32
+	}
+	return kernel.BF16
+}
+
+// KVAttention is the attention shape whose cache a dense target makes when loaded as stored
+// (nn.Attention.NewKV, KVBytes): bf16 where nn.CacheBF16For(CacheDType) says so under the
+// process's --kv-cache kind.
+func (d *Description) KVAttention() nn.Attention {
+	c := d.Config
+	a := nn.NewAttention(c.Heads, c.KVHeads, c.HeadDim)
+	a.BF16Cache = nn.CacheBF16For(d.CacheDType())
+	return a
 }
 
 // weightBytes sums the safetensors files of a model folder: the weights on disk.

@@ -218,7 +218,7 @@ func widenBF16(dst []float32, src []uint16) []float32 {
 	}
 	dst = dst[:len(src)]
 	for i, b := range src {
-		dst[i] = math.Float32frombits(uint32(b) << 16)
+		dst[i] = BF16ToF32(b)
 	}
 	return dst
 }

@@ -10,10 +10,8 @@ import (
 
 	"github.com/dflash/dflash/engine"
 	"github.com/dflash/dflash/engine/ref"
-	"github.com/dflash/dflash/kernel"
 	"github.com/dflash/dflash/model/dflash"
 	"github.com/dflash/dflash/model/dflash2"
-	"github.com/dflash/dflash/model/nn"
 )
 
 // isDraftFolder says the config.json of a folder (or a draft GGUF) is a DFlash or DFlash2 draft's.
@@ -173,12 +171,7 @@ func kvCacheLine(d *engine.Description) string {
 	if d.Hybrid() != nil || c.HeadDim <= 0 || c.KVHeads <= 0 {
 		return ""
 	}
-	a := nn.NewAttention(c.Heads, c.KVHeads, c.HeadDim)
-	computed := kernel.BF16 // bf16 and quantized weights are computed as stored
-	if d.DType == "F32" || d.DType == "F16" || d.DType == "" {
-		computed = kernel.F32 // F16 widens to F32 at load
-	}
-	a.BF16Cache = nn.CacheBF16For(computed)
+	a := d.KVAttention()
 	kind := "f32"
 	if a.CacheBF16() {
 		kind = "bf16"

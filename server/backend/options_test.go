@@ -103,7 +103,7 @@ func TestSequenceBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &engine.Description{Config: cfg}
+	d := &engine.Description{Config: cfg, DType: "BF16"}
 	if got, want := SequenceBytes(d, 4096), int64(28*4096*1024*2*2); got != want {
 		t.Errorf("target alone: %d bytes, want %d", got, want)
 	}

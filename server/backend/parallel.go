@@ -31,7 +31,7 @@ func AutoParallel(seqBytes, avail int64) int {
 // SequenceBytes estimates the memory one sequence of ctxLen positions holds.
 //
 // For a dense target: the target's keys and values for every layer (bf16 where the target caches
-// bf16, nn.CacheBF16For, else float32), their head-major
+// bf16, engine.Description.KVAttention, else float32), their head-major
 // copies where attention reads them (heads of at most nn.FusedMaxHead elements: the keys, and
 // the values too for llama2.c-sized heads of 16 or less), and as much again for each draft layer
 // (drafts share the target's attention shape).
@@ -39,7 +39,9 @@ func AutoParallel(seqBytes, avail int64) int {
 // For a hybrid (Qwen3.5) target it is exact, hybridSequenceBytes.
 func SequenceBytes(d *engine.Description, ctxLen int) int64 {
 	if hc := d.Hybrid(); hc != nil {
-		return hybridSequenceBytes(hc, d.Drafts, ctxLen)
+		h := *hc
+		h.DType = d.CacheDType() // the cache's kind follows the weights a folder's tensors decide
+		return hybridSequenceBytes(&h, d.Drafts, ctxLen)
 	}
 	c := d.Config
 	row := int64(c.KVHeads*c.HeadDim) * 4
@@ -51,8 +53,7 @@ func SequenceBytes(d *engine.Description, ctxLen int) int64 {
 		copies = 3
 	}
 	target := int64(c.Layers) * int64(max(ctxLen, 1)) * row * copies
-	if a := nn.NewAttention(c.Heads, c.KVHeads, c.HeadDim); copies == 2 && nn.CacheBF16For(c.DType) {
-		a.BF16Cache = true
+	if a := d.KVAttention(); a.CacheBF16() {
 		target = a.KVBytes(c.Layers, max(ctxLen, 1)) // bf16 rows, no copies
 	}
 	var layers int64
